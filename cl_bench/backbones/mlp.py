@@ -1,0 +1,18 @@
+from torch import nn
+
+
+class MLP(nn.Module):
+    """Fully connected ReLU network over flattened pixels (GEM/La-MAML use hidden_sizes=[100, 100])."""
+
+    def __init__(self, input_shape, hidden_sizes=(256, 256)):
+        super().__init__()
+        c, h, w = input_shape
+        sizes = [c * h * w, *hidden_sizes]
+        layers = [nn.Flatten()]
+        for d_in, d_out in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(d_in, d_out), nn.ReLU(inplace=True)]
+        self.body = nn.Sequential(*layers)
+        self.feature_dim = sizes[-1]
+
+    def forward(self, x):
+        return self.body(x)

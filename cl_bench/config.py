@@ -1,0 +1,155 @@
+"""Structured-config schemas, registered in Hydra's ConfigStore so that every YAML in conf/ is typed:
+an unknown key or a value of the wrong type is an error, not a silent no-op."""
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from . import methods
+from .errors import UserError
+
+
+@dataclass
+class DataConfig:
+    root: str = "data"  # where the canonical dataset files live (torchvision's layout)
+    download: bool = False  # fetch missing files with torchvision's verified downloader
+    val_fraction: float = 0.1  # share of each task's training data held out for model selection
+    eval_batch_size: int = 1000
+
+
+@dataclass
+class DatasetConfig:
+    name: str = MISSING
+    source: str = MISSING  # digits | mnist | fashion_mnist | cifar10 | cifar100 | svhn
+    kind: str = "split"  # split (classes per task) | superclass | permuted | rotated
+    num_tasks: int = 5
+    classes_per_task: int | None = None  # split: default is all classes / num_tasks
+    class_order: str = "natural"  # split: natural | random (drawn from the run's seed)
+    samples_per_task: int | None = None  # cap on each task's training samples (GEM: 1000)
+    augment: bool = False  # pad-crop and flip during training (32×32 colour data)
+
+
+@dataclass
+class MLPConfig:
+    name: str = "mlp"
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+
+
+@dataclass
+class ConvNetConfig:
+    name: str = "convnet"
+    channels: list[int] = field(default_factory=lambda: [32, 64, 64])
+
+
+@dataclass
+class ResNetConfig:
+    name: str = "resnet18"
+    nf: int = 64  # base filters; 20 in the reduced ResNet-18 of GEM, La-MAML and NCCL
+
+
+@dataclass
+class VGGConfig:
+    name: str = "vgg16_bn"
+    hidden: int = 4096  # width of the classifier body
+
+
+@dataclass
+class HardwareConfig:
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
+    channels_last: bool | None = None  # NHWC activations for convs; null: on for GPUs
+    tf32: bool = True  # TF32 matmuls for what runs in fp32 on Ampere and newer
+    deterministic: bool = False  # PyTorch's deterministic algorithms (slower on GPU)
+
+
+@dataclass
+class LoggerConfig:
+    console: bool = True  # live progress and the final table
+    wandb: bool = False
+    project: str = "cl-bench"
+    entity: str | None = None
+    mode: str = "offline"  # offline | online
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckpointConfig:
+    enabled: bool = True  # write checkpoints/task_<ttt>/ after every task
+
+
+@dataclass
+class Config:
+    method: Any = MISSING
+    dataset: DatasetConfig = MISSING
+    backbone: Any = MISSING
+    hardware: HardwareConfig = MISSING
+    logger: LoggerConfig = MISSING
+    data: DataConfig = field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    seed: int = 0
+    scenario: str = "task"  # task (task id at test time) | class (no task id)
+    eval_future: bool = False  # also evaluate tasks not yet learned (forward transfer, fwt)
+    resume: str | None = None  # a run directory to continue from its last complete checkpoint
+
+
+BACKBONE_SCHEMAS = {"mlp": MLPConfig, "convnet": ConvNetConfig, "resnet18": ResNetConfig,
+                    "resnet18_reduced": ResNetConfig, "vgg16_bn": VGGConfig}
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=Config)
+    cs.store(group="dataset", name="schema", node=DatasetConfig)
+    cs.store(group="hardware", name="schema", node=HardwareConfig)
+    cs.store(group="logger", name="schema", node=LoggerConfig)
+    for name, cls in BACKBONE_SCHEMAS.items():
+        cs.store(group="backbone", name=f"schema_{name}", node=cls)
+    for name, cls in methods.METHODS.items():
+        cs.store(group="method", name=f"schema_{name}", node=cls.Config)
+
+
+def validate(cfg) -> None:
+    """Range checks the types cannot express, each failing with the key and the accepted values."""
+    checks = [
+        (cfg.scenario in ("task", "class"), "scenario", "task or class"),
+        (cfg.method.lr > 0, "method.lr", "a positive number"),
+        (cfg.method.epochs >= 1, "method.epochs", "at least 1"),
+        (cfg.method.batch_size >= 1, "method.batch_size", "at least 1"),
+        (cfg.method.weight_decay >= 0, "method.weight_decay", "0 or more"),
+        (cfg.method.optimizer in ("sgd", "adam", "adamw"), "method.optimizer", "sgd, adam or adamw"),
+        (0 <= cfg.data.val_fraction < 1, "data.val_fraction", "a fraction in [0, 1)"),
+        (cfg.dataset.num_tasks >= 1, "dataset.num_tasks", "at least 1"),
+        (cfg.dataset.samples_per_task is None or cfg.dataset.samples_per_task >= 1,
+         "dataset.samples_per_task", "null or at least 1"),
+        (cfg.hardware.precision in ("auto", "bf16", "fp32"), "hardware.precision", "auto, bf16 or fp32"),
+        (cfg.logger.mode in ("offline", "online"), "logger.mode", "offline or online"),
+    ]
+    if "memory_size" in cfg.method:
+        checks.append((cfg.method.memory_size >= 1, "method.memory_size", "at least 1"))
+    _reject_added_keys(cfg)
+    for ok, key, accepted in checks:
+        if not ok:
+            raise UserError(f"{key}={_get(cfg, key)!r} is out of range: use {accepted}")
+    methods.check_scenario(cfg.method.name, cfg.scenario)
+
+
+def _reject_added_keys(cfg, path: str = "") -> None:
+    """Keys appended with Hydra's `+key=value` bypass the schemas; none of them would be read, so refuse them."""
+    schema = OmegaConf.get_type(cfg)
+    if dataclasses.is_dataclass(schema):
+        known = {f.name for f in dataclasses.fields(schema)}
+        for key in cfg:
+            if key not in known:
+                raise UserError(f"unknown key {path + key!r}: {path.rstrip('.') or 'the top level'} has "
+                                f"{', '.join(sorted(known))}")
+    for key in cfg:
+        if OmegaConf.is_dict(cfg._get_node(key)):
+            _reject_added_keys(cfg[key], f"{path}{key}.")
+
+
+def _get(cfg, key):
+    for part in key.split("."):
+        cfg = cfg[part]
+    return cfg

@@ -1,0 +1,56 @@
+"""Device, precision and backend switches from the hardware config."""
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .errors import UserError
+
+
+@dataclass
+class Hardware:
+    device: torch.device
+    amp_dtype: torch.dtype | None  # autocast dtype, None for plain fp32
+    channels_last: bool
+
+
+def setup(cfg) -> Hardware:
+    if cfg.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(cfg.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise UserError(f"hardware.device={cfg.device} but no CUDA GPU is visible: "
+                            "use hardware=cpu or hardware=auto")
+    on_gpu = device.type == "cuda"
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and on_gpu)
+    channels_last = on_gpu if cfg.channels_last is None else cfg.channels_last
+    if on_gpu:
+        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+        torch.backends.cudnn.allow_tf32 = cfg.tf32
+        torch.backends.cudnn.benchmark = not cfg.deterministic
+    if cfg.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    return Hardware(device, torch.bfloat16 if bf16 else None, channels_last)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def rng_state(generator: torch.Generator, device: torch.device) -> dict[str, torch.Tensor]:
+    state = {"torch": torch.get_rng_state(), "data": generator.get_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, generator: torch.Generator, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    generator.set_state(state["data"])
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)

@@ -1,0 +1,34 @@
+"""The method registry: name -> Method class. Each method lives in one file of this package."""
+from ..errors import UserError
+from .base import Context, Method, MethodConfig
+from .er import ER
+from .ewc import EWC
+from .finetune import Finetune
+from .independent import Independent
+from .joint import Joint
+from .lwf import LwF
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER)}
+
+
+def get(name: str) -> type[Method]:
+    if name not in METHODS:
+        raise UserError(f"unknown method {name!r}: choose one of {', '.join(sorted(METHODS))}")
+    return METHODS[name]
+
+
+def check_scenario(name: str, scenario: str) -> None:
+    method = get(name)
+    if scenario not in method.scenarios:
+        others = [m for m, cls in sorted(METHODS.items()) if scenario in cls.scenarios]
+        raise UserError(f"method={name} does not support scenario={scenario} (it supports "
+                        f"{', '.join(sorted(method.scenarios))}); methods for scenario={scenario}: "
+                        f"{', '.join(others)}")
+
+
+def build(cfg, backbone, info, ctx) -> Method:
+    check_scenario(cfg.name, info.scenario)
+    return get(cfg.name)(cfg, backbone.to(ctx.device), info, ctx)
+
+
+__all__ = ["METHODS", "Context", "Method", "MethodConfig", "build", "check_scenario", "get"]

@@ -1,0 +1,188 @@
+"""The Method contract and the small helpers every method shares: heads, the epoch loop, optimisers."""
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from omegaconf import MISSING
+from torch import nn
+
+from ..data.scenarios import Info, Split, Task
+
+
+@dataclass
+class MethodConfig:
+    """Training knobs every method shares; a method's own dataclass extends this one."""
+
+    name: str = MISSING
+    epochs: int = 5  # passes over each task's training data
+    batch_size: int = 64
+    lr: float = 0.01
+    optimizer: str = "sgd"  # sgd | adam | adamw
+    momentum: float = 0.9  # SGD only
+    nesterov: bool = False  # SGD only
+    weight_decay: float = 0.0
+    lr_milestones: list[int] = field(default_factory=list)  # epochs at which the lr is multiplied by lr_gamma
+    lr_gamma: float = 0.1
+
+
+@dataclass
+class Context:
+    """What the run lends a method: where to compute, in what precision, its random stream, its recorder."""
+
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    generator: torch.Generator
+    recorder: object
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
+                              enabled=self.amp_dtype is not None)
+
+
+@dataclass
+class Batch:
+    raw: torch.Tensor  # uint8 pixels, as stored (what a memory keeps)
+    x: torch.Tensor  # network input: normalised, augmented in training
+    y: torch.Tensor  # labels in the scenario's label space
+    t: torch.Tensor  # task id of each sample
+
+
+class Heads(nn.Module):
+    """A linear head per task in the task scenario; one head over the outputs seen so far in the class one."""
+
+    def __init__(self, feature_dim: int, info: Info):
+        super().__init__()
+        self.info = info
+        self.per_task = info.scenario == "task"
+        if self.per_task:
+            self.heads = nn.ModuleList(nn.Linear(feature_dim, n) for n in info.sizes)
+        else:
+            self.head = nn.Linear(feature_dim, info.num_outputs)
+        self.seen = 0  # outputs seen so far (class scenario); set by Method.learn and on load
+
+    def forward(self, features: torch.Tensor, task_id: int | None) -> torch.Tensor:
+        if self.per_task:
+            return self.heads[task_id](features)
+        return self.head(features)[:, : self.seen]
+
+    def mixed(self, features: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Logits for a batch mixing tasks, over the whole label space (targets are the global labels):
+        in the task scenario each row keeps only its own task's outputs, the rest set to -inf."""
+        if not self.per_task:
+            return self.forward(features, None)
+        logits = torch.cat([h(features) for h in self.heads], dim=1)
+        offsets = torch.tensor(self.info.offsets, device=t.device)[t]
+        sizes = torch.tensor(self.info.sizes, device=t.device)[t]
+        col = torch.arange(logits.shape[1], device=t.device)
+        own = (col >= offsets[:, None]) & (col < (offsets + sizes)[:, None])
+        return logits.masked_fill(~own, float("-inf"))
+
+
+class Method(nn.Module):
+    """A continual learner. Subclasses set name, scenarios and Config, and implement train_task."""
+
+    name: ClassVar[str]
+    scenarios: ClassVar[frozenset[str]]
+    Config: ClassVar[type] = MethodConfig
+
+    def __init__(self, cfg, backbone: nn.Module, info: Info, ctx: Context):
+        super().__init__()
+        self.cfg, self.info, self.ctx = cfg, info, ctx
+        self.backbone = backbone
+        self.heads = Heads(backbone.feature_dim, info)
+        self.register_buffer("tasks_learned", torch.zeros((), dtype=torch.long))
+
+    # --- the contract -------------------------------------------------------------------------------
+    def learn(self, task: Task) -> None:
+        """All of one task's training, every phase it needs."""
+        self.heads.seen = self.info.seen_outputs(task.id)
+        self.train_task(task)
+        self.tasks_learned.fill_(task.id + 1)
+
+    def train_task(self, task: Task) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement train_task")
+
+    def forward(self, x: torch.Tensor, task_id: int | None) -> torch.Tensor:
+        return self.heads(self.backbone(x), task_id)
+
+    def predict(self, x: torch.Tensor, task_id: int | None) -> torch.Tensor:
+        """Logits: over task_id's classes in the task scenario, over every class seen when task_id is None."""
+        return self(x, task_id)
+
+    def resumed(self, learned_tasks: list[Task]) -> None:
+        """Called after loading a checkpoint, with the tasks already learned (for methods that keep data)."""
+
+    def capacity(self) -> dict:
+        return {"params_total": sum(p.numel() for p in self.parameters())}
+
+    def mask_keys(self) -> set[str]:
+        """State-dict keys holding masks: checkpoints store them in masks.safetensors (bool ones as bits)."""
+        return set()
+
+    def load_state_dict(self, state, strict=True, assign=False):
+        result = super().load_state_dict(state, strict, assign)
+        learned = int(self.tasks_learned)
+        if learned:
+            self.heads.seen = self.info.seen_outputs(learned - 1)
+        return result
+
+    # --- shared helpers -----------------------------------------------------------------------------
+    def targets(self, y: torch.Tensor, task_id: int) -> torch.Tensor:
+        """Labels as indices into forward(x, task_id)'s logits."""
+        return y - self.info.offsets[task_id] if self.info.scenario == "task" else y
+
+    def loss(self, batch: Batch, task_id: int) -> torch.Tensor:
+        """Cross-entropy on a batch drawn from task task_id alone."""
+        return F.cross_entropy(self(batch.x, task_id), self.targets(batch.y, task_id))
+
+    def mixed_loss(self, batch: Batch) -> torch.Tensor:
+        """Cross-entropy on a batch mixing tasks (replay, joint training)."""
+        return F.cross_entropy(self.heads.mixed(self.backbone(batch.x), batch.t), batch.y)
+
+    def make_optimizer(self, params, lr: float | None = None, weight_decay: float | None = None):
+        cfg = self.cfg
+        lr = cfg.lr if lr is None else lr
+        wd = cfg.weight_decay if weight_decay is None else weight_decay
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=wd)
+        if cfg.optimizer == "adam":
+            return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+
+    def fit(self, task: Task, loss_fn, data: Split | None = None, params=None, epochs: int | None = None,
+            optimizer=None, after_backward=None, after_step=None) -> None:
+        """The common epoch loop: on-device shuffled batches, one optimiser and lr schedule, and the loss
+        accumulated on the device and read once per epoch (no host sync per step)."""
+        data = task.train if data is None else data
+        epochs = self.cfg.epochs if epochs is None else epochs
+        params = [p for p in (self.parameters() if params is None else params) if p.requires_grad]
+        opt = optimizer or self.make_optimizer(params)
+        sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(self.cfg.lr_milestones), self.cfg.lr_gamma)
+        steps = -(-len(data) // self.cfg.batch_size)
+        for epoch in range(epochs):
+            self.train()
+            self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
+            total = torch.zeros((), device=self.ctx.device)
+            for raw, y, t in data.batches(self.cfg.batch_size, self.ctx.generator):
+                batch = Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t)
+                with self.ctx.autocast():
+                    loss = loss_fn(batch)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if after_backward is not None:
+                    after_backward()
+                opt.step()
+                if after_step is not None:
+                    after_step(batch)
+                total += loss.detach()
+                self.ctx.recorder.step()
+            sched.step()
+            self.ctx.recorder.epoch_end(task.id, epoch, total / steps)
+
+
+def reset_parameters(module: nn.Module) -> None:
+    """Re-draw every layer's initial weights, as at construction."""
+    for m in module.modules():
+        if hasattr(m, "reset_parameters"):
+            m.reset_parameters()

@@ -1,0 +1,183 @@
+"""Run events fanned out to the console (rich), JSON files and Weights & Biases. Recorders never touch
+models: they receive numbers and the metrics record that train.py assembles."""
+import json
+import os
+import time
+from pathlib import Path
+
+from . import metrics
+
+
+class Recorder:
+    """Every event a run emits; each recorder overrides the ones it cares about."""
+
+    def run_start(self, cfg, info, run_dir: Path, start_task: int): ...
+    def task_start(self, task): ...
+    def epoch_start(self, task_id: int, epoch: int, epochs: int, steps: int): ...
+    def step(self): ...
+    def epoch_end(self, task_id: int, epoch: int, loss: float): ...
+    def task_end(self, task_id: int, record: dict): ...
+    def run_end(self, record: dict): ...
+    def warning(self, message: str): ...
+    def close(self): ...
+
+
+class Recorders:
+    """The fan-out. epoch_end takes the epoch's mean loss as a device tensor and reads it once here."""
+
+    def __init__(self, recorders: list[Recorder]):
+        self.recorders = recorders
+
+    def epoch_end(self, task_id, epoch, loss):
+        loss = float(loss)  # the one host sync of an epoch
+        for r in self.recorders:
+            r.epoch_end(task_id, epoch, loss)
+
+    def __getattr__(self, event):
+        def fan_out(*args, **kwargs):
+            for r in self.recorders:
+                getattr(r, event)(*args, **kwargs)
+        return fan_out
+
+
+def step_metrics(record: dict) -> dict:
+    """The per-task numbers, under the same names in events.jsonl and W&B."""
+    acc = record["acc"]
+    row = acc[-1]
+    out = {f"acc/task_{j}": row[j] for j in range(len(acc))}
+    out.update({f"forgetting/task_{j}": f for j, f in enumerate(metrics.task_forgetting(acc))})
+    out.update({k: record[k] for k in ("avg_acc", "forgetting", "bwt")})
+    return out
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+class JSONRecorder(Recorder):
+    """metrics.json, rewritten after every task, and events.jsonl, one line per event."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.events = open(self.run_dir / "events.jsonl", "a")
+
+    def _event(self, kind, **fields):
+        self.events.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
+        self.events.flush()
+
+    def task_start(self, task):
+        self._event("task_start", task=task.id, classes=task.classes)
+
+    def epoch_end(self, task_id, epoch, loss):
+        self._event("epoch_end", task=task_id, epoch=epoch, loss=loss)
+
+    def task_end(self, task_id, record):
+        self._event("eval", task=task_id, step=len(record["acc"]), acc=record["acc"][-1])
+        self._event("task_end", task=task_id, step=len(record["acc"]), **step_metrics(record))
+        write_json_atomic(self.run_dir / "metrics.json", record)
+
+    def warning(self, message):
+        self._event("warning", message=message)
+
+    def run_end(self, record):
+        self._event("run_end", **{k: record[k] for k in ("avg_acc", "forgetting", "bwt", "time_s")})
+        write_json_atomic(self.run_dir / "metrics.json", record)
+
+    def close(self):
+        self.events.close()
+
+
+class ConsoleRecorder(Recorder):
+    """A live progress bar (task, epoch, loss) and, at the end, the accuracy matrix as a table."""
+
+    def __init__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        self.console = Console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=self.console, transient=True)
+        self.bar = None
+        self.loss = float("nan")
+
+    def run_start(self, cfg, info, run_dir, start_task):
+        self.info, self.run_dir = info, run_dir
+        self.console.print(f"[bold]cl-bench[/] {cfg.method.name} on {cfg.dataset.name} ({cfg.scenario} scenario, "
+                           f"{cfg.backbone.name}, {info.num_tasks} tasks) -> {run_dir}")
+        if start_task:
+            self.console.print(f"resuming after task {start_task - 1}")
+        self.progress.start()
+
+    def epoch_start(self, task_id, epoch, epochs, steps):
+        description = f"task {task_id + 1}/{self.info.num_tasks} · epoch {epoch + 1}/{epochs} · loss {self.loss:.4f}"
+        if self.bar is None:
+            self.bar = self.progress.add_task(description, total=steps)
+        self.progress.reset(self.bar, total=steps, description=description)
+
+    def step(self):
+        self.progress.advance(self.bar)
+
+    def epoch_end(self, task_id, epoch, loss):
+        self.loss = loss
+
+    def task_end(self, task_id, record):
+        self.progress.console.print(f"task {task_id + 1}: acc " + " ".join(f"{a:.3f}" for a in record["acc"][-1])
+                                    + f" · avg {record['avg_acc']:.4f}")
+
+    def warning(self, message):
+        self.console.print(f"[yellow]warning:[/] {message}")
+
+    def run_end(self, record):
+        from rich.table import Table
+        self.progress.stop()
+        acc = record["acc"]
+        table = Table(title=f"accuracy after each task ({record['method']}, {record['dataset']}, {record['scenario']})")
+        table.add_column("after")
+        for j in range(record["num_tasks"]):
+            table.add_column(f"T{j + 1}", justify="right")
+        for i, row in enumerate(acc):
+            table.add_row(f"T{i + 1}", *(f"{a:.3f}" if j <= i else "" for j, a in enumerate(row)))
+        self.console.print(table)
+        self.console.print(f"avg_acc {record['avg_acc']:.4f} · forgetting {record['forgetting']:.4f} · "
+                           f"bwt {record['bwt']:+.4f} · {record['time_s']:.1f} s")
+        self.console.print(f"run directory: {self.run_dir}")
+
+    def close(self):
+        self.progress.stop()
+
+
+class WandbRecorder(Recorder):
+    """Weights & Biases: per-task metrics with the number of tasks learned as the step, the accuracy matrix
+    as a table and the summary at the end. The run lives in <run_dir>/wandb; offline unless asked."""
+
+    def __init__(self, cfg, run_dir: Path):
+        import wandb
+        from omegaconf import OmegaConf
+        self.wandb = wandb
+        self.run = wandb.init(project=cfg.logger.project, entity=cfg.logger.entity, mode=cfg.logger.mode,
+                              dir=str(run_dir), name=Path(run_dir).name, tags=list(cfg.logger.tags),
+                              config=OmegaConf.to_container(cfg, resolve=True))
+
+    def task_end(self, task_id, record):
+        self.run.log(step_metrics(record), step=len(record["acc"]))
+
+    def run_end(self, record):
+        acc = record["acc"]
+        columns = ["after_task"] + [f"task_{j}" for j in range(record["num_tasks"])]
+        rows = [[i] + [row[j] if j <= i else None for j in range(record["num_tasks"])] for i, row in enumerate(acc)]
+        self.run.log({"acc_matrix": self.wandb.Table(columns=columns, data=rows)}, step=len(acc))
+        for key in ("avg_acc", "forgetting", "bwt", "time_s", "complete"):
+            self.run.summary[key] = record[key]
+
+    def close(self):
+        self.run.finish()
+
+
+def build(cfg, run_dir: Path) -> Recorders:
+    recorders = [JSONRecorder(run_dir)]
+    if cfg.logger.console:
+        recorders.append(ConsoleRecorder())
+    if cfg.logger.wandb:
+        recorders.append(WandbRecorder(cfg, run_dir))
+    return Recorders(recorders)

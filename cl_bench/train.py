@@ -1,0 +1,108 @@
+"""run(cfg): THE task loop. The only place that orchestrates data, model, method, evaluation, recorders
+and checkpoints."""
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import backbones, checkpoint, config, hardware, methods, metrics, recorders
+from .data import scenarios
+from .errors import UserError
+
+SCHEMA = 1
+
+
+def run(cfg, run_dir: Path) -> float:
+    """Learn every task of the scenario in turn, evaluating after each; returns avg_acc (what sweeps optimise)."""
+    config.validate(cfg)
+    hw = hardware.setup(cfg.hardware)
+    seed_everything(cfg.seed)
+    scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last)
+    info, tasks = scenario.info, scenario.tasks
+    generator = torch.Generator(hw.device).manual_seed(cfg.seed)
+    recorder = recorders.build(cfg, run_dir)
+    ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder)
+    method = methods.build(cfg.method, backbones.build(cfg.backbone, info.input_shape), info, ctx)
+    if hw.channels_last:
+        method.to(memory_format=torch.channels_last)
+    acc, start, elapsed = [], 0, 0.0
+    random_init = evaluate(method, tasks, info, ctx, cfg.data.eval_batch_size) if cfg.eval_future else None
+    if cfg.resume:
+        acc, start, elapsed = resume(method, run_dir, tasks, generator, hw.device, recorder)
+    try:
+        recorder.run_start(cfg, info, run_dir, start)
+        t0 = time.perf_counter() - elapsed
+        for task in tasks[start:]:
+            recorder.task_start(task)
+            method.learn(task)
+            seen = tasks if cfg.eval_future else tasks[: task.id + 1]
+            acc.append(evaluate(method, seen, info, ctx, cfg.data.eval_batch_size))
+            record = make_record(cfg, info, acc, method, time.perf_counter() - t0, hw.device, random_init)
+            recorder.task_end(task.id, record)
+            if cfg.checkpoint.enabled:
+                checkpoint.save(run_dir, task.id, method, acc, hardware.rng_state(generator, hw.device),
+                                record["time_s"])
+        if start == len(tasks):
+            record = make_record(cfg, info, acc, method, elapsed, hw.device, random_init)
+        recorder.run_end(record)
+    finally:
+        recorder.close()
+    return record["avg_acc"]
+
+
+def resume(method, run_dir, tasks, generator, device, recorder):
+    """Load the newest valid checkpoint of run_dir into method; returns (acc, first task to learn, elapsed)."""
+    found = checkpoint.load(run_dir)
+    if found is None:
+        return [], 0, 0.0
+    state, masks, meta, problems = found
+    for problem in problems:
+        recorder.warning(f"skipping a damaged checkpoint: {problem}")
+    if state is None:
+        raise UserError(f"no valid checkpoint in {run_dir}/checkpoints: " + "; ".join(problems))
+    state, rng = checkpoint.split_rng(state)
+    method.load_state_dict({**state, **masks})
+    hardware.set_rng_state(rng, generator, device)
+    start = meta["task_id"] + 1
+    method.resumed(tasks[:start])
+    return meta["acc"], start, meta["elapsed_s"]
+
+
+@torch.no_grad()
+def evaluate(method, tasks, info, ctx, batch_size: int) -> list[float]:
+    """Accuracy on each task's test set, counted on the device and read back once."""
+    method.eval()
+    hits = []
+    for task in tasks:
+        task_id = task.id if info.scenario == "task" else None
+        correct = torch.zeros((), dtype=torch.long, device=ctx.device)
+        for raw, y, _ in task.test.batches(batch_size):
+            with ctx.autocast():
+                logits = method.predict(info.view.eval(raw), task_id)
+            correct += (logits.argmax(1) == method.targets(y, task.id)).sum()
+        hits.append(correct)
+    sizes = torch.tensor([len(t.test) for t in tasks], dtype=torch.float64)
+    return (torch.stack(hits).cpu().double() / sizes).tolist()
+
+
+def make_record(cfg, info, acc, method, time_s, device, random_init=None) -> dict:
+    """The metrics.json record (schema in docs/architecture.md)."""
+    record = {
+        "schema": SCHEMA, "method": cfg.method.name, "dataset": cfg.dataset.name, "backbone": cfg.backbone.name,
+        "scenario": cfg.scenario, "seed": cfg.seed, "num_tasks": info.num_tasks,
+        "tasks": [{"id": t, "classes": c} for t, c in enumerate(info.task_classes)],
+        "acc": acc, **metrics.summary(acc), "capacity": method.capacity(),
+        "time_s": time_s, "peak_mem_mb": hardware.peak_memory_mb(device), "complete": len(acc) == info.num_tasks,
+    }
+    if random_init is not None:
+        record["fwt"] = metrics.fwt(acc, random_init)
+        record["random_init_acc"] = random_init
+    return record
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

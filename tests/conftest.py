@@ -1,0 +1,73 @@
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+
+def cl_bench(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
+    """Run the real `cl-bench` entry point in a fresh process."""
+    env = {**os.environ, "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "cl_bench", *args], cwd=cwd or ROOT, env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def train(run_dir: Path, *overrides, check=True) -> dict:
+    """`cl-bench train` into run_dir on the embedded digits, quietly; returns metrics.json."""
+    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "logger=none", *overrides)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def contract_problems(run_dir: Path) -> list[str]:
+    """The run directory contract of docs/architecture.md, checked independently of the package."""
+    m = json.loads((run_dir / "metrics.json").read_text())
+    fields = {"schema": int, "method": str, "dataset": str, "backbone": str, "scenario": str, "seed": int,
+              "num_tasks": int, "tasks": list, "acc": list, "avg_acc": float, "forgetting": float, "bwt": float,
+              "capacity": dict, "time_s": float, "peak_mem_mb": float, "complete": bool}
+    out = [f"{k} missing or not {t.__name__}" for k, t in fields.items()
+           if not isinstance(m.get(k), t) and not (t is float and isinstance(m.get(k), int))]
+    if out:
+        return out
+    acc, n = m["acc"], len(m["acc"])
+    if m["complete"] != (n == m["num_tasks"]):
+        out.append("complete disagrees with the number of rows")
+    for i, row in enumerate(acc):
+        if len(row) < i + 1 or not all(0 <= a <= 1 for a in row):
+            out.append(f"bad row {i}")
+    last = acc[-1][:n]
+    want_forgetting = (sum(max(acc[i][j] for i in range(j, n - 1)) - last[j] for j in range(n - 1)) / (n - 1)
+                       if n > 1 else 0.0)
+    want_bwt = sum(last[j] - acc[j][j] for j in range(n - 1)) / (n - 1) if n > 1 else 0.0
+    for key, want in (("avg_acc", sum(last) / n), ("forgetting", want_forgetting), ("bwt", want_bwt)):
+        if not math.isclose(m[key], want, abs_tol=1e-9):
+            out.append(f"{key} {m[key]} != {want}")
+    ckpt = run_dir / "checkpoints"
+    for t in range(n):
+        for f in ("state.safetensors", "masks.safetensors", "meta.json"):
+            if not (ckpt / f"task_{t:03d}" / f).is_file():
+                out.append(f"checkpoints/task_{t:03d}/{f} missing")
+    if (ckpt / "last").read_text().strip() != f"task_{n - 1:03d}":
+        out.append("checkpoints/last does not name the newest task")
+    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    for kind in ("task_start", "epoch_end", "eval", "task_end", "run_end"):
+        if kind not in events:
+            out.append(f"events.jsonl has no {kind}")
+    if (SHARED / "tools" / "check_run.py").is_file():  # the project's shared checker, where it is present
+        proc = subprocess.run([sys.executable, str(SHARED / "tools" / "check_run.py"), str(run_dir)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            out.append(proc.stdout)
+    return out
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    return tmp_path / "run"
