@@ -126,13 +126,12 @@ def validate(cfg) -> None:
         (cfg.hardware.precision in ("auto", "bf16", "fp32"), "hardware.precision", "auto, bf16 or fp32"),
         (cfg.logger.mode in ("offline", "online"), "logger.mode", "offline or online"),
     ]
-    if "memory_size" in cfg.method:
-        checks.append((cfg.method.memory_size >= 1, "method.memory_size", "at least 1"))
     _reject_added_keys(cfg)
     for ok, key, accepted in checks:
         if not ok:
             raise UserError(f"{key}={_get(cfg, key)!r} is out of range: use {accepted}")
     methods.check_scenario(cfg.method.name, cfg.scenario)
+    methods.get(cfg.method.name).check_config(cfg.method)
 
 
 def _reject_added_keys(cfg, path: str = "") -> None:

@@ -94,6 +94,10 @@ class Method(nn.Module):
         self.register_buffer("tasks_learned", torch.zeros((), dtype=torch.long))
 
     # --- the contract -------------------------------------------------------------------------------
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Raise UserError for hyperparameters out of range (called before any work)."""
+
     def learn(self, task: Task) -> None:
         """All of one task's training, every phase it needs."""
         self.heads.seen = self.info.seen_outputs(task.id)

@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import UserError
 from .base import Batch, Method, MethodConfig
 from .memory import Memory
 
@@ -18,6 +19,11 @@ class ER(Method):
     name = "er"
     scenarios = frozenset({"task", "class"})
     Config = ERConfig
+
+    @classmethod
+    def check_config(cls, cfg):
+        if cfg.memory_size < 1:
+            raise UserError(f"method.memory_size={cfg.memory_size} is out of range: use at least 1")
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
