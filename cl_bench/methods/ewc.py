@@ -68,9 +68,12 @@ class EWC(Method):
         self.zero_grad(set_to_none=True)
         return {n: f / len(task.train) for n, f in fisher.items()}
 
-    @torch.no_grad()
     def consolidate(self, task):
         fisher = self.fisher(task)
+        with torch.no_grad():
+            self._accumulate(fisher)
+
+    def _accumulate(self, fisher):
         decay = self.cfg.gamma if self.cfg.online else 1.0
         c = torch.zeros(())
         for n in self.anchored:

@@ -1,0 +1,79 @@
+"""The real CLI end to end on the embedded digits: every baseline in every scenario it supports, and the
+user errors that must fail in one line."""
+import json
+
+import pytest
+from conftest import cl_bench, contract_problems, train
+
+from cl_bench import methods
+
+BASELINES = ["finetune", "joint", "independent", "ewc", "lwf", "er"]
+CASES = [(m, s) for m in BASELINES for s in ("task", "class") if s in methods.METHODS[m].scenarios]
+
+
+@pytest.mark.parametrize(("method", "scenario"), CASES)
+def test_baseline_runs_through_the_cli(tmp_path, method, scenario):
+    run_dir = tmp_path / "run"
+    m = train(run_dir, f"method={method}", f"scenario={scenario}", "method.epochs=2")
+    assert contract_problems(run_dir) == []
+    assert (m["method"], m["dataset"], m["scenario"], m["num_tasks"], m["complete"]) == (
+        method, "split_digits", scenario, 5, True)
+    assert m["tasks"][0]["classes"] == [0, 1]
+    assert m["acc"][0][0] > 0.9  # two digit classes after two epochs: far above chance
+    assert m["capacity"]["params_total"] > 0
+
+
+def test_independent_and_joint_bound_finetune_in_the_class_scenario(tmp_path):
+    finetune = train(tmp_path / "ft", "method=finetune", "scenario=class", "method.epochs=2")
+    joint = train(tmp_path / "joint", "method=joint", "scenario=class", "method.epochs=2")
+    assert joint["avg_acc"] > finetune["avg_acc"] + 0.2  # finetune forgets old classes almost entirely
+    assert finetune["forgetting"] > 0.5
+
+
+def test_default_run_prints_the_matrix_and_the_run_directory(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "method.epochs=1")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "avg_acc" in out and "forgetting" in out and "bwt" in out
+    assert str(run_dir) in out.replace("\n", "")
+    assert (run_dir / ".hydra" / "config.yaml").is_file()
+    assert json.loads((run_dir / "metrics.json").read_text())["complete"]
+
+
+def test_list_names_methods_with_scenarios_datasets_and_backbones():
+    proc = cl_bench("list")
+    assert proc.returncode == 0
+    for name in [*BASELINES, "split_digits", "cifar100_20", "permuted_mnist", "vgg16_bn", "resnet18_reduced"]:
+        assert name in proc.stdout
+    assert "task" in proc.stdout.split("independent")[1].splitlines()[0]
+
+
+@pytest.mark.parametrize(("overrides", "says"), [
+    (["method=nope"], "unknown method 'nope'"),
+    (["dataset=nope"], "unknown dataset 'nope'"),
+    (["method.lr_msk=1e-3"], "unknown key 'method.lr_msk'"),
+    (["+method.lr_msk=1e-3"], "unknown key 'method.lr_msk'"),
+    (["method.lr=fast"], "could not be converted to Float"),
+    (["method.lr=-0.1"], "method.lr=-0.1 is out of range"),
+    (["method.batch_size=0"], "method.batch_size=0 is out of range"),
+    (["data.val_fraction=1.5"], "data.val_fraction=1.5 is out of range"),
+    (["scenario=domain"], "scenario='domain' is out of range"),
+    (["method=independent", "scenario=class"], "method=independent does not support scenario=class"),
+    (["method=er", "method.memory_size=0"], "method.memory_size=0 is out of range"),
+    (["dataset=split_mnist", "data.root=/nonexistent"], "data.download=true"),
+])
+def test_user_errors_are_one_line_without_traceback(tmp_path, overrides, says):
+    run_dir = tmp_path / "run"
+    proc = cl_bench("train", f"hydra.run.dir={run_dir}", *overrides)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("cl-bench: error:") and says in lines[0], lines[0]
+    assert not (run_dir / "metrics.json").exists()
+
+
+def test_unknown_command_is_a_clear_error():
+    proc = cl_bench("trian")
+    assert proc.returncode == 2 and "unknown command 'trian'" in proc.stderr and "Traceback" not in proc.stderr

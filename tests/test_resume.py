@@ -1,0 +1,50 @@
+"""Resume: a run stopped after task 2 of 5 and resumed ends exactly like one never interrupted."""
+import json
+import shutil
+
+import pytest
+from conftest import cl_bench, contract_problems, train
+
+TIMINGS = ("time_s", "peak_mem_mb")
+
+
+def stop_after(run_dir, task_id):
+    """Leave run_dir as a run killed right after checkpointing task_id: later checkpoints and the final
+    metrics.json gone, checkpoints/last naming task_id."""
+    for later in (run_dir / "checkpoints").glob("task_*"):
+        if int(later.name.split("_")[1]) > task_id:
+            shutil.rmtree(later)
+    (run_dir / "checkpoints" / "last").write_text(f"task_{task_id:03d}")
+    (run_dir / "metrics.json").unlink()
+
+
+def without_timings(metrics):
+    return {k: v for k, v in metrics.items() if k not in TIMINGS}
+
+
+@pytest.mark.parametrize("method", ["ewc", "er", "independent", "joint"])
+def test_resumed_run_equals_uninterrupted_run(tmp_path, method):
+    whole = train(tmp_path / "whole", f"method={method}", "method.epochs=2", "scenario=task")
+    shutil.copytree(tmp_path / "whole", tmp_path / "cut")
+    stop_after(tmp_path / "cut", 1)
+    proc = cl_bench("train", f"resume={tmp_path / 'cut'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    resumed = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+    assert without_timings(resumed) == without_timings(whole)
+    assert contract_problems(tmp_path / "cut") == []
+
+
+def test_resume_without_checkpoints_starts_from_the_beginning(tmp_path):
+    whole = train(tmp_path / "whole", "method=finetune", "method.epochs=1")
+    shutil.rmtree(tmp_path / "whole" / "checkpoints")
+    (tmp_path / "whole" / "metrics.json").unlink()
+    proc = cl_bench("train", f"resume={tmp_path / 'whole'}", "logger=none")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    assert without_timings(again) == without_timings(whole)
+
+
+def test_resume_of_a_directory_that_is_no_run_is_a_clear_error(tmp_path):
+    proc = cl_bench("train", f"resume={tmp_path}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("cl-bench: error: resume=") and "overrides.yaml" in proc.stderr

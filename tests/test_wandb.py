@@ -1,0 +1,61 @@
+"""logger=wandb writes a real offline W&B run under the run directory; read its records back."""
+import json
+import struct
+
+from conftest import cl_bench
+from wandb.proto import wandb_internal_pb2
+
+
+def wandb_records(path):
+    """Records of a .wandb file: a 7-byte header, then 32 KiB blocks of LevelDB-log style chunks
+    (crc32, length, type: 1 full, 2 first, 3 middle, 4 last)."""
+    data, pos, block, pending = path.read_bytes(), 7, 32768, b""
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a chunk header is padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0:
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            yield record
+
+
+def items(entries) -> dict:
+    """Key/value items of a record; keys come either flat or as a one-element nested key."""
+    return {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in entries}
+
+
+def test_offline_wandb_run_holds_per_task_series_and_summary(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "logger=wandb", "method.epochs=1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [run_file] = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    summary, history, config = {}, [], {}
+    for record in wandb_records(run_file):
+        kind = record.WhichOneof("record_type")
+        if kind == "summary":
+            summary.update(items(record.summary.update))
+        elif kind == "history":
+            history.append(items(record.history.item))
+        elif kind == "config":
+            config.update(items(record.config.update))
+        elif kind == "run":  # the run record carries the config given to wandb.init
+            config.update(items(record.run.config.update))
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert summary["avg_acc"] == metrics["avg_acc"]
+    assert summary["forgetting"] == metrics["forgetting"] and summary["bwt"] == metrics["bwt"]
+    steps = [h for h in history if "avg_acc" in h]
+    assert [h["_step"] for h in steps] == [1, 2, 3, 4, 5]
+    assert [h["acc/task_0"] for h in steps] == [row[0] for row in metrics["acc"]]
+    assert "acc/task_4" in steps[-1] and "forgetting/task_0" in steps[-1]
+    assert any("acc_matrix" in k for k in summary)  # the matrix as a table
+    assert config["method"]["name"] == "finetune"
+    assert config["dataset"]["name"] == "split_digits"
