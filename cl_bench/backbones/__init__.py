@@ -18,4 +18,4 @@ BACKBONES = {
 def build(cfg, input_shape: tuple[int, int, int]) -> nn.Module:
     """Build the backbone named by cfg.name with the remaining keys as its arguments."""
     kwargs = {k: v for k, v in dict(cfg).items() if k != "name"}
-    return BACKBONES[cfg.name](input_shape, **kwargs)
+    return BACKBONES[cfg["name"]](tuple(input_shape), **kwargs)

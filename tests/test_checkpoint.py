@@ -1,0 +1,67 @@
+"""Checkpoints: tensors through safetensors, masks as bits, checksums, and fallback past damaged ones."""
+import pickle
+
+import torch
+from torch import nn
+
+from cl_bench import checkpoint
+
+
+class Masked(nn.Module):
+    name = "masked"
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(3, 5))
+        self.register_buffer("picking", torch.rand(3, 5) > 0.5)
+        self.register_buffer("owner", torch.randint(0, 4, (3, 5), dtype=torch.uint8))
+
+    def mask_keys(self):
+        return {"picking", "owner"}
+
+
+RNG = {"torch": torch.get_rng_state(), "data": torch.Generator().manual_seed(3).get_state()}
+
+
+def test_roundtrip_keeps_every_tensor_and_packs_bool_masks_to_bits(tmp_path):
+    m = Masked()
+    path = checkpoint.save(tmp_path, 0, m, [[0.5]], RNG, 1.0)
+    assert (path / "masks.safetensors").stat().st_size < (path / "state.safetensors").stat().st_size
+    state, masks, meta, problems = checkpoint.load(tmp_path)
+    state, rng = checkpoint.split_rng(state)
+    assert problems == [] and meta["acc"] == [[0.5]] and set(masks) == {"picking", "owner"}
+    assert masks["picking"].dtype == torch.bool and torch.equal(masks["picking"], m.picking)
+    assert torch.equal(masks["owner"], m.owner) and torch.equal(state["weight"], m.weight.detach())
+    assert torch.equal(rng["data"], RNG["data"])
+    fresh = Masked()
+    fresh.load_state_dict({**state, **masks})
+    assert torch.equal(fresh.weight, m.weight)
+
+
+def test_last_names_the_newest_and_a_damaged_one_falls_back(tmp_path):
+    m = Masked()
+    checkpoint.save(tmp_path, 0, m, [[0.5]], RNG, 1.0)
+    with torch.no_grad():
+        m.weight.add_(1)
+    checkpoint.save(tmp_path, 1, m, [[0.5], [0.4, 0.6]], RNG, 2.0)
+    assert (tmp_path / "checkpoints" / "last").read_text() == "task_001"
+    target = tmp_path / "checkpoints" / "task_001" / "state.safetensors"
+    target.write_bytes(target.read_bytes()[:-7])  # truncated, as by a full disk
+    state, _, meta, problems = checkpoint.load(tmp_path)
+    assert meta["task_id"] == 0 and len(problems) == 1 and str(target) in problems[0]
+    assert not torch.equal(state["weight"], m.weight.detach())
+
+
+class Boom:
+    def __reduce__(self):
+        return (exec, ("open(__import__('os').environ['BOOM_MARKER'], 'w').write('ran')",))
+
+
+def test_a_planted_pickle_is_never_unpickled(tmp_path, monkeypatch):
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("BOOM_MARKER", str(marker))
+    checkpoint.save(tmp_path, 0, Masked(), [[0.5]], RNG, 1.0)
+    planted = pickle.dumps(Boom())
+    (tmp_path / "checkpoints" / "task_000" / "state.safetensors").write_bytes(planted)
+    assert checkpoint.load(tmp_path)[0] is None  # no valid checkpoint remains
+    assert not marker.exists()
