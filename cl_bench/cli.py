@@ -33,14 +33,14 @@ def main(argv: list[str] | None = None) -> int:
 def train(args: list[str]) -> int:
     from . import config
     config.register()
-    overrides = [a for a in args if not a.startswith("-")]
-    flags = [a for a in args if a.startswith("-")]
-    resume = next((a.split("=", 1)[1] for a in overrides if a.startswith("resume=")), None)
+    resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
     if resume:
-        overrides = resume_overrides(resume, overrides)
-    if not flags:  # a single run: compose once here so that mistakes fail before Hydra makes a directory
-        config.validate(compose(overrides))
-    return run_hydra(overrides + flags)
+        args = resume_overrides(resume, args)
+    if not any(a.startswith("-") for a in args):
+        # A plain single run: compose once here so that mistakes fail before Hydra makes a directory.
+        # Runs with Hydra flags (-m, --cfg, ...) are checked by Hydra and by run() itself.
+        config.validate(compose(args))
+    return run_hydra(args)
 
 
 def compose(overrides: list[str]):
@@ -87,7 +87,7 @@ def resume_overrides(run_dir: str, overrides: list[str]) -> list[str]:
         raise UserError(f"resume={run_dir}: {saved} not found; resume takes a run directory made by cl-bench train")
     original = yaml.safe_load(saved.read_text()) or []
     keep = [o for o in original if not o.startswith(("resume=", "hydra.run.dir="))]
-    extra = [o for o in overrides if not o.startswith("resume=")]
+    extra = [o for o in overrides if not o.startswith("resume=")]  # e.g. hardware=cpu on another machine
     return keep + extra + [f"resume={run_dir}", f"hydra.run.dir={run_dir}"]
 
 
