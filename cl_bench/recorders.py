@@ -116,7 +116,8 @@ class ConsoleRecorder(Recorder):
         self.progress.reset(self.bar, total=steps, description=description)
 
     def step(self):
-        self.progress.advance(self.bar)
+        if self.bar is not None:  # online methods stream without epochs
+            self.progress.advance(self.bar)
 
     def epoch_end(self, task_id, epoch, loss):
         self.loss = loss

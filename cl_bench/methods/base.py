@@ -57,6 +57,9 @@ class Heads(nn.Module):
         self.per_task = info.scenario == "task"
         if self.per_task:
             self.heads = nn.ModuleList(nn.Linear(feature_dim, n) for n in info.sizes)
+            # Each task's output range, kept on the device so that mixed batches cost no host transfer.
+            self.register_buffer("first", torch.tensor(info.offsets), persistent=False)
+            self.register_buffer("end", torch.tensor(info.offsets) + torch.tensor(info.sizes), persistent=False)
         else:
             self.head = nn.Linear(feature_dim, info.num_outputs)
         self.seen = 0  # outputs seen so far (class scenario); set by Method.learn and on load
@@ -72,10 +75,8 @@ class Heads(nn.Module):
         if not self.per_task:
             return self.forward(features, None)
         logits = torch.cat([h(features) for h in self.heads], dim=1)
-        offsets = torch.tensor(self.info.offsets, device=t.device)[t]
-        sizes = torch.tensor(self.info.sizes, device=t.device)[t]
         col = torch.arange(logits.shape[1], device=t.device)
-        own = (col >= offsets[:, None]) & (col < (offsets + sizes)[:, None])
+        own = (col >= self.first[t, None]) & (col < self.end[t, None])
         return logits.masked_fill(~own, float("-inf"))
 
 
