@@ -6,7 +6,6 @@ VENV_STAMP := .venv/.installed
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
-	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e '.[dev]'
 	touch $(VENV_STAMP)
 

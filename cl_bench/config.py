@@ -4,7 +4,6 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from . import methods
@@ -99,6 +98,8 @@ BACKBONE_SCHEMAS = {"mlp": MLPConfig, "convnet": ConvNetConfig, "resnet18": ResN
 
 
 def register() -> None:
+    """Make the schemas known to Hydra (the CLI calls this; nothing the task loop runs needs Hydra)."""
+    from hydra.core.config_store import ConfigStore
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
     cs.store(group="dataset", name="schema", node=DatasetConfig)
