@@ -36,6 +36,8 @@ def train(args: list[str]) -> int:
     resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
     if resume:
         args = resume_overrides(resume, args)
+    else:
+        refuse_finished_run_dir(args)
     if not any(a.startswith("-") for a in args):
         # A plain single run: compose once here so that mistakes fail before Hydra makes a directory.
         # Runs with Hydra flags (-m, --cfg, ...) are checked by Hydra and by run() itself.
@@ -78,6 +80,14 @@ def describe(e: Exception, overrides: list[str] = ()) -> str:
         lines += [line.strip() for line in str(e.__cause__).splitlines()[:1] if line.strip()]
     lines = [line for line in lines if not line.startswith(("full_key:", "object_type=", "reference_type="))]
     return "; ".join(dict.fromkeys(lines))
+
+
+def refuse_finished_run_dir(args: list[str]) -> None:
+    """A new run never writes into a directory that already holds a run's results."""
+    run_dir = next((a.split("=", 1)[1] for a in args if a.startswith("hydra.run.dir=")), None)
+    if run_dir and (Path(run_dir) / "metrics.json").exists():
+        raise UserError(f"{run_dir} already holds a run: continue it with resume={run_dir}, "
+                        "or choose another hydra.run.dir")
 
 
 def resume_overrides(run_dir: str, overrides: list[str]) -> list[str]:

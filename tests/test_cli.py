@@ -74,6 +74,15 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, overrides, says):
     assert not (run_dir / "metrics.json").exists()
 
 
+def test_a_finished_run_directory_is_never_overwritten(tmp_path):
+    run_dir = tmp_path / "run"
+    train(run_dir, "method.epochs=1")
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "method.epochs=1")
+    assert proc.returncode == 2 and f"resume={run_dir}" in proc.stderr and "Traceback" not in proc.stderr
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
 def test_unknown_command_is_a_clear_error():
     proc = cl_bench("trian")
     assert proc.returncode == 2 and "unknown command 'trian'" in proc.stderr and "Traceback" not in proc.stderr
