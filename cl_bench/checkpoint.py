@@ -54,8 +54,8 @@ def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Te
     return final
 
 
-def load(run_dir: Path):
-    """The newest valid checkpoint as (state, masks, meta, problems), or None when there is none.
+def load(run_dir: Path, name: str | None = None):
+    """The newest valid checkpoint (or the one named) as (state, masks, meta, problems); None when there is none.
 
     `last` is tried first, then every other task directory from the newest down; a directory whose files
     are missing or fail their checksum is skipped and named in `problems`."""
@@ -63,6 +63,8 @@ def load(run_dir: Path):
     if not root.is_dir():
         return None
     names = sorted((d.name for d in root.iterdir() if d.name.startswith("task_") and d.is_dir()), reverse=True)
+    if name is not None:
+        names = [name] if name in names else []
     last = (root / "last").read_text().strip() if (root / "last").is_file() else None
     if last in names:
         names.remove(last)

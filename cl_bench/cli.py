@@ -1,5 +1,6 @@
 """`cl-bench {train,list}`: dispatch. `train` hands its arguments to Hydra after checking them, so that a
 bad override or an unsupported combination fails in one line before a run directory exists."""
+import json
 import sys
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from .errors import UserError
 CONF = Path(__file__).resolve().parent.parent / "conf"
 USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) an experiment; see conf/
        cl-bench train resume=RUN_DIR          continue an interrupted run from its last checkpoint
+       cl-bench eval RUN_DIR [--checkpoint task_003]   re-evaluate a checkpoint, write eval.json
+       cl-bench report PATH... [--out DIR]    mean ± std table over seeds (report.md, report.csv) and plots
        cl-bench list                          methods, datasets and backbones"""
 
 
@@ -21,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
             return train(args)
         if command == "list":
             return list_all()
+        if command == "eval":
+            return evaluate(args)
+        if command == "report":
+            return report(args)
         if command in ("-h", "--help", "help"):
             print(USAGE)
             return 0
@@ -104,12 +111,20 @@ def resume_overrides(run_dir: str, overrides: list[str]) -> list[str]:
 def run_hydra(args: list[str]) -> int:
     import hydra
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from . import train as train_module
 
     @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
     def entry(cfg):
         run_dir = Path(HydraConfig.get().runtime.output_dir)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:  # a re-run sweep completes only what is missing
+            done = finished_avg_acc(run_dir)
+            if done is not None:
+                print(f"cl-bench: {run_dir} is complete, skipped", file=sys.stderr)
+                return done
+            if (run_dir / "checkpoints" / "last").is_file():
+                cfg.resume = str(run_dir)
         try:
             return train_module.run(cfg, run_dir)
         except UserError as e:
@@ -123,6 +138,56 @@ def run_hydra(args: list[str]) -> int:
     finally:
         sys.argv = saved_argv
     return 0
+
+
+def parse(command: str, args: list[str], configure):
+    import argparse
+    parser = argparse.ArgumentParser(prog=f"cl-bench {command}")
+    configure(parser)
+    try:
+        return parser.parse_args(args)
+    except SystemExit as e:  # argparse has printed its one-line usage error
+        raise SystemExit(2 if e.code else 0) from None
+
+
+def evaluate(args: list[str]) -> int:
+    opts = parse("eval", args, lambda p: (p.add_argument("run_dir", type=Path),
+                                          p.add_argument("--checkpoint", help="e.g. task_003; default: the newest")))
+    saved = opts.run_dir / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        raise UserError(f"{saved} not found: cl-bench eval takes a run directory made by cl-bench train")
+    from omegaconf import OmegaConf
+
+    from . import config, train
+    config.register()
+    cfg = OmegaConf.merge(OmegaConf.structured(config.Config), OmegaConf.load(saved))
+    result = train.evaluate_checkpoint(cfg, opts.run_dir, opts.checkpoint)
+    from .recorders import write_json_atomic
+    write_json_atomic(opts.run_dir / "eval.json", result)
+    print(json.dumps(result))
+    return 0
+
+
+def report(args: list[str]) -> int:
+    opts = parse("report", args, lambda p: (p.add_argument("paths", nargs="+", type=Path),
+                                            p.add_argument("--out", type=Path, help="default: the first PATH"),
+                                            p.add_argument("--no-plots", action="store_true")))
+    missing = [str(p) for p in opts.paths if not p.exists()]
+    if missing:
+        raise UserError(f"no such run or sweep directory: {', '.join(missing)}")
+    from . import report as report_module
+    if not report_module.report(opts.paths, opts.out, plots=not opts.no_plots):
+        raise UserError(f"no complete run (metrics.json) under {', '.join(map(str, opts.paths))}")
+    return 0
+
+
+def finished_avg_acc(run_dir: Path) -> float | None:
+    metrics = run_dir / "metrics.json"
+    if metrics.is_file():
+        record = json.loads(metrics.read_text())
+        if record.get("complete"):
+            return record["avg_acc"]
+    return None
 
 
 def list_all() -> int:

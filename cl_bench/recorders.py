@@ -75,7 +75,8 @@ class JSONRecorder(Recorder):
 
     def task_end(self, task_id, record):
         self._event("eval", task=task_id, step=len(record["acc"]), acc=record["acc"][-1])
-        self._event("task_end", task=task_id, step=len(record["acc"]), **step_metrics(record))
+        self._event("task_end", task=task_id, step=len(record["acc"]), **step_metrics(record),
+                    capacity=record["capacity"])
         write_json_atomic(self.run_dir / "metrics.json", record)
 
     def warning(self, message):

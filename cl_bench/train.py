@@ -14,24 +14,30 @@ from .errors import UserError
 SCHEMA = 1
 
 
-def run(cfg, run_dir: Path) -> float:
-    """Learn every task of the scenario in turn, evaluating after each; returns avg_acc (what sweeps optimise)."""
+def build(cfg, recorder):
+    """Hardware, scenario and method for cfg, seeded, before any training."""
     config.validate(cfg)
     hw = hardware.setup(cfg.hardware)
     seed_everything(cfg.seed)
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last)
-    info, tasks = scenario.info, scenario.tasks
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
-    recorder = recorders.build(cfg, run_dir)
     ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder)
-    method = methods.build(cfg.method, backbones.build(cfg.backbone, info.input_shape), info, ctx)
+    method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)
-    acc, start, elapsed = [], 0, 0.0
-    random_init = evaluate(method, tasks, info, ctx, cfg.data.eval_batch_size) if cfg.eval_future else None
-    if cfg.resume:
-        acc, start, elapsed = resume(method, run_dir, tasks, generator, hw.device, recorder)
+    return scenario, method, ctx
+
+
+def run(cfg, run_dir: Path) -> float:
+    """Learn every task of the scenario in turn, evaluating after each; returns avg_acc (what sweeps optimise)."""
+    recorder = recorders.build(cfg, run_dir)
     try:
+        scenario, method, ctx = build(cfg, recorder)
+        info, tasks, device = scenario.info, scenario.tasks, ctx.device
+        acc, start, elapsed = [], 0, 0.0
+        random_init = evaluate(method, tasks, info, ctx, cfg.data.eval_batch_size) if cfg.eval_future else None
+        if cfg.resume:
+            acc, start, elapsed = resume(method, run_dir, tasks, ctx.generator, device, recorder)
         recorder.run_start(cfg, info, run_dir, start)
         t0 = time.perf_counter() - elapsed
         for task in tasks[start:]:
@@ -39,17 +45,38 @@ def run(cfg, run_dir: Path) -> float:
             method.learn(task)
             seen = tasks if cfg.eval_future else tasks[: task.id + 1]
             acc.append(evaluate(method, seen, info, ctx, cfg.data.eval_batch_size))
-            record = make_record(cfg, info, acc, method, time.perf_counter() - t0, hw.device, random_init)
+            record = make_record(cfg, info, acc, method, time.perf_counter() - t0, device, random_init)
             recorder.task_end(task.id, record)
             if cfg.checkpoint.enabled:
-                checkpoint.save(run_dir, task.id, method, acc, hardware.rng_state(generator, hw.device),
+                checkpoint.save(run_dir, task.id, method, acc, hardware.rng_state(ctx.generator, device),
                                 record["time_s"])
         if start == len(tasks):
-            record = make_record(cfg, info, acc, method, elapsed, hw.device, random_init)
+            record = make_record(cfg, info, acc, method, elapsed, device, random_init)
         recorder.run_end(record)
     finally:
         recorder.close()
     return record["avg_acc"]
+
+
+def evaluate_checkpoint(cfg, run_dir: Path, name: str | None = None) -> dict:
+    """Rebuild the run's model from one of its checkpoints (default: the newest valid one) and evaluate every
+    task it has learned; in the class scenario also with the task id given (task-aware accuracy)."""
+    scenario, method, ctx = build(cfg, recorders.Recorders([]))
+    found = checkpoint.load(run_dir, name)
+    if found is None or found[0] is None:
+        problems = "; ".join(found[3]) if found else "none written"
+        raise UserError(f"no valid checkpoint {name or ''} in {run_dir}/checkpoints ({problems})")
+    state, masks, meta, _ = found
+    state, _ = checkpoint.split_rng(state)
+    method.load_state_dict({**state, **masks})
+    learned = scenario.tasks[: meta["task_id"] + 1]
+    batch = cfg.data.eval_batch_size
+    result = {"checkpoint": f"task_{meta['task_id']:03d}", "scenario": cfg.scenario,
+              "acc": evaluate(method, learned, scenario.info, ctx, batch)}
+    if cfg.scenario == "class":
+        result["task_aware_acc"] = evaluate(method, learned, scenario.info, ctx, batch, task_aware=True)
+    result["avg_acc"] = sum(result["acc"]) / len(learned)
+    return result
 
 
 def resume(method, run_dir, tasks, generator, device, recorder):
@@ -70,9 +97,10 @@ def resume(method, run_dir, tasks, generator, device, recorder):
     return meta["acc"], start, meta["elapsed_s"]
 
 
-@torch.no_grad()
-def evaluate(method, tasks, info, ctx, batch_size: int) -> list[float]:
-    """Accuracy on each task's test set, counted on the device and read back once."""
+@torch.inference_mode()
+def evaluate(method, tasks, info, ctx, batch_size: int, task_aware: bool = False) -> list[float]:
+    """Accuracy on each task's test set, counted on the device and read back once. task_aware (class
+    scenario): the prediction is restricted to the task's own classes, as if the task id were given."""
     method.eval()
     hits = []
     for task in tasks:
@@ -81,6 +109,9 @@ def evaluate(method, tasks, info, ctx, batch_size: int) -> list[float]:
         for raw, y, _ in task.test.batches(batch_size):
             with ctx.autocast():
                 logits = method.predict(info.view.eval(raw), task_id)
+            if task_aware:
+                logits = logits[:, task.offset: task.offset + task.num_classes]
+                y = y - task.offset
             correct += (logits.argmax(1) == method.targets(y, task.id)).sum()
         hits.append(correct)
     sizes = torch.tensor([len(t.test) for t in tasks], dtype=torch.float64)

@@ -1,0 +1,99 @@
+"""Sweeps through the real CLI, the report over them, re-running a half-finished sweep, and eval."""
+import csv
+import json
+import shutil
+import statistics
+
+from conftest import cl_bench, train
+
+
+def sweep(sweep_dir, *overrides):
+    proc = cl_bench("train", "-m", "method=finetune,ewc", "seed=0,1", "method.epochs=1", "logger=none",
+                    f"hydra.sweep.dir={sweep_dir}", *overrides)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def metrics(job_dir):
+    return json.loads((job_dir / "metrics.json").read_text())
+
+
+def test_two_by_two_sweep_and_its_report(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    sweep(sweep_dir)
+    jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir())
+    assert [p.name for p in jobs] == ["0", "1", "2", "3"]
+    runs = [metrics(j) for j in jobs]
+    assert sorted((r["method"], r["seed"]) for r in runs) == [("ewc", 0), ("ewc", 1), ("finetune", 0), ("finetune", 1)]
+
+    proc = cl_bench("report", str(sweep_dir))
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["method"]: r for r in csv.DictReader(open(sweep_dir / "report.csv"))}
+    for method in ("finetune", "ewc"):
+        values = [r["avg_acc"] for r in runs if r["method"] == method]
+        assert float(rows[method]["avg_acc"]) == statistics.mean(values)
+        assert abs(float(rows[method]["avg_acc_std"]) - statistics.stdev(values)) < 1e-12
+        assert rows[method]["seeds"] == "2"
+        forgetting = [r["forgetting"] for r in runs if r["method"] == method]
+        assert float(rows[method]["forgetting"]) == statistics.mean(forgetting)
+    table = (sweep_dir / "report.md").read_text()
+    assert "| ewc | split_digits | task | convnet | 2 |" in table
+    plots = {p.name.split("_")[0] for p in (sweep_dir / "plots").glob("*.png")}
+    assert {"acc", "avg"} <= plots
+
+
+def test_rerunning_a_half_finished_sweep_completes_only_what_is_missing(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    sweep(sweep_dir)
+    before = {j: metrics(sweep_dir / j) for j in "0123"}
+    # job 2 died after its second task; job 3 died before writing anything
+    job2 = sweep_dir / "2"
+    for later in (job2 / "checkpoints").glob("task_*"):
+        if later.name > "task_001":
+            shutil.rmtree(later)
+    (job2 / "checkpoints" / "last").write_text("task_001")
+    (job2 / "metrics.json").unlink()
+    shutil.rmtree(sweep_dir / "3")
+    (sweep_dir / "3").mkdir()
+    untouched = (sweep_dir / "0" / "events.jsonl").read_text()
+    proc = sweep(sweep_dir)
+    assert proc.stderr.count("is complete, skipped") == 2
+    assert (sweep_dir / "0" / "events.jsonl").read_text() == untouched
+    resumed = [json.loads(line) for line in (job2 / "events.jsonl").read_text().splitlines()]
+    assert [e["task"] for e in resumed if e["event"] == "task_start"] == [0, 1, 2, 3, 4, 2, 3, 4]
+    for j in "0123":
+        after = metrics(sweep_dir / j)
+        assert {k: v for k, v in after.items() if k not in ("time_s", "peak_mem_mb")} == \
+            {k: v for k, v in before[j].items() if k not in ("time_s", "peak_mem_mb")}
+
+
+def test_incomplete_runs_are_listed_not_averaged(tmp_path):
+    train(tmp_path / "a", "method.epochs=1")
+    train(tmp_path / "b", "method.epochs=1", "seed=1")
+    record = metrics(tmp_path / "b")
+    record.update(complete=False, acc=record["acc"][:2])
+    (tmp_path / "b" / "metrics.json").write_text(json.dumps(record))
+    proc = cl_bench("report", str(tmp_path), "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(open(tmp_path / "report.csv")))
+    assert len(rows) == 1 and rows[0]["seeds"] == "1"
+    assert "Incomplete runs" in (tmp_path / "report.md").read_text() and "(2/5" in proc.stdout
+
+
+def test_eval_rebuilds_a_checkpoint_and_reports_task_aware_accuracy(tmp_path):
+    run_dir = tmp_path / "run"
+    m = train(run_dir, "scenario=class", "method.epochs=1")
+    proc = cl_bench("eval", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((run_dir / "eval.json").read_text())
+    assert result["acc"] == m["acc"][-1] and result["checkpoint"] == "task_004"
+    assert all(aware >= plain for aware, plain in zip(result["task_aware_acc"], result["acc"]))
+    proc = cl_bench("eval", str(run_dir), "--checkpoint", "task_001")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["acc"] == m["acc"][1]
+
+
+def test_eval_and_report_errors_are_one_line(tmp_path):
+    for args in (["eval", str(tmp_path)], ["report", str(tmp_path / "nope")], ["eval"]):
+        proc = cl_bench(*args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) <= 2  # argparse adds its usage line
