@@ -1,7 +1,9 @@
 """`cl-bench {train,list}`: dispatch. `train` hands its arguments to Hydra after checking them, so that a
 bad override or an unsupported combination fails in one line before a run directory exists."""
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -38,11 +40,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def train(args: list[str]) -> int:
-    from . import config
+    from . import config, hardware
     config.register()
     resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
     if resume:
         args = resume_overrides(resume, args)
+    elif hardware.rank() > 0:
+        args = args + follower_overrides(args)
     else:
         refuse_finished_run_dir(args)
     if not any(a.startswith("-") for a in args):
@@ -87,6 +91,15 @@ def describe(e: Exception, overrides: list[str] = ()) -> str:
         lines += [line.strip() for line in str(e.__cause__).splitlines()[:1] if line.strip()]
     lines = [line for line in lines if not line.startswith(("full_key:", "object_type=", "reference_type="))]
     return "; ".join(dict.fromkeys(lines))
+
+
+def follower_overrides(args: list[str]) -> list[str]:
+    """Ranks after 0 under torchrun write nothing: no .hydra record, and a private scratch run directory
+    unless one was named (rank 0 owns the real one)."""
+    extra = ["hydra.output_subdir=null"]
+    if not any(a.startswith("hydra.run.dir=") for a in args):
+        extra.append(f"hydra.run.dir={tempfile.gettempdir()}/cl-bench-rank{os.environ['RANK']}-{os.getpid()}")
+    return extra
 
 
 def refuse_finished_run_dir(args: list[str]) -> None:

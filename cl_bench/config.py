@@ -61,6 +61,7 @@ class HardwareConfig:
     channels_last: bool | None = None  # NHWC activations for convs; null: on for GPUs
     tf32: bool = True  # TF32 matmuls for what runs in fp32 on Ampere and newer
     deterministic: bool = False  # PyTorch's deterministic algorithms (slower on GPU)
+    distributed: bool = False  # data-parallel over the processes torchrun starts (hardware=ddp)
 
 
 @dataclass
@@ -132,6 +133,8 @@ def validate(cfg) -> None:
         if not ok:
             raise UserError(f"{key}={_get(cfg, key)!r} is out of range: use {accepted}")
     methods.check_scenario(cfg.method.name, cfg.scenario)
+    if cfg.hardware.distributed:
+        methods.check_distributed(cfg.method.name, cfg.scenario)
     methods.get(cfg.method.name).check_config(cfg.method)
 
 

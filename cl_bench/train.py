@@ -21,7 +21,7 @@ def build(cfg, recorder):
     seed_everything(cfg.seed)
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last)
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
-    ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder)
+    ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size)
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)
@@ -30,7 +30,8 @@ def build(cfg, recorder):
 
 def run(cfg, run_dir: Path) -> float:
     """Learn every task of the scenario in turn, evaluating after each; returns avg_acc (what sweeps optimise)."""
-    recorder = recorders.build(cfg, run_dir)
+    writer = hardware.rank() == 0  # under torchrun, rank 0 alone prints and writes
+    recorder = recorders.build(cfg, run_dir) if writer else recorders.Recorders([])
     try:
         scenario, method, ctx = build(cfg, recorder)
         info, tasks, device = scenario.info, scenario.tasks, ctx.device
@@ -47,7 +48,7 @@ def run(cfg, run_dir: Path) -> float:
             acc.append(evaluate(method, seen, info, ctx, cfg.data.eval_batch_size))
             record = make_record(cfg, info, acc, method, time.perf_counter() - t0, device, random_init)
             recorder.task_end(task.id, record)
-            if cfg.checkpoint.enabled:
+            if cfg.checkpoint.enabled and writer:
                 checkpoint.save(run_dir, task.id, method, acc, hardware.rng_state(ctx.generator, device),
                                 record["time_s"])
         if start == len(tasks):

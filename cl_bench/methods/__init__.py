@@ -26,9 +26,16 @@ def check_scenario(name: str, scenario: str) -> None:
                         f"{', '.join(others)}")
 
 
+def check_distributed(name: str, scenario: str) -> None:
+    if scenario not in get(name).distributed_scenarios:
+        able = [m for m, cls in sorted(METHODS.items()) if scenario in cls.distributed_scenarios]
+        raise UserError(f"method={name} does not support hardware=ddp in the {scenario} scenario yet (its "
+                        f"training is not a plain epoch loop); methods that do: {', '.join(able)}")
+
+
 def build(cfg, backbone, info, ctx) -> Method:
     check_scenario(cfg.name, info.scenario)
     return get(cfg.name)(cfg, backbone.to(ctx.device), info, ctx)
 
 
-__all__ = ["METHODS", "Context", "Method", "MethodConfig", "build", "check_scenario", "get"]
+__all__ = ["METHODS", "Context", "Method", "MethodConfig", "build", "check_distributed", "check_scenario", "get"]

@@ -34,6 +34,8 @@ class Context:
     amp_dtype: torch.dtype | None
     generator: torch.Generator
     recorder: object
+    rank: int = 0  # this process's place among world_size data-parallel processes
+    world_size: int = 1
 
     def autocast(self):
         return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
@@ -86,6 +88,8 @@ class Method(nn.Module):
     name: ClassVar[str]
     scenarios: ClassVar[frozenset[str]]
     Config: ClassVar[type] = MethodConfig
+    # Scenarios in which all training goes through fit(), so that hardware=ddp can shard its batches.
+    distributed_scenarios: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, cfg, backbone: nn.Module, info: Info, ctx: Context):
         super().__init__()
@@ -170,11 +174,13 @@ class Method(nn.Module):
             self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
             total = torch.zeros((), device=self.ctx.device)
             for raw, y, t in data.batches(self.cfg.batch_size, self.ctx.generator):
-                batch = Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t)
+                batch = self._shard(Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t))
                 with self.ctx.autocast():
                     loss = loss_fn(batch)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                if self.ctx.world_size > 1:
+                    average_gradients(params, self.ctx.world_size)
                 if after_backward is not None:
                     after_backward()
                 opt.step()
@@ -184,6 +190,24 @@ class Method(nn.Module):
                 self.ctx.recorder.step()
             sched.step()
             self.ctx.recorder.epoch_end(task.id, epoch, total / steps)
+
+
+    def _shard(self, batch: Batch) -> Batch:
+        """Data-parallel: this rank's share of the global batch. Every rank draws the same order and the
+        same augmentation for the whole batch, so their random streams never drift apart."""
+        if self.ctx.world_size == 1:
+            return batch
+        r, w = self.ctx.rank, self.ctx.world_size
+        return Batch(batch.raw[r::w], batch.x[r::w], batch.y[r::w], batch.t[r::w])
+
+
+def average_gradients(params, world_size: int) -> None:
+    """All-reduce the gradients so that every rank steps with the gradient of the global batch."""
+    import torch.distributed as dist
+    for p in params:
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            p.grad.div_(world_size)
 
 
 def reset_parameters(module: nn.Module) -> None:

@@ -25,6 +25,7 @@ class EWCConfig(MethodConfig):
 class EWC(Method):
     name = "ewc"
     scenarios = frozenset({"task", "class"})
+    distributed_scenarios = frozenset({"task", "class"})
     Config = EWCConfig
 
     def __init__(self, cfg, backbone, info, ctx):

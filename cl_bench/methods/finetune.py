@@ -5,6 +5,7 @@ from .base import Method
 class Finetune(Method):
     name = "finetune"
     scenarios = frozenset({"task", "class"})
+    distributed_scenarios = frozenset({"task", "class"})
 
     def train_task(self, task):
         self.fit(task, lambda batch: self.loss(batch, task.id))

@@ -10,6 +10,7 @@ from .base import Heads, Method, reset_parameters
 class Independent(Method):
     name = "independent"
     scenarios = frozenset({"task"})
+    distributed_scenarios = frozenset({"task"})
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

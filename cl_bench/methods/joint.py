@@ -6,6 +6,7 @@ from .base import Method
 class Joint(Method):
     name = "joint"
     scenarios = frozenset({"task", "class"})
+    distributed_scenarios = frozenset({"task", "class"})
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

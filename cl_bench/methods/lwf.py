@@ -25,6 +25,7 @@ def distillation(new_logits, old_logits, temperature):
 class LwF(Method):
     name = "lwf"
     scenarios = frozenset({"task", "class"})
+    distributed_scenarios = frozenset({"task", "class"})
     Config = LwFConfig
 
     def train_task(self, task):
