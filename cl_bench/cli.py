@@ -1,9 +1,11 @@
 """`cl-bench {train,list}`: dispatch. `train` hands its arguments to Hydra after checking them, so that a
 bad override or an unsupported combination fails in one line before a run directory exists."""
+import itertools
 import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -52,8 +54,25 @@ def train(args: list[str]) -> int:
     if not any(a.startswith("-") for a in args):
         # A plain single run: compose once here so that mistakes fail before Hydra makes a directory.
         # Runs with Hydra flags (-m, --cfg, ...) are checked by Hydra and by run() itself.
-        config.validate(compose(args))
+        cfg = compose(args)
+        config.validate(cfg)
+        if not any(a.startswith("hydra.run.dir=") for a in args):
+            args = args + [f"hydra.run.dir={claim_run_dir(cfg)}"]
     return run_hydra(args)
+
+
+def claim_run_dir(cfg) -> Path:
+    """outputs/runs/<time>_<method>_<dataset>, made here with an atomic mkdir so that runs started in the same
+    second get distinct directories (a -2, -3 ... suffix for the later ones)."""
+    base = Path("outputs/runs") / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{cfg.method.name}_{cfg.dataset.name}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
 
 
 def compose(overrides: list[str]):
@@ -143,6 +162,10 @@ def run_hydra(args: list[str]) -> int:
         except UserError as e:
             print(f"cl-bench: error: {e}", file=sys.stderr)
             sys.exit(2)
+        except train_module.Interrupted as stop:
+            print(f"cl-bench: stopped by {stop}; the run is incomplete and its last complete checkpoint intact. "
+                  f"Resume it with:\n  cl-bench train resume={run_dir}", file=sys.stderr)
+            sys.exit(130 if str(stop) == "SIGINT" else 143)
 
     saved_argv = sys.argv
     sys.argv = ["cl-bench", *args]

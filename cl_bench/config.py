@@ -129,6 +129,9 @@ def validate(cfg) -> None:
         (cfg.logger.mode in ("offline", "online"), "logger.mode", "offline or online"),
     ]
     _reject_added_keys(cfg)
+    if cfg.eval_future and cfg.scenario == "class" and cfg.dataset.kind not in ("permuted", "rotated"):
+        raise UserError("eval_future=true in the class scenario needs tasks that share labels (permuted_mnist, "
+                        "rotated_mnist): a future task's classes have no outputs yet; use scenario=task")
     for ok, key, accepted in checks:
         if not ok:
             raise UserError(f"{key}={_get(cfg, key)!r} is out of range: use {accepted}")

@@ -1,6 +1,9 @@
 """run(cfg): THE task loop. The only place that orchestrates data, model, method, evaluation, recorders
 and checkpoints."""
+import contextlib
 import random
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -28,34 +31,81 @@ def build(cfg, recorder):
     return scenario, method, ctx
 
 
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived: the run stops, its last complete checkpoint intact."""
+
+
+@contextlib.contextmanager
+def graceful_stop():
+    """Turn SIGINT and SIGTERM into Interrupted at once (the step in flight is discarded), except while a
+    checkpoint is being written: that is finished first. Yields the guard to wrap writes in."""
+    state = {"writing": False, "pending": None}
+
+    def handler(signum, frame):
+        if state["writing"]:
+            state["pending"] = signum
+        else:
+            raise Interrupted(signal.Signals(signum).name)
+
+    @contextlib.contextmanager
+    def guard():
+        state["writing"] = True
+        try:
+            yield
+        finally:
+            state["writing"] = False
+        if state["pending"] is not None:
+            raise Interrupted(signal.Signals(state["pending"]).name)
+
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield contextlib.nullcontext
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield guard
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
 def run(cfg, run_dir: Path) -> float:
     """Learn every task of the scenario in turn, evaluating after each; returns avg_acc (what sweeps optimise)."""
     writer = hardware.rank() == 0  # under torchrun, rank 0 alone prints and writes
     recorder = recorders.build(cfg, run_dir) if writer else recorders.Recorders([])
-    try:
-        scenario, method, ctx = build(cfg, recorder)
-        info, tasks, device = scenario.info, scenario.tasks, ctx.device
-        acc, start, elapsed = [], 0, 0.0
-        random_init = evaluate(method, tasks, info, ctx, cfg.data.eval_batch_size) if cfg.eval_future else None
-        if cfg.resume:
-            acc, start, elapsed = resume(method, run_dir, tasks, ctx.generator, device, recorder)
-        recorder.run_start(cfg, info, run_dir, start)
-        t0 = time.perf_counter() - elapsed
-        for task in tasks[start:]:
-            recorder.task_start(task)
-            method.learn(task)
-            seen = tasks if cfg.eval_future else tasks[: task.id + 1]
-            acc.append(evaluate(method, seen, info, ctx, cfg.data.eval_batch_size))
-            record = make_record(cfg, info, acc, method, time.perf_counter() - t0, device, random_init)
-            recorder.task_end(task.id, record)
-            if cfg.checkpoint.enabled and writer:
+    with graceful_stop() as guard:
+        try:
+            return _run(cfg, run_dir, recorder, writer, guard)
+        except Interrupted as stop:
+            recorder.warning(f"stopped by {stop}; the last complete checkpoint is intact")
+            raise
+        finally:
+            recorder.close()
+
+
+def _run(cfg, run_dir, recorder, writer, guard) -> float:
+    """The task loop proper: build, resume, then learn, evaluate, record and checkpoint each task."""
+    scenario, method, ctx = build(cfg, recorder)
+    info, tasks, device = scenario.info, scenario.tasks, ctx.device
+    acc, start, elapsed = [], 0, 0.0
+    random_init = evaluate(method, tasks, info, ctx, cfg.data.eval_batch_size) if cfg.eval_future else None
+    if cfg.resume:
+        acc, start, elapsed = resume(method, run_dir, tasks, ctx.generator, device, recorder)
+    recorder.run_start(cfg, info, run_dir, start)
+    t0 = time.perf_counter() - elapsed
+    for task in tasks[start:]:
+        recorder.task_start(task)
+        method.learn(task)
+        seen = tasks if cfg.eval_future else tasks[: task.id + 1]
+        acc.append(evaluate(method, seen, info, ctx, cfg.data.eval_batch_size))
+        record = make_record(cfg, info, acc, method, time.perf_counter() - t0, device, random_init)
+        recorder.task_end(task.id, record)
+        if cfg.checkpoint.enabled and writer:
+            with guard():
                 checkpoint.save(run_dir, task.id, method, acc, hardware.rng_state(ctx.generator, device),
                                 record["time_s"])
-        if start == len(tasks):
-            record = make_record(cfg, info, acc, method, elapsed, device, random_init)
-        recorder.run_end(record)
-    finally:
-        recorder.close()
+    if start == len(tasks):
+        record = make_record(cfg, info, acc, method, elapsed, device, random_init)
+    recorder.run_end(record)
     return record["avg_acc"]
 
 

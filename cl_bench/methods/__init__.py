@@ -1,14 +1,19 @@
 """The method registry: name -> Method class. Each method lives in one file of this package."""
 from ..errors import UserError
+from .agem import AGEM
 from .base import Context, Method, MethodConfig
 from .er import ER
 from .ewc import EWC
 from .finetune import Finetune
+from .gated import Gated
 from .independent import Independent
 from .joint import Joint
+from .lamaml import LaMAML
 from .lwf import LwF
+from .nccl import NCCL
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER)}
+METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER, Gated,
+                                                       NCCL, AGEM, LaMAML)}
 
 
 def get(name: str) -> type[Method]:
@@ -35,7 +40,7 @@ def check_distributed(name: str, scenario: str) -> None:
 
 def build(cfg, backbone, info, ctx) -> Method:
     check_scenario(cfg.name, info.scenario)
-    return get(cfg.name)(cfg, backbone.to(ctx.device), info, ctx)
+    return get(cfg.name)(cfg, backbone, info, ctx).to(ctx.device)
 
 
 __all__ = ["METHODS", "Context", "Method", "MethodConfig", "build", "check_distributed", "check_scenario", "get"]

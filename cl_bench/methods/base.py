@@ -8,6 +8,7 @@ from omegaconf import MISSING
 from torch import nn
 
 from ..data.scenarios import Info, Split, Task
+from ..errors import UserError
 
 
 @dataclass
@@ -24,6 +25,7 @@ class MethodConfig:
     weight_decay: float = 0.0
     lr_milestones: list[int] = field(default_factory=list)  # epochs at which the lr is multiplied by lr_gamma
     lr_gamma: float = 0.1
+    skip_nonfinite: bool = False  # skip steps whose loss is NaN/inf instead of stopping (a host sync per step)
 
 
 @dataclass
@@ -64,7 +66,7 @@ class Heads(nn.Module):
             self.register_buffer("end", torch.tensor(info.offsets) + torch.tensor(info.sizes), persistent=False)
         else:
             self.head = nn.Linear(feature_dim, info.num_outputs)
-        self.seen = 0  # outputs seen so far (class scenario); set by Method.learn and on load
+        self.seen = info.seen_outputs(0)  # outputs seen so far (class scenario); set by Method.learn and on load
 
     def forward(self, features: torch.Tensor, task_id: int | None) -> torch.Tensor:
         if self.per_task:
@@ -173,10 +175,16 @@ class Method(nn.Module):
             self.train()
             self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
             total = torch.zeros((), device=self.ctx.device)
-            for raw, y, t in data.batches(self.cfg.batch_size, self.ctx.generator):
+            first_bad = torch.full((), -1, device=self.ctx.device)  # first step with a non-finite loss
+            skipped = 0
+            for step, (raw, y, t) in enumerate(data.batches(self.cfg.batch_size, self.ctx.generator)):
                 batch = self._shard(Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t))
                 with self.ctx.autocast():
                     loss = loss_fn(batch)
+                if self.cfg.skip_nonfinite and not torch.isfinite(loss):
+                    skipped += 1
+                    continue
+                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if self.ctx.world_size > 1:
@@ -189,7 +197,14 @@ class Method(nn.Module):
                 total += loss.detach()
                 self.ctx.recorder.step()
             sched.step()
-            self.ctx.recorder.epoch_end(task.id, epoch, total / steps)
+            mean_loss, bad = torch.stack([total / max(steps - skipped, 1), first_bad.float()]).tolist()  # one sync
+            if bad >= 0:
+                raise NonFiniteLoss(f"the loss became {mean_loss} at task {task.id}, epoch {epoch}, step {int(bad)}: "
+                                    "lower method.lr, or pass method.skip_nonfinite=true to skip such steps; "
+                                    "earlier checkpoints are intact")
+            if skipped:
+                self.ctx.recorder.warning(f"task {task.id}, epoch {epoch}: skipped {skipped} non-finite steps")
+            self.ctx.recorder.epoch_end(task.id, epoch, mean_loss)
 
 
     def _shard(self, batch: Batch) -> Batch:
@@ -199,6 +214,10 @@ class Method(nn.Module):
             return batch
         r, w = self.ctx.rank, self.ctx.world_size
         return Batch(batch.raw[r::w], batch.x[r::w], batch.y[r::w], batch.t[r::w])
+
+
+class NonFiniteLoss(UserError):
+    """Training diverged: the run stops before anything is checkpointed from the diverged weights."""
 
 
 def average_gradients(params, world_size: int) -> None:

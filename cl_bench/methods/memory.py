@@ -1,17 +1,23 @@
-"""An episodic memory held on the device, shared by the rehearsal methods (er, and later agem, lamaml, nccl).
+"""An episodic memory held on the device, shared by the rehearsal methods (er, agem, lamaml, nccl).
 
 Samples are stored as uint8 pixels with their label, task id and the logits the model gave them when they
-were stored. Reservoir sampling (Vitter 1985) keeps a uniform sample of the whole stream; the update for a
-batch is computed with tensor ops, so it never synchronises with the host.
+were stored. Reservoir sampling (Vitter 1985) keeps a uniform sample of the whole stream; the per-task ring
+(GEM's episodic memory) gives each task size // num_tasks slots and keeps its newest samples. Updates and
+draws are tensor ops, so they never synchronise with the host.
 """
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+POLICIES = ("reservoir", "ring")
 
 
 class Memory(nn.Module):
-    def __init__(self, size: int, input_shape, num_outputs: int, device):
+    def __init__(self, size: int, input_shape, num_outputs: int, device, policy: str = "reservoir",
+                 num_tasks: int = 1):
         super().__init__()
         self.size = size
+        self.policy = policy
         # One spare row past the end absorbs the writes of samples the reservoir drops, so that an update
         # needs no data-dependent indexing (and no host sync); it is never sampled.
         rows = size + 1
@@ -20,26 +26,57 @@ class Memory(nn.Module):
         self.register_buffer("t", torch.zeros(rows, dtype=torch.long, device=device))
         self.register_buffer("logits", torch.zeros(rows, num_outputs, device=device))
         self.register_buffer("seen", torch.zeros((), dtype=torch.long, device=device))  # stream length so far
+        if policy == "ring":
+            self.per_task = size // num_tasks
+            self.register_buffer("count", torch.zeros(num_tasks, dtype=torch.long, device=device))  # per task
 
     def filled(self) -> torch.Tensor:
         return torch.clamp(self.seen, max=self.size)
 
     @torch.no_grad()
     def add(self, x, y, t, logits=None, generator=None) -> None:
-        """Reservoir update: the i-th sample of the stream goes to slot i while the memory fills, then
-        replaces a uniformly drawn slot with probability size / (i + 1)."""
         n = y.shape[0]
-        index = self.seen + torch.arange(n, device=y.device)
-        draw = (torch.rand(n, device=y.device, generator=generator) * (index + 1)).long()
-        slot = torch.where(index < self.size, index, draw)
-        keep = slot < self.size
-        slot = torch.where(keep, slot, self.size)
+        slot = self._ring_slots(t) if self.policy == "ring" else self._reservoir_slots(n, y.device, generator)
         self.x[slot], self.y[slot], self.t[slot] = x, y, t
         if logits is not None:
             self.logits[slot, : logits.shape[1]] = logits.float()
         self.seen += n
 
-    def sample(self, batch_size: int, generator=None):
-        """A uniform batch (with replacement) from the filled part, drawn on the device."""
-        idx = (torch.rand(batch_size, device=self.y.device, generator=generator) * self.filled()).long()
+    def _reservoir_slots(self, n, device, generator):
+        """The i-th sample of the stream goes to slot i while the memory fills, then replaces a uniformly
+        drawn slot with probability size / (i + 1)."""
+        index = self.seen + torch.arange(n, device=device)
+        draw = (torch.rand(n, device=device, generator=generator) * (index + 1)).long()
+        slot = torch.where(index < self.size, index, draw)
+        return torch.where(slot < self.size, slot, self.size)
+
+    def _ring_slots(self, t):
+        """Each task writes its own slots cyclically; of a batch holding more than a task's share, only the
+        newest samples are kept, so no slot is written twice in one update."""
+        onehot = F.one_hot(t, self.count.shape[0])
+        rank = (onehot.cumsum(0) - 1).gather(1, t[:, None]).squeeze(1)  # place among the batch's samples of t
+        per_batch = onehot.sum(0)
+        slot = t * self.per_task + (self.count[t] + rank) % self.per_task
+        self.count += per_batch
+        return torch.where(rank >= per_batch[t] - self.per_task, slot, self.size)
+
+    def valid(self) -> torch.Tensor:
+        """Which rows hold a sample."""
+        row = torch.arange(self.size + 1, device=self.y.device)
+        if self.policy == "reservoir":
+            return row < self.filled()
+        task = (row // self.per_task).clamp(max=self.count.shape[0] - 1)
+        return (row < self.per_task * self.count.shape[0]) & (row % self.per_task < self.count[task])
+
+    def sample(self, batch_size: int, generator=None, before_task: int | None = None):
+        """A uniform batch (with replacement) of the stored samples, drawn on the device; with before_task,
+        of those of tasks before it (all stored ones in the unlikely case none is left)."""
+        if self.policy == "reservoir" and before_task is None:
+            idx = (torch.rand(batch_size, device=self.y.device, generator=generator) * self.filled()).long()
+        else:
+            valid = self.valid()
+            if before_task is not None:
+                past = valid & (self.t < before_task)
+                valid = torch.where(past.any(), past, valid)
+            idx = torch.multinomial(valid.float(), batch_size, replacement=True, generator=generator)
         return self.x[idx], self.y[idx], self.t[idx], self.logits[idx]
