@@ -22,3 +22,40 @@ lint: $(VENV_STAMP)
 
 clean:
 	rm -rf .venv outputs/runs outputs/sweeps
+
+# --- reproduction: each sweeps 3 seeds into outputs/sweeps/repro-<name>/ and writes the report there -----------
+CL := .venv/bin/cl-bench
+SEEDS ?= 0,1,2
+REPRO := outputs/sweeps
+
+.PHONY: repro-cpg repro-gated repro-nccl repro-smoke
+
+repro-cpg: $(VENV_STAMP)  ## CPG, PAE, PackNet, independent, finetune on cifar100_20 with VGG16-BN (GPU)
+	$(CL) train -m experiment=cpg_cifar100_20,pae_cifar100_20,packnet_cifar100_20,independent_cifar100_20,finetune_cifar100_20 \
+	    seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-cpg
+	$(CL) report $(REPRO)/repro-cpg
+
+repro-gated: $(VENV_STAMP)  ## gated against finetune, ewc and er on Split MNIST, SVHN, CIFAR-10, both scenarios (GPU)
+	$(CL) train -m experiment=gated_split_mnist,gated_split_svhn,gated_split_cifar10 scenario=task,class \
+	    seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-gated/gated
+	$(CL) train -m experiment=abati_split_mnist,abati_split_svhn,abati_split_cifar10 method=finetune,ewc \
+	    scenario=task,class seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-gated/baselines
+	$(CL) train -m experiment=abati_split_mnist,abati_split_svhn,abati_split_cifar10 method=er method.memory_size=500 \
+	    scenario=task,class seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-gated/er
+	$(CL) report $(REPRO)/repro-gated
+
+repro-nccl: $(VENV_STAMP)  ## NCCL against A-GEM, La-MAML and ER on Permuted MNIST and Split CIFAR-100
+	$(CL) train -m experiment=gem_permuted_mnist,gem_split_cifar100 method=nccl,agem,lamaml seed=$(SEEDS) \
+	    $(ARGS) hydra.sweep.dir=$(REPRO)/repro-nccl/online
+	$(CL) train -m experiment=gem_permuted_mnist,gem_split_cifar100 method=er method.epochs=1 method.batch_size=10 \
+	    method.lr=0.1 method.momentum=0 method.memory_size=200 method.replay_batch_size=10 seed=$(SEEDS) \
+	    $(ARGS) hydra.sweep.dir=$(REPRO)/repro-nccl/er
+	$(CL) report $(REPRO)/repro-nccl
+
+repro-smoke: $(VENV_STAMP)  ## all three, CPU-sized on the embedded digits: minutes on 2 cores
+	rm -rf $(REPRO)/repro-smoke
+	$(CL) train -m experiment=cpg_split_digits,packnet_split_digits,gated_split_digits seed=0,1 logger=none \
+	    method.epochs=3 hardware.threads=1 hydra.sweep.dir=$(REPRO)/repro-smoke/mask-and-gates
+	$(CL) train -m experiment=nccl_split_digits method=nccl,agem,lamaml dataset.samples_per_task=100 seed=0,1 \
+	    logger=none hardware.threads=1 hydra.sweep.dir=$(REPRO)/repro-smoke/online
+	$(CL) report $(REPRO)/repro-smoke

@@ -76,13 +76,10 @@ def claim_run_dir(cfg) -> Path:
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
     try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return hydra_compose("config", overrides=overrides)
+        return hydra_compose(overrides)
     except MissingConfigException as e:
         group = Path(e.missing_cfg_file or "").parent.name
         if group and e.options is not None:
@@ -93,6 +90,13 @@ def compose(overrides: list[str]):
         raise UserError(describe(e, overrides)) from None
 
 
+def hydra_compose(overrides: list[str]):
+    from hydra import compose as compose_config
+    from hydra import initialize_config_dir
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose_config("config", overrides=overrides)
+
+
 def describe(e: Exception, overrides: list[str] = ()) -> str:
     """Hydra's and OmegaConf's messages as one line: what is wrong, and what would be right."""
     text = str(e)
@@ -100,7 +104,10 @@ def describe(e: Exception, overrides: list[str] = ()) -> str:
         key = text.split("'")[1]
         parent, _, _ = key.rpartition(".")
         groups = [o for o in overrides if (CONF / o.split("=")[0]).is_dir()]  # the group choices alone
-        node = compose(groups)
+        try:
+            node = hydra_compose(groups)
+        except Exception:  # the choices themselves are broken: name the key alone
+            node = None
         for part in filter(None, parent.split(".")):
             node = node.get(part) if hasattr(node, "get") else None
         known = ", ".join(k for k in node) if hasattr(node, "keys") else ""

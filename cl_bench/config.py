@@ -62,6 +62,7 @@ class HardwareConfig:
     tf32: bool = True  # TF32 matmuls for what runs in fp32 on Ampere and newer
     deterministic: bool = False  # PyTorch's deterministic algorithms (slower on GPU)
     distributed: bool = False  # data-parallel over the processes torchrun starts (hardware=ddp)
+    threads: int | None = None  # CPU threads for torch ops; null keeps torch's default (one per core)
 
 
 @dataclass
@@ -126,6 +127,7 @@ def validate(cfg) -> None:
         (cfg.dataset.samples_per_task is None or cfg.dataset.samples_per_task >= 1,
          "dataset.samples_per_task", "null or at least 1"),
         (cfg.hardware.precision in ("auto", "bf16", "fp32"), "hardware.precision", "auto, bf16 or fp32"),
+        (cfg.hardware.threads is None or cfg.hardware.threads >= 1, "hardware.threads", "null or at least 1"),
         (cfg.logger.mode in ("offline", "online"), "logger.mode", "offline or online"),
     ]
     _reject_added_keys(cfg)

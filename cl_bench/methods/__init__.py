@@ -2,6 +2,7 @@
 from ..errors import UserError
 from .agem import AGEM
 from .base import Context, Method, MethodConfig
+from .cpg import CPG
 from .er import ER
 from .ewc import EWC
 from .finetune import Finetune
@@ -11,9 +12,11 @@ from .joint import Joint
 from .lamaml import LaMAML
 from .lwf import LwF
 from .nccl import NCCL
+from .packnet import PackNet
+from .piggyback import Piggyback
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER, Gated,
-                                                       NCCL, AGEM, LaMAML)}
+                                                       NCCL, AGEM, LaMAML, PackNet, Piggyback, CPG)}
 
 
 def get(name: str) -> type[Method]:

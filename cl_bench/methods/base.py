@@ -187,8 +187,8 @@ class Method(nn.Module):
                 first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
-                if self.ctx.world_size > 1:
-                    average_gradients(params, self.ctx.world_size)
+                if self.ctx.world_size > 1:  # the step's parameters and any the method steps itself (masks)
+                    average_gradients(dict.fromkeys([*params, *self.parameters()]), self.ctx.world_size)
                 if after_backward is not None:
                     after_backward()
                 opt.step()

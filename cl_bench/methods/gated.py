@@ -46,6 +46,7 @@ class GatedConfig(MethodConfig):
 class Gated(Method):
     name = "gated"
     scenarios = frozenset({"task", "class"})
+    distributed_scenarios = frozenset({"task"})  # the class scenario's task classifier replays a memory
     Config = GatedConfig
 
     @classmethod

@@ -37,10 +37,24 @@ class Memory(nn.Module):
     def add(self, x, y, t, logits=None, generator=None) -> None:
         n = y.shape[0]
         slot = self._ring_slots(t) if self.policy == "ring" else self._reservoir_slots(n, y.device, generator)
+        slot = self._last_writer_only(slot)
         self.x[slot], self.y[slot], self.t[slot] = x, y, t
         if logits is not None:
             self.logits[slot, : logits.shape[1]] = logits.float()
+        self._clear_spare_row()
         self.seen += n
+
+    def _last_writer_only(self, slot):
+        """Where two samples of a batch draw one slot, the later one (in stream order) wins and the earlier
+        goes to the spare row: a parallel scatter with repeated indices would keep either, nondeterministically."""
+        later = torch.arange(slot.shape[0], device=slot.device)
+        overwritten = ((slot[:, None] == slot[None, :]) & (later[None, :] > later[:, None])).any(1)
+        return torch.where(overwritten, self.size, slot)
+
+    def _clear_spare_row(self):
+        """The spare row took the dropped samples in no fixed order: reset it so the state is reproducible."""
+        for buf in (self.x, self.y, self.t, self.logits):
+            buf[self.size] = 0
 
     def _reservoir_slots(self, n, device, generator):
         """The i-th sample of the stream goes to slot i while the memory fills, then replaces a uniformly

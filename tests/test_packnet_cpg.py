@@ -1,0 +1,216 @@
+"""PackNet, Piggyback and CPG: the straight-through binariser, the cubic schedule, bit-exact old tasks (growth
+included), mask state in checkpoints, and zero forgetting and resume through the real CLI."""
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import ROOT, cl_bench, contract_problems, train
+from hydra import compose, initialize_config_dir
+from safetensors.torch import load_file
+
+from cl_bench import backbones, checkpoint, config, methods, recorders
+from cl_bench.data import scenarios
+from cl_bench.data.batches import View
+from cl_bench.methods.cpg import cubic_sparsity
+from cl_bench.nn import masked
+from cl_bench.train import run
+
+TINY = {
+    "packnet": ["method=packnet", "backbone=mlp", "backbone.hidden_sizes=[32,32]", "method.retrain_epochs=1"],
+    "piggyback": ["method=piggyback", "backbone=convnet", "backbone.channels=[8,16]", "method.mask_lr=0.01"],
+    "cpg": ["method=cpg", "backbone=convnet", "backbone.channels=[8,16]", "method.prune_targets=[0.5,0.9]",
+            "method.prune_epochs=1", "method.prune_ramp_epochs=1", "method.prune_frequency=2",
+            "method.retrain_epochs=1", "method.mask_lr=0.01"],
+}
+COMMON = ["method.epochs=2", "method.lr=0.05", "method.lr_milestones=[]"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    """Small ops on a shared machine run fastest on one thread (and the same number in every process)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def compose_cfg(*overrides):
+    config.register()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides))
+    config.validate(cfg)
+    return cfg
+
+
+def build(*overrides):
+    cfg = compose_cfg(*overrides)
+    torch.manual_seed(0)
+    device = torch.device("cpu")
+    scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, device)
+    ctx = methods.Context(device, None, torch.Generator().manual_seed(0), recorders.Recorder())
+    info = scenario.info
+    return cfg, scenario.tasks, lambda: methods.build(cfg.method, backbones.build(cfg.backbone, info.input_shape),
+                                                      info, ctx)
+
+
+@torch.no_grad()
+def logits(method, tasks):
+    method.eval()
+    return [method.predict(method.info.view.eval(t.test.x), t.id) for t in tasks]
+
+
+def test_binarize_is_straight_through():
+    score = torch.tensor([0.0, 0.004, 0.005, 0.006, 0.02], requires_grad=True)
+    bits = masked.binarize(score, 5e-3)
+    assert bits.tolist() == [0.0, 0.0, 0.0, 1.0, 1.0]
+    (bits * torch.arange(5.0)).sum().backward()
+    assert score.grad.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_cubic_sparsity_schedule():
+    assert cubic_sparsity(0, 0, 100, 0.2, 0.5) == pytest.approx(0.2)
+    assert cubic_sparsity(100, 0, 100, 0.2, 0.5) == pytest.approx(0.5)
+    assert cubic_sparsity(150, 0, 100, 0.2, 0.5) == pytest.approx(0.5)
+    assert cubic_sparsity(50, 0, 100, 0.2, 0.5) == pytest.approx(0.5 - 0.3 * 0.5 ** 3)
+    values = [cubic_sparsity(s, 10, 60, 0.0, 0.9) for s in range(0, 70)]
+    assert values == sorted(values) and values[10] == 0.0
+    steps = [b - a for a, b in zip(values[10:60], values[11:61])]
+    assert steps == sorted(steps, reverse=True)  # fast at first, slow near the target
+
+
+@pytest.mark.parametrize("name", ["packnet", "piggyback", "cpg"])
+def test_old_tasks_bit_exact(name):
+    cfg, tasks, make = build(*TINY[name], *COMMON, *(["method.goal_source=none"] if name == "cpg" else []))
+    method = make()
+    seen = []
+    for task in tasks[:4]:
+        method.learn(task)
+        now = logits(method, tasks[: task.id + 1])
+        for j, (before, after) in enumerate(zip(seen, now)):
+            assert torch.equal(before, after), f"{name}: task {j} changed after learning task {task.id}"
+        seen.append(now[-1])
+    cap = method.capacity()
+    assert cap["free_fraction"] < 1 and len(cap["params_owned_per_task"]) == 4
+    assert sum(cap["params_owned_per_task"]) == pytest.approx(cap["params_shared"] * (1 - cap["free_fraction"]))
+    if name == "packnet":
+        assert cap["sparsity_per_task"] == pytest.approx([0.6] * 4, abs=0.01)
+    elif name == "piggyback":
+        assert cap["params_owned_per_task"][1:] == [0, 0, 0] and len(cap["picking_density_per_task"]) == 3
+    else:
+        assert all(0 <= s < 1 for s in cap["sparsity_per_task"]) and len(cap["picking_density_per_task"]) == 3
+
+
+def test_cpg_grows_keeps_old_tasks_and_checkpoints(tmp_path):
+    cfg, tasks, make = build(*TINY["cpg"], *COMMON, "method.goal_source=fixed", "method.goal=0.0")
+    method = make()
+    method.learn(tasks[0])
+    before = logits(method, tasks[:1])
+    widths = [layer.weight.shape for layer in method.layers]
+    method.cfg.goal, method.cfg.max_multiplier = 1.01, 2.0  # unreachable: task 1 grows to the limit
+    method.learn(tasks[1])
+    grown = [layer.weight.shape for layer in method.layers]
+    assert grown[0][0] == 12 > widths[0][0] and grown[1][1] == 12 and grown[1][0] == widths[1][0]
+    cap = method.capacity()
+    assert cap["param_multiplier"] == 2.0 and cap["growth"] > 1.0
+    assert torch.equal(logits(method, tasks[:1])[0], before[0])
+    method.cfg.goal = 0.0
+    method.learn(tasks[2])
+    after = logits(method, tasks[:3])
+    assert torch.equal(after[0], before[0])
+
+    checkpoint.save(tmp_path, 2, method, [], {}, 0.0)
+    state, masks, _, problems = checkpoint.load(tmp_path)
+    assert not problems
+    stored = load_file(tmp_path / "checkpoints" / "task_002" / "masks.safetensors")
+    shared = method.capacity()["params_shared"]
+    assert sum(v.numel() * v.element_size() for v in stored.values()) <= shared * (1 + 3 / 8) + 8 * len(stored)
+    fresh = make()
+    fresh.load_state_dict({**state, **masks})
+    assert [layer.weight.shape for layer in fresh.layers] == grown
+    for a, b in zip(logits(fresh, tasks[:3]), after):
+        assert torch.equal(a, b)
+    assert fresh.capacity() == method.capacity()
+
+
+def test_residual_blocks_widen_inside_only():
+    cfg, tasks, make = build("method=cpg", "backbone=resnet18_reduced", "backbone.nf=2")
+    method = make()
+    for layer in method.layers:
+        layer.claim(0)
+    x = method.info.view.eval(tasks[0].test.x[:16])
+    method.eval()
+    with torch.no_grad():
+        before = method.predict(x, 0)
+        masked.widen(method.backbone, 2.0, from_task=1)
+        assert torch.equal(method.predict(x, 0), before)
+        assert method.predict(x, 1).shape == before.shape
+    block = method.backbone.layers[2]
+    assert block.conv1.weight.shape[0] == block.conv2.weight.shape[1] == 6  # 4 channels × √2, rounded up
+    assert block.conv2.weight.shape[0] == 4 and block.shortcut[0].weight.shape[:2] == (4, 2)
+
+
+@pytest.mark.parametrize("name", ["packnet", "piggyback", "cpg"])
+def test_cli_zero_forgetting_and_resume(tmp_path, name):
+    """Through the real CLI: zero forgetting, the run contract, the capacity report; then a run cut after
+    task 2 and resumed ends exactly as the uninterrupted one (resumed with the CLI for cpg, whose checkpoint
+    holds grown layers; in-process through train.run for the others, to spare two slow process starts)."""
+    overrides = [*TINY[name], *COMMON]
+    if name == "cpg":  # an unreachable goal: the first task grows, and the resumed run must rebuild that
+        overrides += ["method.goal_source=fixed", "method.goal=1.01"]
+    full = tmp_path / "full"
+    m = train(full, *overrides)
+    assert m["forgetting"] == 0.0 and m["complete"] and not contract_problems(full)
+    cap = m["capacity"]
+    for key in ("params_total", "params_owned_per_task", "free_fraction", "growth", "mask_bytes",
+                "sparsity_per_task"):
+        assert key in cap
+    if name == "cpg":
+        assert cap["growth"] > 1.0 and cap["param_multiplier"] == 1.5
+
+    cut = tmp_path / "cut"
+    shutil.copytree(full, cut)
+    for t in (3, 4):
+        shutil.rmtree(cut / "checkpoints" / f"task_{t:03d}")
+    (cut / "checkpoints" / "last").write_text("task_002")
+    (cut / "metrics.json").unlink()
+    if name == "cpg":
+        proc = cl_bench("train", f"resume={cut}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    else:
+        run(compose_cfg(*overrides, "logger=none", f"resume={cut}"), cut)
+    resumed = json.loads((cut / "metrics.json").read_text())
+    drop = ("time_s", "peak_mem_mb")
+    assert {k: v for k, v in resumed.items() if k not in drop} == {k: v for k, v in m.items() if k not in drop}
+
+
+@pytest.mark.parametrize("preset", ["cpg_cifar100_20", "cpg_split_digits", "packnet_split_digits",
+                                    "piggyback_split_digits"])
+def test_presets_compose(preset):
+    cfg = compose_cfg(f"experiment={preset}")
+    assert cfg.method.name == preset.split("_")[0] and cfg.scenario == "task"
+
+
+def test_vgg_grows_across_the_conv_to_linear_boundary():
+    """The cifar100_20 preset's network (classifier body narrowed to keep the test light): growth widens every
+    conv and the first linear layer's output, and a learned task computes exactly as before."""
+    cfg = compose_cfg("experiment=cpg_cifar100_20", "backbone.hidden=64")
+    device = torch.device("cpu")
+    info = scenarios.Info("cifar100_20", "task", (3, 32, 32), [list(range(5))] * 20, [5 * t for t in range(20)],
+                          View((0.5,) * 3, (0.25,) * 3, True, device))
+    ctx = methods.Context(device, None, torch.Generator().manual_seed(0), recorders.Recorder())
+    method = methods.build(cfg.method, backbones.build(cfg.backbone, info.input_shape), info, ctx)
+    for layer in method.layers:
+        layer.claim(0)
+        layer.release(0, 0.5)
+    x = torch.randn(4, 3, 32, 32)
+    method.eval()
+    with torch.no_grad():
+        before = method.predict(x, 0)
+        masked.widen(method.backbone, 1.5, from_task=1)
+        assert torch.equal(method.predict(x, 0), before)
+        assert method.predict(x, 1).shape == (4, 5)
+    shapes = [tuple(layer.weight.shape[:2]) for layer in method.layers]
+    assert shapes[0] == (79, 3) and shapes[1] == (79, 79) and shapes[12] == (628, 628)  # ⌈64·√1.5⌉, ⌈512·√1.5⌉
+    assert shapes[13] == (79, 628) and shapes[14] == (64, 79)  # the heads still read 64 features
