@@ -71,3 +71,14 @@ def contract_problems(run_dir: Path) -> list[str]:
 @pytest.fixture
 def run_dir(tmp_path):
     return tmp_path / "run"
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    """One intra-op thread, here and in the CLI runs: small ops on a shared 2-core machine run fastest so."""
+    import torch
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -23,14 +23,7 @@ SMALL = ("method=gated", "dataset.num_tasks=3", "backbone.channels=[8,16]", "met
          "method.task_classifier_epochs=1", "method.memory_size=50")
 
 
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    """One intra-op thread, here and in the CLI runs: on a shared machine a second one mostly waits for a core."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(scenario="task", **cfg):

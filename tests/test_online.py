@@ -21,10 +21,7 @@ from cl_bench.nn import calibrated
 SMALL = ("backbone=mlp", "backbone.hidden_sizes=[32,32]", "dataset.samples_per_task=40", "hardware=cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    """Batches of 10 on a shared CPU: one thread avoids oversubscription that makes each tiny op cost ms."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("one_thread")  # batches of 10: a second thread only adds overhead
 
 
 def build(*overrides):

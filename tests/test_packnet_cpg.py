@@ -26,14 +26,7 @@ TINY = {
 COMMON = ["method.epochs=2", "method.lr=0.05", "method.lr_milestones=[]"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    """Small ops on a shared machine run fastest on one thread (and the same number in every process)."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def compose_cfg(*overrides):

@@ -15,6 +15,13 @@ class ERConfig(MethodConfig):
     replay_batch_size: int = 0  # memory samples per step; 0 means batch_size
 
 
+def check_memory_holds_every_class(memory_size: int, info) -> None:
+    """A rehearsal memory smaller than the label space cannot hold one sample of each class."""
+    if memory_size < info.num_outputs:
+        raise UserError(f"method.memory_size={memory_size} is below the {info.num_outputs} classes of "
+                        f"{info.dataset} ({info.scenario} scenario): use at least {info.num_outputs}")
+
+
 class ER(Method):
     name = "er"
     scenarios = frozenset({"task", "class"})
@@ -27,6 +34,7 @@ class ER(Method):
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
+        check_memory_holds_every_class(cfg.memory_size, info)
         self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device)
 
     def train_task(self, task):

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from .base import Batch, Method, MethodConfig, NonFiniteLoss
+from .er import check_memory_holds_every_class
 from .memory import POLICIES, Memory
 
 
@@ -55,6 +56,7 @@ class OnlineMethod(Method):
         if ctx.world_size > 1:
             raise UserError(f"{self.name} runs on one device: its stream of batches of {cfg.batch_size} has "
                             "nothing to share between data-parallel processes; run it without torchrun")
+        check_memory_holds_every_class(cfg.memory_size, info)
         if cfg.memory_policy == "ring" and cfg.memory_size < info.num_tasks:
             raise UserError(f"method.memory_size={cfg.memory_size} leaves no ring slot for some of the "
                             f"{info.num_tasks} tasks: use at least {info.num_tasks}, or memory_policy=reservoir")

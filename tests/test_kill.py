@@ -1,0 +1,75 @@
+"""Kill anywhere: SIGKILL a real run at random moments (training, evaluation, checkpoint writes alike),
+resume each time, and end with exactly the metrics of a run never interrupted."""
+import json
+import random
+import signal
+import time
+
+import pytest
+from conftest import contract_problems, train
+from test_reliability import start
+
+DROP = ("time_s", "peak_mem_mb")
+CASES = {
+    "finetune": ["method=finetune", "method.epochs=3"],
+    "gated": ["experiment=gated_split_digits", "method.epochs=2", "method.task_classifier_epochs=2",
+              "scenario=class"],
+    "nccl": ["experiment=nccl_split_digits", "dataset.samples_per_task=60"],
+}
+
+
+def without_timings(m):
+    return {k: v for k, v in m.items() if k not in DROP}
+
+
+@pytest.mark.parametrize("method", sorted(CASES))
+def test_random_sigkills_lose_nothing(tmp_path, method):
+    overrides = [*CASES[method], "logger=none"]
+    whole = train(tmp_path / "whole", *overrides)
+    run_dir, rng, kills = tmp_path / "killed", random.Random(method), 0
+    proc = start(f"hydra.run.dir={run_dir}", *overrides)
+    while kills < 3:
+        time.sleep(rng.uniform(1.0, 6.0))  # start-up, training, evaluation or a checkpoint write
+        if proc.poll() is not None:
+            break
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        proc = start(f"resume={run_dir}") if (run_dir / ".hydra").is_dir() else \
+            start(f"hydra.run.dir={run_dir}", *overrides)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    assert kills >= 1
+    resumed = json.loads((run_dir / "metrics.json").read_text())
+    assert without_timings(resumed) == without_timings(whole), f"after {kills} kills"
+    assert contract_problems(run_dir) == []
+    print(f"{method}: {kills} kills, metrics equal")
+
+
+# The mask methods' extra phases (goals, compacting, retraining), cut to one epoch each.
+SHORT = {
+    "cpg": ["method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1", "method.prune_targets=[0.5,0.9]",
+            "method.retrain_epochs=1"],
+    "packnet": ["method.retrain_epochs=1"],
+    "gated": ["method.task_classifier_epochs=1"],
+}
+
+
+def test_same_seed_same_metrics_for_every_method(tmp_path):
+    """Every registered method, twice with one seed, in-process (the CLI path is covered above)."""
+    from cl_bench import cli, config, methods
+    from cl_bench import train as train_module
+    config.register()
+    for name, cls in sorted(methods.METHODS.items()):
+        scenario = "task" if "task" in cls.scenarios else "class"
+        args = [f"method={name}", f"scenario={scenario}", "logger=none", "checkpoint.enabled=false",
+                "dataset.num_tasks=2"]
+        args.append("dataset.samples_per_task=40" if name in ("nccl", "agem", "lamaml") else "method.epochs=1")
+        args += SHORT.get(name, [])
+        runs = []
+        for i in (0, 1):
+            run_dir = tmp_path / f"{name}{i}"
+            run_dir.mkdir()
+            train_module.run(cli.compose(args), run_dir)
+            runs.append(without_timings(json.loads((run_dir / "metrics.json").read_text())))
+        assert runs[0] == runs[1], name
