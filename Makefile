@@ -18,7 +18,7 @@ test: $(VENV_STAMP)
 	$(PY) -m pytest -q
 
 lint: $(VENV_STAMP)
-	.venv/bin/ruff check cl_bench tests scripts
+	.venv/bin/ruff check cl_bench tests
 
 clean:
 	rm -rf .venv outputs/runs outputs/sweeps

@@ -48,8 +48,8 @@ def test_random_sigkills_lose_nothing(tmp_path, method):
 
 # The mask methods' extra phases (goals, compacting, retraining), cut to one epoch each.
 SHORT = {
-    "cpg": ["method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1", "method.prune_targets=[0.5,0.9]",
-            "method.retrain_epochs=1"],
+    "cpg": ["method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1",
+            "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1"],
     "packnet": ["method.retrain_epochs=1"],
     "gated": ["method.task_classifier_epochs=1"],
 }
