@@ -159,7 +159,7 @@ def _avg_acc_curves(plt, runs, plots) -> list[Path]:
             ax.plot(x, mean, marker="o", label=f"{method} (n={len(curves)})")
             ax.fill_between(x, mean - std, mean + std, alpha=0.2)
         ax.set(xlabel="tasks learned", ylabel="average accuracy on seen tasks %",
-               title=f"{dataset} · {scenario} scenario · {backbone}")
+               title=f"{dataset} · {scenario} scenario · {backbone}", xticks=x)
         ax.legend()
         ax.grid(alpha=0.3)
         made.append(_save(plt, fig, plots / f"avg_acc_{dataset}_{scenario}_{backbone}.png"))
@@ -177,7 +177,7 @@ def _capacity_over_tasks(plt, run, plots) -> list[Path]:
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), squeeze=False)
     for ax, key in zip(axes[0], keys):
         ax.plot(range(1, len(caps) + 1), [c.get(key) for c in caps], marker="o")
-        ax.set(xlabel="tasks learned", title=key)
+        ax.set(xlabel="tasks learned", title=key, xticks=range(1, len(caps) + 1))
         ax.grid(alpha=0.3)
     fig.suptitle(f"{run['method']} capacity · {run['dataset']}")
     return [_save(plt, fig, plots / f"capacity_{_name(run)}.png")]
