@@ -1,4 +1,5 @@
 """The Method contract and the small helpers every method shares: heads, the epoch loop, optimisers."""
+import abc
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -84,7 +85,7 @@ class Heads(nn.Module):
         return logits.masked_fill(~own, float("-inf"))
 
 
-class Method(nn.Module):
+class Method(nn.Module, metaclass=abc.ABCMeta):
     """A continual learner. Subclasses set name, scenarios and Config, and implement train_task."""
 
     name: ClassVar[str]
@@ -111,8 +112,9 @@ class Method(nn.Module):
         self.train_task(task)
         self.tasks_learned.fill_(task.id + 1)
 
+    @abc.abstractmethod
     def train_task(self, task: Task) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must implement train_task")
+        """Every phase of one task's training (the method's own procedure)."""
 
     def forward(self, x: torch.Tensor, task_id: int | None) -> torch.Tensor:
         return self.heads(self.backbone(x), task_id)

@@ -2,6 +2,7 @@
 of small batches (10, as in GEM, La-MAML and NCCL); the learner may take `inner_steps` glances at each batch
 before the next arrives, and keeps an episodic memory (reservoir or per-task ring) of what it has seen.
 Every update is a plain SGD step taken by hand, so no optimiser state needs saving for a resume."""
+import abc
 import math
 from dataclasses import dataclass
 
@@ -91,8 +92,9 @@ class OnlineMethod(Method):
             loss = self.glance(batch, task)
         return loss
 
+    @abc.abstractmethod
     def glance(self, batch: Batch, task) -> torch.Tensor:
-        raise NotImplementedError(f"{type(self).__name__} must implement glance")
+        """One step on the incoming batch (and the memory); returns the detached loss."""
 
     @torch.no_grad()
     def remember(self, batch: Batch) -> None:
