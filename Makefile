@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: install run test lint clean
+.PHONY: install run test lint bench clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -18,7 +18,11 @@ test: $(VENV_STAMP)
 	$(PY) -m pytest -q
 
 lint: $(VENV_STAMP)
-	.venv/bin/ruff check cl_bench tests
+	.venv/bin/ruff check cl_bench tests scripts
+
+bench: $(VENV_STAMP)  ## overhead against plain PyTorch and each method over finetune (needs MNIST under DATA)
+	$(PY) scripts/bench.py overhead --data $(or $(DATA),../shared/data)
+	$(PY) scripts/bench.py methods --data $(or $(DATA),../shared/data)
 
 clean:
 	rm -rf .venv outputs/runs outputs/sweeps
