@@ -43,5 +43,12 @@ def test_every_config_composes_and_validates(group, option):
         assert cfg[group].name == option
 
 
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (cli.CONF / "experiment").glob("*.yaml")))
+def test_every_experiment_preset_composes_and_validates(preset):
+    cfg = compose_config(f"experiment={preset}")
+    config.validate(cfg)
+    assert cfg.dataset.name in preset  # every preset is named after its dataset
+
+
 def test_every_registered_method_has_a_config():
     assert set(GROUPS["method"]) == set(methods.METHODS)
