@@ -178,6 +178,8 @@ def run_hydra(args: list[str]) -> int:
     sys.argv = ["cl-bench", *args]
     try:
         entry()
+    except ValueError as e:  # Hydra's own command-line checks (errors inside a run are reported by Hydra)
+        raise UserError(str(e)) from None
     finally:
         sys.argv = saved_argv
     return 0
