@@ -14,8 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from ..errors import UserError
-from .online import OnlineConfig, OnlineMethod, sgd_step
+from .online import OnlineConfig, OnlineMethod, require, sgd_step
 
 
 @dataclass
@@ -47,11 +46,8 @@ class LaMAML(OnlineMethod):
     @classmethod
     def check_config(cls, cfg):
         super().check_config(cfg)
-        for key in ("alpha_init", "outer_lr", "grad_clip_norm"):
-            if cfg[key] <= 0:
-                raise UserError(f"method.{key}={cfg[key]} is out of range: use a positive number")
-        if cfg.inner_clip < 0:
-            raise UserError(f"method.inner_clip={cfg.inner_clip} is out of range: use 0 or more")
+        require(cfg, ("alpha_init", "outer_lr", "grad_clip_norm"), positive=True)
+        require(cfg, ("inner_clip",), positive=False)
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from ..errors import UserError
 from ..nn import calibrated
 from .base import Batch
-from .online import OnlineConfig, OnlineMethod, sgd_step, soft_kl
+from .online import OnlineConfig, OnlineMethod, require, sgd_step, soft_kl
 
 
 @dataclass
@@ -52,12 +52,8 @@ class NCCL(OnlineMethod):
     @classmethod
     def check_config(cls, cfg):
         super().check_config(cfg)
-        for key in ("inner_lr", "outer_lr", "temperature"):
-            if cfg[key] <= 0:
-                raise UserError(f"method.{key}={cfg[key]} is out of range: use a positive number")
-        for key in ("inner_clip", "gamma", "reg", "beta"):
-            if cfg[key] < 0:
-                raise UserError(f"method.{key}={cfg[key]} is out of range: use 0 or more")
+        require(cfg, ("inner_lr", "outer_lr", "temperature"), positive=True)
+        require(cfg, ("inner_clip", "gamma", "reg", "beta"), positive=False)
         if cfg.fcm_form not in calibrated.FCM_FORMS:
             raise UserError(f"method.fcm_form={cfg.fcm_form!r} is unknown: use multiply or add")
 

@@ -64,7 +64,6 @@ class OnlineMethod(Method):
         self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device,
                              cfg.memory_policy, info.num_tasks)
         self.replay_ready = False  # whether the memory holds anything yet (false only for the very first batch)
-        self.to(ctx.device)  # Method builds the heads where torch's default device is
 
     def train_task(self, task):
         steps = -(-len(task.train) // self.cfg.batch_size)
@@ -118,6 +117,14 @@ class OnlineMethod(Method):
     def capacity(self):
         mem = sum(b.numel() * b.element_size() for b in self.memory.buffers())
         return {**super().capacity(), "memory_size": self.memory.size, "memory_bytes": mem}
+
+
+def require(cfg, keys, positive: bool) -> None:
+    """Range checks of a method's own numbers: positive, or (positive=False) zero or more."""
+    for key in keys:
+        if cfg[key] <= 0 if positive else cfg[key] < 0:
+            accepted = "a positive number" if positive else "0 or more"
+            raise UserError(f"method.{key}={cfg[key]} is out of range: use {accepted}")
 
 
 @torch.no_grad()

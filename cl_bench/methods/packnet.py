@@ -45,7 +45,6 @@ class MaskedMethod(Method):
         self.layers = masked.masked_layers(self.backbone)
         self.initial_shared = sum(layer.weight.numel() for layer in self.layers)
         self.register_buffer("sparsity", torch.zeros(info.num_tasks))  # share of its claimed weights each task released
-        self.to(ctx.device)
 
     @classmethod
     def uses_picking(cls, cfg) -> bool:
