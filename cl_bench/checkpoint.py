@@ -4,6 +4,10 @@ checkpoints/task_<ttt>/ holds state.safetensors (method state and random-number 
 (the method's masks, boolean ones packed to bits) and meta.json (accuracy matrix so far, checksums). A task
 directory is written under a temporary name and renamed when complete; checkpoints/last is replaced last,
 so a run killed at any moment leaves the previous checkpoint intact.
+
+With checkpoint.every_epochs, checkpoints/task_<ttt>_within/ is also written (and rewritten) while task ttt
+is learned: it adds the optimiser's state and meta.json's "within" = {phase, epoch}, and is removed once
+task_<ttt>/ is written.
 """
 import hashlib
 import json
@@ -19,10 +23,12 @@ SCHEMA = 1
 FILES = ("state.safetensors", "masks.safetensors")
 
 
-def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Tensor], elapsed: float) -> Path:
+def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Tensor], elapsed: float,
+         within: dict | None = None) -> Path:
+    """within: {"phase", "epoch", "optimizer": its state_dict} for a checkpoint written within task_id."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
-    name = f"task_{task_id:03d}"
+    name = f"task_{task_id:03d}" + ("_within" if within else "")
     tmp = root / f".{name}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -36,10 +42,15 @@ def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Te
             v = torch.from_numpy(np.packbits(v.numpy().ravel()))
         masks[k] = v
     state.update({f"_rng.{k}": v.cpu() for k, v in rng.items()})
+    meta = {"schema": SCHEMA, "task_id": task_id, "method": method.name, "acc": acc, "elapsed_s": elapsed,
+            "bits": bits}
+    if within:
+        optim, tensors = _flatten_optimizer(within["optimizer"])
+        state.update(tensors)
+        meta["within"] = {"phase": within["phase"], "epoch": within["epoch"], "optimizer": optim}
     save_file(state, tmp / FILES[0])
     save_file(masks, tmp / FILES[1])
-    meta = {"schema": SCHEMA, "task_id": task_id, "method": method.name, "acc": acc, "elapsed_s": elapsed,
-            "bits": bits, "sha256": {f: _sha256(tmp / f) for f in FILES}}
+    meta["sha256"] = {f: _sha256(tmp / f) for f in FILES}
     _write_synced(tmp / "meta.json", json.dumps(meta, indent=1))
     final = root / name
     if final.exists():  # re-learned after a resume: swap the old one out only once the new one is whole
@@ -51,18 +62,47 @@ def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Te
         tmp.rename(final)
     _write_synced(root / ".last.tmp", name)
     os.replace(root / ".last.tmp", root / "last")
+    if not within:  # the task is whole: its within-task checkpoint is spent
+        shutil.rmtree(root / f"{name}_within", ignore_errors=True)
     return final
 
 
-def load(run_dir: Path, name: str | None = None):
+def _flatten_optimizer(state: dict) -> tuple[dict, dict[str, torch.Tensor]]:
+    """An optimiser state_dict as JSON (param groups, scalars) and tensors (momentum buffers, moments)."""
+    tensors, scalars = {}, {}
+    for index, slots in state["state"].items():
+        for key, value in slots.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"_optim.{index}.{key}"] = value.detach().cpu().contiguous().clone()
+            elif value is not None:
+                scalars[f"{index}.{key}"] = value
+    return {"param_groups": state["param_groups"], "scalars": scalars}, tensors
+
+
+def optimizer_state(meta_optimizer: dict, state: dict) -> dict:
+    """The inverse of _flatten_optimizer, taking the `_optim.` tensors out of state."""
+    slots: dict[int, dict] = {}
+    for key in [k for k in state if k.startswith("_optim.")]:
+        _, index, name = key.split(".", 2)
+        slots.setdefault(int(index), {})[name] = state.pop(key)
+    for key, value in meta_optimizer["scalars"].items():
+        index, name = key.split(".", 1)
+        slots.setdefault(int(index), {})[name] = value
+    return {"state": slots, "param_groups": meta_optimizer["param_groups"]}
+
+
+def load(run_dir: Path, name: str | None = None, within: bool = False):
     """The newest valid checkpoint (or the one named) as (state, masks, meta, problems); None when there is none.
 
-    `last` is tried first, then every other task directory from the newest down; a directory whose files
-    are missing or fail their checksum is skipped and named in `problems`."""
+    `last` is tried first, then every other task directory from the newest down (a task's within-task
+    checkpoint counts as older than the task's own, and is considered only when `within`); a directory whose
+    files are missing or fail their checksum is skipped and named in `problems`."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return None
-    names = sorted((d.name for d in root.iterdir() if d.name.startswith("task_") and d.is_dir()), reverse=True)
+    names = [d.name for d in root.iterdir() if d.name.startswith("task_") and d.is_dir()]
+    names = sorted((n for n in names if within or not n.endswith("_within")),
+                   key=lambda n: (n[:8], not n.endswith("_within")), reverse=True)
     if name is not None:
         names = [name] if name in names else []
     last = (root / "last").read_text().strip() if (root / "last").is_file() else None

@@ -78,6 +78,7 @@ class LoggerConfig:
 @dataclass
 class CheckpointConfig:
     enabled: bool = True  # write checkpoints/task_<ttt>/ after every task
+    every_epochs: int = 0  # also write one within a task every N epochs (0: only after tasks); resume continues there
 
 
 @dataclass
@@ -140,7 +141,21 @@ def validate(cfg) -> None:
     methods.check_scenario(cfg.method.name, cfg.scenario)
     if cfg.hardware.distributed:
         methods.check_distributed(cfg.method.name, cfg.scenario)
-    methods.get(cfg.method.name).check_config(cfg.method)
+    method = methods.get(cfg.method.name)
+    method.check_config(cfg.method)
+    check_within_task_checkpoints(cfg, method)
+
+
+def check_within_task_checkpoints(cfg, method) -> None:
+    every = cfg.checkpoint.every_epochs
+    if every < 0:
+        raise UserError(f"checkpoint.every_epochs={every} is out of range: use 0 (after tasks only) or more")
+    if every and not cfg.checkpoint.enabled:
+        raise UserError("checkpoint.every_epochs needs checkpoint.enabled=true")
+    if every and method.within_task_checkpoints is not True:
+        able = [m for m, cls in sorted(methods.METHODS.items()) if cls.within_task_checkpoints is True]
+        raise UserError(f"checkpoint.every_epochs is not supported by method={method.name}: "
+                        f"{method.within_task_checkpoints}; methods that support it: {', '.join(able)}")
 
 
 def _reject_added_keys(cfg, path: str = "") -> None:

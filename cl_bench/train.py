@@ -13,6 +13,7 @@ import torch
 from . import backbones, checkpoint, config, hardware, methods, metrics, recorders
 from .data import scenarios
 from .errors import UserError
+from .methods.base import ResumePoint
 
 SCHEMA = 1
 
@@ -92,6 +93,8 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
         acc, start, elapsed = resume(method, run_dir, tasks, ctx.generator, device, recorder)
     recorder.run_start(cfg, info, run_dir, start)
     t0 = time.perf_counter() - elapsed
+    if cfg.checkpoint.every_epochs and writer:
+        ctx.epoch_done = within_task_saver(cfg.checkpoint.every_epochs, run_dir, method, acc, ctx, guard, t0)
     for task in tasks[start:]:
         recorder.task_start(task)
         method.learn(task)
@@ -107,6 +110,18 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
         record = make_record(cfg, info, acc, method, elapsed, device, random_init)
     recorder.run_end(record)
     return record["avg_acc"]
+
+
+def within_task_saver(every: int, run_dir, method, acc: list, ctx, guard, t0: float):
+    """fit()'s epoch hook for checkpoint.every_epochs: a checkpoint within the task every `every` epochs."""
+    def save(task, phase: int, epoch: int, optimizer) -> None:
+        if (epoch + 1) % every:
+            return
+        with guard():
+            checkpoint.save(run_dir, task.id, method, acc, hardware.rng_state(ctx.generator, ctx.device),
+                            time.perf_counter() - t0,
+                            within={"phase": phase, "epoch": epoch, "optimizer": optimizer.state_dict()})
+    return save
 
 
 def evaluate_checkpoint(cfg, run_dir: Path, name: str | None = None) -> dict:
@@ -131,8 +146,12 @@ def evaluate_checkpoint(cfg, run_dir: Path, name: str | None = None) -> dict:
 
 
 def resume(method, run_dir, tasks, generator, device, recorder):
-    """Load the newest valid checkpoint of run_dir into method; returns (acc, first task to learn, elapsed)."""
-    found = checkpoint.load(run_dir)
+    """Load the newest valid checkpoint of run_dir into method; returns (acc, first task to learn, elapsed).
+
+    A checkpoint written within task t is resumed from the state at t's start (the checkpoint of task t-1,
+    or the initial one): train_task then runs again, its fit() phases already done are skipped, and the
+    phase in flight continues from the saved state after its saved epoch (Method.resume_within)."""
+    found = checkpoint.load(run_dir, within=True)
     if found is None:
         return [], 0, 0.0
     state, masks, meta, problems = found
@@ -140,10 +159,26 @@ def resume(method, run_dir, tasks, generator, device, recorder):
         recorder.warning(f"skipping a damaged checkpoint: {problem}")
     if state is None:
         raise UserError(f"no valid checkpoint in {run_dir}/checkpoints: " + "; ".join(problems))
+    set_rng = lambda rng: hardware.set_rng_state(rng, generator, device)  # noqa: E731
+    within = meta.get("within")
+    if within:
+        task_id = meta["task_id"]
+        start_state = checkpoint.load(run_dir, f"task_{task_id - 1:03d}") if task_id else None
+        if task_id and (start_state is None or start_state[0] is None):
+            raise UserError(f"{run_dir}/checkpoints/task_{task_id - 1:03d} is missing or damaged: the checkpoint "
+                            f"within task {task_id} cannot be resumed without it; delete "
+                            f"checkpoints/task_{task_id:03d}_within to resume from an earlier task")
+        optimizer = checkpoint.optimizer_state(within["optimizer"], state)
+        state, rng = checkpoint.split_rng(state)
+        method.resume_within(ResumePoint(within["phase"], within["epoch"], {**state, **masks}, optimizer, rng,
+                                         set_rng))
+        if start_state is None:
+            return meta["acc"], 0, meta["elapsed_s"]
+        state, masks, _, _ = start_state
     state, rng = checkpoint.split_rng(state)
     method.load_state_dict({**state, **masks})
-    hardware.set_rng_state(rng, generator, device)
-    start = meta["task_id"] + 1
+    set_rng(rng)
+    start = meta["task_id"] + (0 if within else 1)
     method.resumed(tasks[:start])
     return meta["acc"], start, meta["elapsed_s"]
 

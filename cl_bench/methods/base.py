@@ -1,5 +1,6 @@
 """The Method contract and the small helpers every method shares: heads, the epoch loop, optimisers."""
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -39,6 +40,8 @@ class Context:
     recorder: object
     rank: int = 0  # this process's place among world_size data-parallel processes
     world_size: int = 1
+    # Called by fit() after each epoch with (task, phase, epoch, optimizer): the run's within-task checkpoints.
+    epoch_done: Callable | None = None
 
     def autocast(self):
         return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
@@ -51,6 +54,7 @@ class Batch:
     x: torch.Tensor  # network input: normalised, augmented in training
     y: torch.Tensor  # labels in the scenario's label space
     t: torch.Tensor  # task id of each sample
+    step: int = 0  # the step's index within its fit() call, counted across epochs
 
 
 class Heads(nn.Module):
@@ -93,6 +97,10 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
     Config: ClassVar[type] = MethodConfig
     # Scenarios in which all training goes through fit(), so that hardware=ddp can shard its batches.
     distributed_scenarios: ClassVar[frozenset[str]] = frozenset()
+    # Whether a task can be resumed from a checkpoint written within it (checkpoint.every_epochs): true where
+    # every phase of train_task is a fit() call and nothing between phases depends on how training went.
+    # Otherwise a string saying why not.
+    within_task_checkpoints: ClassVar[bool | str] = True
 
     def __init__(self, cfg, backbone: nn.Module, info: Info, ctx: Context):
         super().__init__()
@@ -100,6 +108,8 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         self.backbone = backbone
         self.heads = Heads(backbone.feature_dim, info)
         self.register_buffer("tasks_learned", torch.zeros((), dtype=torch.long))
+        self._phase = 0  # fit() calls made so far in the current task
+        self._resume_at: ResumePoint | None = None
 
     # --- the contract -------------------------------------------------------------------------------
     @classmethod
@@ -109,7 +119,11 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
     def learn(self, task: Task) -> None:
         """All of one task's training, every phase it needs."""
         self.heads.seen = self.info.seen_outputs(task.id)
+        self._phase = 0
         self.train_task(task)
+        if self._resume_at is not None:
+            raise RuntimeError(f"task {task.id} ended before reaching phase {self._resume_at.phase} of its "
+                               "within-task checkpoint: the method's phases are not reproducible")
         self.tasks_learned.fill_(task.id + 1)
 
     @abc.abstractmethod
@@ -125,6 +139,11 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
 
     def resumed(self, learned_tasks: list[Task]) -> None:
         """Called after loading a checkpoint, with the tasks already learned (for methods that keep data)."""
+
+    def resume_within(self, point: "ResumePoint") -> None:
+        """Continue the next task from a checkpoint written within it: fit() phases before point.phase are
+        skipped (their result is in point.state), and point.phase continues after point.epoch."""
+        self._resume_at = point
 
     def capacity(self) -> dict:
         return {"params_total": sum(p.numel() for p in self.parameters())}
@@ -173,14 +192,22 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         opt = optimizer or self.make_optimizer(params)
         sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(self.cfg.lr_milestones), self.cfg.lr_gamma)
         steps = -(-len(data) // self.cfg.batch_size)
-        for epoch in range(epochs):
+        phase, self._phase = self._phase, self._phase + 1
+        first_epoch = 0
+        if self._resume_at is not None:
+            if phase < self._resume_at.phase:  # finished before the stop: its result is in the saved state
+                return
+            first_epoch = self._resume_at.restore(self, opt, sched)
+            self._resume_at = None
+        for epoch in range(first_epoch, epochs):
             self.train()
             self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
             total = torch.zeros((), device=self.ctx.device)
             first_bad = torch.full((), -1, device=self.ctx.device)  # first step with a non-finite loss
             skipped = 0
             for step, (raw, y, t) in enumerate(data.batches(self.cfg.batch_size, self.ctx.generator)):
-                batch = self._shard(Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t))
+                x = self.info.view.train(raw, self.ctx.generator)
+                batch = self._shard(Batch(raw, x, y, t, epoch * steps + step))
                 with self.ctx.autocast():
                     loss = loss_fn(batch)
                 if self.cfg.skip_nonfinite and not torch.isfinite(loss):
@@ -207,6 +234,8 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
             if skipped:
                 self.ctx.recorder.warning(f"task {task.id}, epoch {epoch}: skipped {skipped} non-finite steps")
             self.ctx.recorder.epoch_end(task.id, epoch, mean_loss)
+            if self.ctx.epoch_done is not None:
+                self.ctx.epoch_done(task, phase, epoch, opt)
 
 
     def _shard(self, batch: Batch) -> Batch:
@@ -215,7 +244,29 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         if self.ctx.world_size == 1:
             return batch
         r, w = self.ctx.rank, self.ctx.world_size
-        return Batch(batch.raw[r::w], batch.x[r::w], batch.y[r::w], batch.t[r::w])
+        return Batch(batch.raw[r::w], batch.x[r::w], batch.y[r::w], batch.t[r::w], batch.step)
+
+
+@dataclass
+class ResumePoint:
+    """Where a within-task checkpoint was written: after `epoch` of the task's fit() call number `phase`,
+    with the method's state, the optimiser's state and the random-number states as they were then."""
+
+    phase: int
+    epoch: int
+    state: dict
+    optimizer: dict
+    rng: dict
+    set_rng: Callable
+
+    def restore(self, method: "Method", opt, sched) -> int:
+        """Put everything back as it was after `epoch`; returns the epoch to continue with."""
+        method.load_state_dict(self.state)
+        opt.load_state_dict(self.optimizer)
+        sched.last_epoch = self.epoch + 1  # the schedule stepped once per finished epoch
+        sched._last_lr = [group["lr"] for group in opt.param_groups]
+        self.set_rng(self.rng)
+        return self.epoch + 1
 
 
 class NonFiniteLoss(UserError):

@@ -57,6 +57,8 @@ def cubic_sparsity(step: int, begin: int, end: int, initial: float, target: floa
 class CPG(MaskedMethod):
     name = "cpg"
     Config = CPGConfig
+    within_task_checkpoints = ("its phases choose among trained models by validation accuracy (growing, "
+                               "compacting), so a task restarts from its beginning")
 
     def __init__(self, cfg, backbone, info, ctx):
         # The unconverted backbone, the template of goal_source=independent's models; kept out of the

@@ -10,7 +10,6 @@ Without a task id (class scenario), every seen task's path runs over the input, 
 dimension; a task classifier (an MLP over the concatenated pooled features of all paths, trained with
 rehearsal on an episodic memory) picks the task, whose head then gives the class.
 """
-import itertools
 from dataclasses import dataclass, replace
 
 import torch
@@ -107,11 +106,10 @@ class Gated(Method):
         for layer in self.layers:
             layer.start_task()
         steps = -(-len(task.train) // self.cfg.batch_size)
-        step = itertools.count()
 
         def loss(batch):
             ce = F.cross_entropy(self(batch.x, task.id), batch.y - task.offset)
-            if next(step) < self.cfg.sparsity_warmup_epochs * steps:
+            if batch.step < self.cfg.sparsity_warmup_epochs * steps:
                 return ce
             return ce + self.cfg.sparsity * self.gate_density()
 

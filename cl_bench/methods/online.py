@@ -36,6 +36,7 @@ class OnlineMethod(Method):
     scenarios = frozenset({"task", "class"})
     Config = OnlineConfig
     unused: tuple[str, ...] = ()  # further shared knobs a subclass does not read (e.g. lr)
+    within_task_checkpoints = "it learns each task in one pass over the stream, not in epochs"
     soft_targets = False  # whether the memory keeps the logits each sample got when it was stored
 
     @classmethod

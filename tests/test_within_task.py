@@ -1,0 +1,101 @@
+"""checkpoint.every_epochs: checkpoints written within a task, and resumes that continue from them.
+
+Each case stops a run right after one of its within-task checkpoints (the last thing a killed run would
+have left), resumes it, and requires exactly the metrics of the run never stopped, which in turn equal those
+of a run that wrote no within-task checkpoint at all."""
+import json
+import shutil
+
+import pytest
+from conftest import cl_bench
+
+from cl_bench import checkpoint, cli, config
+from cl_bench import train as train_module
+
+DROP = ("time_s", "peak_mem_mb")
+BASE = ["logger=none", "dataset.num_tasks=2", "method.epochs=2"]
+# Where each method is stopped: (task, phase, epoch) of the within-task checkpoint it stops after. Later
+# phases come after work between phases (PackNet's pruning, gated's consolidation) that the resume redoes.
+GATED = ["experiment=gated_split_digits", "scenario=class", "method.task_classifier_epochs=2",
+         "method.sparsity_warmup_epochs=1", *BASE]
+CASES = {
+    "finetune": (["method=finetune"], (1, 0, 0)),
+    "er": (["method=er", "method.memory_size=20"], (1, 0, 0)),
+    "lwf": (["method=lwf"], (1, 0, 0)),
+    "independent": (["method=independent"], (1, 0, 0)),
+    "packnet": (["method=packnet", "method.retrain_epochs=2"], (1, 1, 0)),
+    "gated-path": (GATED, (1, 0, 0)),  # the sparsity warm-up counts steps across the stop
+    "gated-classifier": (GATED, (1, 1, 0)),
+    "finetune-first-task": (["method=finetune"], (0, 0, 0)),  # resumed from the initial state
+}
+
+
+def metrics(run_dir):
+    m = json.loads((run_dir / "metrics.json").read_text())
+    return {k: v for k, v in m.items() if k not in DROP}
+
+
+def run(tmp_path, name, args):
+    config.register()
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    train_module.run(cli.compose(args), run_dir)
+    return run_dir
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path, monkeypatch, one_thread, case):
+    extra, (task, phase, epoch) = CASES[case]
+    args = [*BASE, *extra]
+    plain = run(tmp_path, "plain", args)
+    args.append("checkpoint.every_epochs=1")
+    whole = run(tmp_path, "whole", args)
+    assert metrics(whole) == metrics(plain)
+    assert not any(p.name.endswith("_within") for p in (whole / "checkpoints").iterdir()), "spent ones removed"
+
+    save = checkpoint.save
+
+    def save_then_stop(run_dir, task_id, *a, within=None, **k):
+        out = save(run_dir, task_id, *a, within=within, **k)
+        if within and (task_id, within["phase"], within["epoch"]) == (task, phase, epoch):
+            raise Stop  # as if killed right after this checkpoint was written
+        return out
+
+    monkeypatch.setattr(checkpoint, "save", save_then_stop)
+    with pytest.raises(Stop):
+        run(tmp_path, "stopped", args)
+    monkeypatch.undo()
+    stopped = tmp_path / "stopped"
+    assert (stopped / "checkpoints" / "last").read_text() == f"task_{task:03d}_within"
+    train_module.run(cli.compose([*args, f"resume={stopped}"]), stopped)
+    assert metrics(stopped) == metrics(whole)
+
+
+def test_methods_whose_phases_depend_on_results_refuse_every_epochs(tmp_path):
+    for method in ("cpg", "nccl"):
+        proc = cl_bench("train", f"method={method}", "checkpoint.every_epochs=1", f"hydra.run.dir={tmp_path / method}")
+        assert proc.returncode == 2
+        assert f"checkpoint.every_epochs is not supported by method={method}" in proc.stderr
+        assert "Traceback" not in proc.stderr and not (tmp_path / method).exists()
+
+
+def test_a_damaged_within_task_checkpoint_falls_back_to_the_task_before(tmp_path, monkeypatch, one_thread):
+    args = [*BASE, "method=finetune", "checkpoint.every_epochs=1"]
+    whole = run(tmp_path, "whole", args)
+    stopped = tmp_path / "stopped"
+    shutil.copytree(whole, stopped)
+    (stopped / "metrics.json").unlink()
+    shutil.rmtree(stopped / "checkpoints" / "task_001")
+    shutil.copytree(whole / "checkpoints" / "task_000", stopped / "checkpoints" / "task_001_within")
+    (stopped / "checkpoints" / "last").write_text("task_001_within")
+    # a copy of another checkpoint with a byte changed: its checksum fails
+    state = stopped / "checkpoints" / "task_001_within" / "state.safetensors"
+    data = bytearray(state.read_bytes())
+    data[-1] ^= 0xFF
+    state.write_bytes(bytes(data))
+    train_module.run(cli.compose([*args, f"resume={stopped}"]), stopped)
+    assert metrics(stopped) == metrics(whole)
