@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torchvision.transforms.v2 import functional as TF
 
 from ..errors import UserError
 from . import sources
@@ -99,7 +98,7 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
     elif kind == "superclass":
         task_classes, shared_labels = _superclasses(src), False
     elif kind in ("permuted", "rotated"):
-        labels = sorted(torch.unique(src.train_y).tolist())
+        labels = _labels_present(src.train_y)
         task_classes, shared_labels = [labels] * dataset_cfg.num_tasks, True
     else:
         raise UserError(f"dataset.kind={kind!r} is unknown: use split, superclass, permuted or rotated")
@@ -112,7 +111,7 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
 
 
 def _class_split(src, cfg, rng) -> list[list[int]]:
-    classes = sorted(torch.unique(src.train_y).tolist())
+    classes = _labels_present(src.train_y)
     per_task = cfg.classes_per_task or len(classes) // cfg.num_tasks
     if per_task * cfg.num_tasks > len(classes):
         raise UserError(f"{cfg.name}: {cfg.num_tasks} tasks of {per_task} classes need more than the "
@@ -126,7 +125,7 @@ def _superclasses(src) -> list[list[int]]:
     if src.train_coarse is None:
         raise UserError(f"dataset.kind=superclass needs coarse labels, which {src.name} does not have")
     fine, coarse = src.train_y, src.train_coarse
-    return [sorted(torch.unique(fine[coarse == c]).tolist()) for c in sorted(torch.unique(coarse).tolist())]
+    return [_labels_present(fine[coarse == c]) for c in _labels_present(coarse)]
 
 
 def _offsets(task_classes, shared: bool) -> list[int]:
@@ -138,28 +137,30 @@ def _offsets(task_classes, shared: bool) -> list[int]:
 def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device) -> Task:
     relabel = torch.full((int(src.train_y.max()) + 1,), -1, dtype=torch.long)
     relabel[torch.tensor(classes)] = torch.arange(len(classes)) + offset
-    train_x, train_y = _select(src.train_x, src.train_y, relabel)
-    test_x, test_y = _select(src.test_x, src.test_y, relabel)
-    if kind in ("permuted", "rotated"):
-        transform = _domain_transform(kind, t, cfg.num_tasks, src.train_x.shape[1:], rng)
-        train_x, test_x = transform(train_x), transform(test_x)
-    order = torch.from_numpy(rng.permutation(len(train_y)))
-    n_val = int(round(data_cfg.val_fraction * len(train_y)))
+    train_rows, test_rows = _rows(src.train_y, relabel), _rows(src.test_y, relabel)
+    transform = (_domain_transform(kind, t, cfg.num_tasks, src.train_x.shape[1:], rng)
+                 if kind in ("permuted", "rotated") else (lambda x: x))
+    order = torch.from_numpy(rng.permutation(len(train_rows)))
+    n_val = int(round(data_cfg.val_fraction * len(train_rows)))
     val_idx, train_idx = order[:n_val], order[n_val:]
     if cfg.samples_per_task is not None:
         train_idx = train_idx[: cfg.samples_per_task]
 
-    def split(x, y):
-        return Split(x.to(device), y.to(device), torch.full_like(y, t).to(device))
+    def split(x, y, rows):  # one gather from the source per split: the data is copied once
+        return Split(transform(x[rows]).to(device), relabel[y[rows]].to(device),
+                     torch.full((len(rows),), t, dtype=torch.long, device=device))
 
-    return Task(t, list(classes), offset, split(train_x[train_idx], train_y[train_idx]),
-                split(train_x[val_idx], train_y[val_idx]), split(test_x, test_y))
+    return Task(t, list(classes), offset, split(src.train_x, src.train_y, train_rows[train_idx]),
+                split(src.train_x, src.train_y, train_rows[val_idx]), split(src.test_x, src.test_y, test_rows))
 
 
-def _select(x, y, relabel):
-    new = relabel[y]
-    keep = new >= 0
-    return x[keep], new[keep]
+def _rows(y, relabel) -> torch.Tensor:
+    """Indices of the samples whose label belongs to the task, in the source's order."""
+    return torch.nonzero(relabel[y] >= 0).squeeze(1)
+
+
+def _labels_present(y: torch.Tensor) -> list[int]:
+    return torch.nonzero(torch.bincount(y)).squeeze(1).tolist()
 
 
 def _domain_transform(kind, t, num_tasks, shape, rng):
@@ -167,4 +168,5 @@ def _domain_transform(kind, t, num_tasks, shape, rng):
         perm = torch.from_numpy(rng.permutation(int(np.prod(shape))))
         return lambda x: x.flatten(1)[:, perm].reshape(x.shape)
     angle = 180.0 * t / num_tasks  # evenly spaced in [0°, 180°)
+    from torchvision.transforms.v2 import functional as TF  # imported here: torchvision takes seconds to load
     return lambda x: TF.rotate(x, angle, interpolation=TF.InterpolationMode.BILINEAR)

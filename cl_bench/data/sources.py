@@ -183,8 +183,7 @@ def _read_idx(path: Path, ndim: int) -> np.ndarray:
 def _read_bytes(path: Path) -> bytes:
     try:
         if path.suffix == ".gz":
-            with gzip.open(path, "rb") as stream:
-                return stream.read()
+            return gzip.decompress(path.read_bytes())  # at once: several times faster than reading a stream
         return path.read_bytes()
     except (OSError, EOFError, zlib.error) as error:  # gzip reports damage through all three
         raise UserError(f"cannot read {path}: {error}") from error
