@@ -6,8 +6,8 @@ directory is written under a temporary name and renamed when complete; checkpoin
 so a run killed at any moment leaves the previous checkpoint intact.
 
 With checkpoint.every_epochs, checkpoints/task_<ttt>_within/ is also written (and rewritten) while task ttt
-is learned: it adds the optimiser's state and meta.json's "within" = {phase, epoch}, and is removed once
-task_<ttt>/ is written.
+is learned: it adds the optimiser's state and meta.json's "within" = {phase, epoch}; `last` does not name it, and
+it is removed once task_<ttt>/ is written.
 """
 import hashlib
 import json
@@ -60,10 +60,10 @@ def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Te
         shutil.rmtree(trash)
     else:
         tmp.rename(final)
-    _write_synced(root / ".last.tmp", name)
-    os.replace(root / ".last.tmp", root / "last")
-    if not within:  # the task is whole: its within-task checkpoint is spent
-        shutil.rmtree(root / f"{name}_within", ignore_errors=True)
+    if not within:  # `last` names complete tasks only
+        _write_synced(root / ".last.tmp", name)
+        os.replace(root / ".last.tmp", root / "last")
+        shutil.rmtree(root / f"{name}_within", ignore_errors=True)  # the task is whole: this one is spent
     return final
 
 
@@ -106,7 +106,7 @@ def load(run_dir: Path, name: str | None = None, within: bool = False):
     if name is not None:
         names = [name] if name in names else []
     last = (root / "last").read_text().strip() if (root / "last").is_file() else None
-    if last in names:
+    if last in names and not names[0].endswith("_within"):  # a task in flight is newer than the last whole one
         names.remove(last)
         names.insert(0, last)
     problems = []

@@ -70,7 +70,9 @@ def test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path, monke
         run(tmp_path, "stopped", args)
     monkeypatch.undo()
     stopped = tmp_path / "stopped"
-    assert (stopped / "checkpoints" / "last").read_text() == f"task_{task:03d}_within"
+    assert (stopped / "checkpoints" / f"task_{task:03d}_within").is_dir()
+    last = (stopped / "checkpoints" / "last")
+    assert last.read_text() == f"task_{task - 1:03d}" if task else not last.exists(), "last names whole tasks"
     train_module.run(cli.compose([*args, f"resume={stopped}"]), stopped)
     assert metrics(stopped) == metrics(whole)
 
@@ -91,7 +93,7 @@ def test_a_damaged_within_task_checkpoint_falls_back_to_the_task_before(tmp_path
     (stopped / "metrics.json").unlink()
     shutil.rmtree(stopped / "checkpoints" / "task_001")
     shutil.copytree(whole / "checkpoints" / "task_000", stopped / "checkpoints" / "task_001_within")
-    (stopped / "checkpoints" / "last").write_text("task_001_within")
+    (stopped / "checkpoints" / "last").write_text("task_000")
     # a copy of another checkpoint with a byte changed: its checksum fails
     state = stopped / "checkpoints" / "task_001_within" / "state.safetensors"
     data = bytearray(state.read_bytes())
