@@ -51,14 +51,40 @@ def train(args: list[str]) -> int:
         args = args + follower_overrides(args)
     else:
         refuse_finished_run_dir(args)
-    if not any(a.startswith("-") for a in args):
-        # A plain single run: compose once here so that mistakes fail before Hydra makes a directory.
-        # Runs with Hydra flags (-m, --cfg, ...) are checked by Hydra and by run() itself.
-        cfg = compose(args)
+    if any(a.startswith("-") for a in args):  # Hydra flags (-m, --cfg, ...): checked by Hydra and by run()
+        return run_hydra(args)
+    return run_single(args)
+
+
+def run_single(args: list[str]) -> int:
+    """A plain single run, composed once: checked before Hydra makes a directory, then handed to Hydra's
+    own job runner (which writes .hydra/, sets up logging and the working directory as @hydra.main does)."""
+    from hydra import initialize_config_dir
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.utils import run_job
+    from hydra.types import HydraContext, RunMode
+    from omegaconf import open_dict
+
+    from . import config
+    args = [*args, "hydra.mode=RUN"]  # as @hydra.main records it
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        hydra = GlobalHydra.instance().hydra
+        cfg = compose(args, lambda: hydra.compose_config("config", args, run_mode=RunMode.RUN,
+                                                         with_log_configuration=True))
         config.validate(cfg)
         if not any(a.startswith("hydra.run.dir=") for a in args):
-            args = args + [f"hydra.run.dir={claim_run_dir(cfg)}"]
-    return run_hydra(args)
+            run_dir = str(claim_run_dir(cfg))
+            with open_dict(cfg):
+                cfg.hydra.run.dir = run_dir
+                cfg.hydra.overrides.hydra.insert(0, f"hydra.run.dir={run_dir}")
+        callbacks = Callbacks(cfg)
+        callbacks.on_run_start(config=cfg, config_name="config")
+        result = run_job(hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
+                         task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None)
+        callbacks.on_run_end(config=cfg, config_name="config", job_return=result)
+        result.return_value  # re-raises what the run raised  # noqa: B018
+    return 0
 
 
 def claim_run_dir(cfg) -> Path:
@@ -75,11 +101,12 @@ def claim_run_dir(cfg) -> Path:
             continue
 
 
-def compose(overrides: list[str]):
+def compose(overrides: list[str], composer=None):
+    """The composed config (by default through Hydra's compose API), with Hydra's errors as one line."""
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
     try:
-        return hydra_compose(overrides)
+        return composer() if composer else hydra_compose(overrides)
     except MissingConfigException as e:
         group = Path(e.missing_cfg_file or "").parent.name
         if group and e.options is not None:
@@ -148,32 +175,10 @@ def resume_overrides(run_dir: str, overrides: list[str]) -> list[str]:
 
 
 def run_hydra(args: list[str]) -> int:
+    """Through @hydra.main, for runs with Hydra's own flags: sweeps (-m), --cfg, --info, ..."""
     import hydra
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
-    from . import train as train_module
-
-    @hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")
-    def entry(cfg):
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:  # a re-run sweep completes only what is missing
-            done = finished_avg_acc(run_dir)
-            if done is not None:
-                print(f"cl-bench: {run_dir} is complete, skipped", file=sys.stderr)
-                return done
-            if (run_dir / "checkpoints" / "last").is_file():
-                cfg.resume = str(run_dir)
-        try:
-            return train_module.run(cfg, run_dir)
-        except UserError as e:
-            print(f"cl-bench: error: {e}", file=sys.stderr)
-            sys.exit(2)
-        except train_module.Interrupted as stop:
-            print(f"cl-bench: stopped by {stop}; the run is incomplete and its last complete checkpoint intact. "
-                  f"Resume it with:\n  cl-bench train resume={run_dir}", file=sys.stderr)
-            sys.exit(130 if str(stop) == "SIGINT" else 143)
-
+    entry = hydra.main(config_path=str(CONF), config_name="config", version_base="1.3")(task)
     saved_argv = sys.argv
     sys.argv = ["cl-bench", *args]
     try:
@@ -183,6 +188,31 @@ def run_hydra(args: list[str]) -> int:
     finally:
         sys.argv = saved_argv
     return 0
+
+
+def task(cfg) -> float:
+    """One job: a run of the task loop in Hydra's output directory (for sweeps, each job's)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from . import train as train_module
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if HydraConfig.get().mode == RunMode.MULTIRUN:  # a re-run sweep completes only what is missing
+        done = finished_avg_acc(run_dir)
+        if done is not None:
+            print(f"cl-bench: {run_dir} is complete, skipped", file=sys.stderr)
+            return done
+        if (run_dir / "checkpoints" / "last").is_file():
+            cfg.resume = str(run_dir)
+    try:
+        return train_module.run(cfg, run_dir)
+    except UserError as e:
+        print(f"cl-bench: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except train_module.Interrupted as stop:
+        print(f"cl-bench: stopped by {stop}; the run is incomplete and its last complete checkpoint intact. "
+              f"Resume it with:\n  cl-bench train resume={run_dir}", file=sys.stderr)
+        sys.exit(130 if str(stop) == "SIGINT" else 143)
 
 
 def parse(command: str, args: list[str], configure):

@@ -164,11 +164,11 @@ def _reject_added_keys(cfg, path: str = "") -> None:
     if dataclasses.is_dataclass(schema):
         known = {f.name for f in dataclasses.fields(schema)}
         for key in cfg:
-            if key not in known:
+            if key not in known and not (path == "" and key == "hydra"):  # Hydra's own node, when composed in
                 raise UserError(f"unknown key {path + key!r}: {path.rstrip('.') or 'the top level'} has "
                                 f"{', '.join(sorted(known))}")
     for key in cfg:
-        if OmegaConf.is_dict(cfg._get_node(key)):
+        if OmegaConf.is_dict(cfg._get_node(key)) and not (path == "" and key == "hydra"):
             _reject_added_keys(cfg[key], f"{path}{key}.")
 
 
