@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench bench-gpu clean
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
@@ -20,9 +20,16 @@ test: $(VENV_STAMP)
 lint: $(VENV_STAMP)
 	.venv/bin/ruff check cl_bench tests scripts
 
-bench: $(VENV_STAMP)  ## overhead against plain PyTorch and each method over finetune (needs MNIST under DATA)
-	$(PY) scripts/bench.py overhead --data $(or $(DATA),../shared/data)
-	$(PY) scripts/bench.py methods --data $(or $(DATA),../shared/data)
+BENCH_DATA = $(or $(DATA),../shared/data)
+bench: $(VENV_STAMP)  ## the CPU sections of scripts/bench.py, into docs/benchmarks.md (needs MNIST under DATA)
+	$(PY) scripts/bench.py overhead --data $(BENCH_DATA)
+	$(PY) scripts/bench.py peers --data $(BENCH_DATA)  # skips, saying how to set up, without ../avalanche-venv
+	$(PY) scripts/bench.py methods --data $(BENCH_DATA)
+	$(PY) scripts/bench.py scaling --data $(BENCH_DATA)
+
+bench-gpu: $(VENV_STAMP)  ## the GPU section: split_cifar10 on resnet18_reduced, bf16, channels_last, +/- compile
+	$(PY) $(BENCH_DATA)/prepare_cifar10.py /tmp/cl-data
+	$(PY) scripts/bench.py gpu --data $(BENCH_DATA) --cifar-root /tmp/cl-data --machine "$(MACHINE)"
 
 clean:
 	rm -rf .venv outputs/runs outputs/sweeps
