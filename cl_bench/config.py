@@ -63,6 +63,7 @@ class HardwareConfig:
     deterministic: bool = False  # PyTorch's deterministic algorithms (slower on GPU)
     distributed: bool = False  # data-parallel over the processes torchrun starts (hardware=ddp)
     threads: int | None = None  # CPU threads for torch ops; null keeps torch's default (one per core)
+    compile: bool = False  # torch.compile the backbone (minutes of compiling first; pays off on long GPU runs)
 
 
 @dataclass

@@ -29,6 +29,8 @@ def build(cfg, recorder):
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)
+    if cfg.hardware.compile:
+        method.compile_backbone()
     return scenario, method, ctx
 
 

@@ -1,5 +1,6 @@
 """The Method contract and the small helpers every method shares: heads, the epoch loop, optimisers."""
 import abc
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -139,6 +140,10 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
 
     def resumed(self, learned_tasks: list[Task]) -> None:
         """Called after loading a checkpoint, with the tasks already learned (for methods that keep data)."""
+
+    def compile_backbone(self) -> None:
+        """hardware.compile: torch.compile the backbone in place (its state-dict keys unchanged)."""
+        self.backbone.compile()
 
     def resume_within(self, point: "ResumePoint") -> None:
         """Continue the next task from a checkpoint written within it: fit() phases before point.phase are
@@ -280,6 +285,16 @@ def average_gradients(params, world_size: int) -> None:
         if p.grad is not None:
             dist.all_reduce(p.grad)
             p.grad.div_(world_size)
+
+
+def fresh_copy(module: nn.Module) -> nn.Module:
+    """A deep copy that runs on its own weights: a compiled module's copy would otherwise keep calling the
+    original's compiled forward, so the copy is compiled afresh."""
+    clone = copy.deepcopy(module)
+    if getattr(module, "_compiled_call_impl", None) is not None:
+        clone._compiled_call_impl = None
+        clone.compile()
+    return clone
 
 
 def reset_parameters(module: nn.Module) -> None:

@@ -1,10 +1,9 @@
 """Independent: a freshly initialised backbone and head for every task (T× the parameters). The accuracy
 CPG aims to match with one network."""
-import copy
 
 from torch import nn
 
-from .base import Heads, Method, reset_parameters
+from .base import Heads, Method, fresh_copy, reset_parameters
 
 
 class Independent(Method):
@@ -18,7 +17,7 @@ class Independent(Method):
         self.nets = nn.ModuleList()
 
     def _new_net(self) -> nn.Module:
-        net = nn.ModuleDict({"backbone": copy.deepcopy(self.backbone), "heads": Heads(self.backbone.feature_dim,
+        net = nn.ModuleDict({"backbone": fresh_copy(self.backbone), "heads": Heads(self.backbone.feature_dim,
                                                                                       self.info)})
         reset_parameters(net)
         return net.to(self.ctx.device)

@@ -1,12 +1,11 @@
 """Learning without Forgetting (Li & Hoiem 2016): while learning a new task, keep the old heads' outputs
 on the new data close to those of the model from before the task (distillation at temperature T)."""
-import copy
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from .base import Method, MethodConfig
+from .base import Method, MethodConfig, fresh_copy
 
 
 @dataclass
@@ -33,8 +32,8 @@ class LwF(Method):
             self.fit(task, lambda batch: self.loss(batch, 0))
             return
         # A frozen copy of the network as it was before this task: the teacher.
-        old_backbone = copy.deepcopy(self.backbone).eval().requires_grad_(False)
-        old_heads = copy.deepcopy(self.heads).eval().requires_grad_(False)
+        old_backbone = fresh_copy(self.backbone).eval().requires_grad_(False)
+        old_heads = fresh_copy(self.heads).eval().requires_grad_(False)
         old_tasks = range(task.id)
         old_outputs = self.info.seen_outputs(task.id - 1)
 

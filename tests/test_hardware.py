@@ -1,0 +1,44 @@
+"""hardware.*: switches that must do what they say."""
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from cl_bench import cli, config, hardware
+from cl_bench import train as train_module
+from cl_bench.methods.base import fresh_copy
+from cl_bench.recorders import Recorders
+
+
+def test_deterministic_turns_on_pytorchs_deterministic_algorithms():
+    config.register()
+    cfg = OmegaConf.structured(config.HardwareConfig(device="cpu", deterministic=True))
+    try:
+        hardware.setup(cfg)
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    hardware.setup(OmegaConf.structured(config.HardwareConfig(device="cpu")))
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_compile_compiles_the_backbone_in_place():
+    config.register()
+    for flag in (False, True):
+        cfg = cli.compose(["method=lwf", "logger=none", f"hardware.compile={str(flag).lower()}"])
+        _, method, _ = train_module.build(cfg, Recorders([]))
+        assert (method.backbone._compiled_call_impl is not None) == flag
+        assert all(not k.startswith("_orig_mod") for k in method.state_dict()), "checkpoint keys unchanged"
+
+
+def test_a_copy_of_a_compiled_module_runs_on_its_own_weights():
+    torch.manual_seed(0)
+    original = nn.Linear(3, 2)
+    original.compile(backend="eager")  # the wrapping is what matters here, not the compiler
+    clone = fresh_copy(original)
+    assert clone._compiled_call_impl is not None and clone._compiled_call_impl is not original._compiled_call_impl
+    with torch.no_grad():
+        clone.weight.zero_()
+        clone.bias.fill_(1.0)
+    x = torch.randn(4, 3)
+    assert torch.equal(clone(x), torch.ones(4, 2))  # a plain deepcopy would have computed original(x)
+    assert not torch.equal(original(x), torch.ones(4, 2))
