@@ -14,8 +14,8 @@ install: $(VENV_STAMP)
 run: $(VENV_STAMP)  ## the embedded default: finetune on split_digits with a small convnet
 	.venv/bin/cl-bench train $(ARGS)
 
-test: $(VENV_STAMP)
-	$(PY) -m pytest -q
+test: $(VENV_STAMP)  ## the suite, on two workers (one torch thread each)
+	$(PY) -m pytest -q -n 2
 
 lint: $(VENV_STAMP)
 	.venv/bin/ruff check cl_bench tests scripts

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# One torch thread per process, here and in the CLI runs the tests start: `make test` runs two pytest workers on
+# two cores, and small ops on shared cores run fastest so. Set before torch is imported anywhere.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 

@@ -97,3 +97,48 @@ def test_eval_and_report_errors_are_one_line(tmp_path):
         proc = cl_bench(*args)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) <= 2  # argparse adds its usage line
+
+
+def _write_reports(paths, out, times):
+    from cl_bench import report as report_module
+    for _ in range(times):
+        report_module.report(paths, out, plots=False)
+
+
+def test_two_sweeps_reporting_into_one_place_never_leave_a_torn_file(tmp_path):
+    """Both writers replace whole files atomically: the report always is one writer's, never a mix."""
+    import multiprocessing
+
+    from cl_bench import report as report_module
+
+    def fake_sweep(name, method, accs):
+        for seed, acc in enumerate(accs):
+            run = tmp_path / name / str(seed)
+            run.mkdir(parents=True)
+            (run / "metrics.json").write_text(json.dumps({
+                "method": method, "dataset": "split_digits", "scenario": "task", "backbone": "convnet",
+                "complete": True, "capacity": {"params_total": 1000}, "avg_acc": acc, "forgetting": 0.0,
+                "bwt": 0.0, "time_s": 1.0, "acc": [[acc]], "num_tasks": 1, "seed": seed}))
+        return tmp_path / name
+
+    a = fake_sweep("a", "finetune", [0.5, 0.6] * 50)
+    b = fake_sweep("b", "ewc", [0.7, 0.8] * 50)
+    expected = {}
+    for name, path in (("a", a), ("b", b)):
+        report_module.report([path], tmp_path / f"alone_{name}", plots=False)
+        expected[name] = {f: (tmp_path / f"alone_{name}" / f).read_text() for f in ("report.md", "report.csv")}
+    shared = tmp_path / "shared"
+    ctx = multiprocessing.get_context("fork")
+    writers = [ctx.Process(target=_write_reports, args=([p], shared, 25)) for p in (a, b)]
+    for w in writers:
+        w.start()
+    for _ in range(200):  # read while both write
+        for f in ("report.md", "report.csv"):
+            if (shared / f).exists():
+                assert (shared / f).read_text() in (expected["a"][f], expected["b"][f])
+    for w in writers:
+        w.join()
+        assert w.exitcode == 0
+    for f in ("report.md", "report.csv"):
+        assert (shared / f).read_text() in (expected["a"][f], expected["b"][f])
+    assert not [p.name for p in shared.iterdir() if p.name.startswith(".")], "no temporary files left behind"
