@@ -21,6 +21,7 @@ SCHEMA = 1
 def build(cfg, recorder):
     """Hardware, scenario and method for cfg, seeded, before any training."""
     config.validate(cfg)
+    import torch._dynamo  # noqa: F401  torch.optim imports it on first use (~1 s): here, so time_s times learning
     hw = hardware.setup(cfg.hardware)
     seed_everything(cfg.seed)
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last)

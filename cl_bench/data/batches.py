@@ -8,21 +8,23 @@ class View:
     32×32 colour data a random 4-pixel pad-crop and horizontal flip, all as batched tensor ops."""
 
     def __init__(self, mean, std, augment: bool, device, channels_last: bool = False, pad: int = 4):
-        self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
-        self.std = torch.tensor(std, device=device).view(1, -1, 1, 1)
+        mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
+        std = torch.tensor(std, device=device).view(1, -1, 1, 1)
+        # (x / 255 - mean) / std as one multiply and one add, both in place
+        self.scale, self.shift = 1 / (255 * std), -mean / std
         self.augment = augment
         self.pad = pad
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
 
     def eval(self, x: torch.Tensor) -> torch.Tensor:
-        x = (x.float().div_(255) - self.mean) / self.std
+        x = x.float().mul_(self.scale).add_(self.shift)
         return x.contiguous(memory_format=self.memory_format)
 
     def train(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         x = self.eval(x)
         if self.augment:
-            x = random_flip(random_crop(x, self.pad, generator), generator)
-        return x.contiguous(memory_format=self.memory_format)
+            x = random_flip(random_crop(x, self.pad, generator), generator).contiguous(memory_format=self.memory_format)
+        return x
 
 
 def random_crop(x: torch.Tensor, pad: int, generator=None) -> torch.Tensor:

@@ -31,8 +31,8 @@ class Split:
         n = len(self)
         order = (torch.randperm(n, device=self.y.device, generator=generator) if generator is not None
                  else torch.arange(n, device=self.y.device))
-        for idx in order.split(batch_size):
-            yield self.x[idx], self.y[idx], self.t[idx]
+        for idx in order.split(batch_size):  # index_select: several times cheaper than x[idx] per batch
+            yield self.x.index_select(0, idx), self.y.index_select(0, idx), self.t.index_select(0, idx)
 
     @staticmethod
     def cat(splits):
