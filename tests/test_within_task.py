@@ -78,7 +78,7 @@ def test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path, monke
 
 
 def test_methods_whose_phases_depend_on_results_refuse_every_epochs(tmp_path):
-    for method in ("cpg", "nccl"):
+    for method in ("cpg", "piggyback", "nccl"):
         proc = cl_bench("train", f"method={method}", "checkpoint.every_epochs=1", f"hydra.run.dir={tmp_path / method}")
         assert proc.returncode == 2
         assert f"checkpoint.every_epochs is not supported by method={method}" in proc.stderr
