@@ -3,7 +3,7 @@
     python scripts/bench.py overhead [--repeats 3]      # cl-bench finetune against a plain PyTorch script
     python scripts/bench.py peers [--repeats 3] [--avalanche-python ../avalanche-venv/bin/python]
                                     # against Avalanche 0.6.0, set up by scripts/setup_avalanche_env.sh
-    python scripts/bench.py methods [--cifar-root /tmp/cl-data]   # each method's time over finetune's
+    python scripts/bench.py methods [--cifar]          # each method's time over finetune's
     python scripts/bench.py scaling                     # per-task cost, memory, checkpoint size at 5/10/20 tasks
     python scripts/bench.py gpu                         # samples/s per method on a CUDA GPU, bf16, channels_last,
                                                         # with and without hardware.compile (skips without a GPU)
@@ -29,6 +29,7 @@ WORKLOAD = ["method=finetune", "dataset=split_mnist", "backbone=mlp", "scenario=
             "backbone.hidden_sizes=[256,256]", "method.lr=0.01", "method.momentum=0.9", "method.batch_size=128",
             "method.epochs=1", "data.val_fraction=0", "logger=none", "checkpoint.enabled=false"]
 ONLINE = ("nccl", "agem", "lamaml")
+ONLINE_SAMPLES = 200  # per task for the online methods' mlp rows: La-MAML's meta-steps make it the slowest
 # The mask methods' extra phases (goal models, compacting, retraining) cut to one epoch each, so that the
 # comparison is of one training pass.
 SHORT = {
@@ -129,7 +130,7 @@ def method_rows(opts) -> list[tuple[str, list[str]]]:
              "dataset.samples_per_task=500"]
     return [("split_mnist/mlp", ["dataset=split_mnist", "backbone=mlp", f"data.root={opts.data}"]),
             ("split_mnist/convnet", ["dataset=split_mnist", "backbone=convnet", "backbone.channels=[16,32]",
-                                     f"data.root={opts.data}", "dataset.samples_per_task=1000"]),
+                                     f"data.root={opts.data}", "dataset.samples_per_task=500"]),
             ("split_cifar10/resnet18_reduced", cifar)]
 
 
@@ -137,10 +138,11 @@ def methods(opts) -> dict:
     from cl_bench.methods import METHODS
     out = {}
     workloads = method_rows(opts)
-    if not (Path(opts.cifar_root) / "cifar-10-batches-py").is_dir():
-        print(f"bench: split_cifar10 rows skipped: no {opts.cifar_root}/cifar-10-batches-py (write it with "
-              f"python ../shared/data/prepare_cifar10.py {opts.cifar_root})", file=sys.stderr)
+    if not opts.cifar:  # resnet18_reduced on 2 CPU cores: minutes per method (A-GEM alone 140 s)
         workloads = workloads[:2]
+    elif not (Path(opts.cifar_root) / "cifar-10-batches-py").is_dir():
+        return skip(f"no {opts.cifar_root}/cifar-10-batches-py: write it with "
+                    f"python ../shared/data/prepare_cifar10.py {opts.cifar_root}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, data in workloads:
             for scenario in ("task", "class"):
@@ -150,7 +152,7 @@ def methods(opts) -> dict:
                     args = [f"method={name}", f"scenario={scenario}", *data, "logger=none",
                             "checkpoint.enabled=false", "hardware.threads=2"]
                     if name in ONLINE and not any(a.startswith("dataset.samples_per_task") for a in data):
-                        args.append("dataset.samples_per_task=1000")
+                        args.append(f"dataset.samples_per_task={ONLINE_SAMPLES}")
                     args += [] if name in ONLINE else ["method.epochs=1"]
                     args += SHORT.get(name, []) + (["method.ewc_lambda=100"] if name == "ewc" else [])
                     try:
@@ -170,7 +172,7 @@ SCALING_TASKS = (5, 10, 20)
 # class-scenario inference runs every task's path, linear in the tasks by design (see the note in the table).
 SCALING = {
     "finetune": [], "ewc": [], "lwf": [], "er": [], "joint": [], "independent": [],
-    "nccl": [], "agem": [], "lamaml": [],
+    "nccl": [], "agem": [], "lamaml": [f"dataset.samples_per_task={ONLINE_SAMPLES}"],  # its meta-steps are slow
     "packnet": ["scenario=task", *SHORT["packnet"]], "piggyback": ["scenario=task"],
     "cpg": ["scenario=task", *SHORT["cpg"]],
     "gated": ["scenario=task", "backbone=convnet", "backbone.channels=[16,32]"],
@@ -320,11 +322,14 @@ def render_peers(p) -> list[str]:
 def render_methods(m) -> list[str]:
     rows = m["runs"]
     lines = ["## Method time over finetune", "",
-             f"One epoch per task (online methods: one pass over 1,000 samples per task; cpg and packnet with "
+             f"One epoch per task (online methods: one pass over {ONLINE_SAMPLES} samples per task in the mlp rows; "
+             f"cpg and packnet with "
              f"their extra phases cut to one epoch; gated needs conv layers, so it has no mlp row), "
              f"hardware.threads=2, ewc with method.ewc_lambda=100 (as in the peers section), {m['machine']} "
-             "(`python scripts/bench.py methods`). CPU-sized: the convnet rows (channels 16, 32) train on 1,000 "
-             "samples per task, the split_cifar10 rows on 500; every row evaluates on the whole test set. "
+             "(`python scripts/bench.py methods`). CPU-sized: the convnet rows (channels 16, 32) train every "
+             "method on 500 samples per task; every row evaluates on the whole test set. The split_cifar10 / "
+             "resnet18_reduced rows (`--cifar`, 500 samples per task) take minutes per method on 2 cores and are "
+             "not measured here; the GPU section runs that workload. "
              "× finetune above 2 is explained below the table.", "",
              "| workload / method / scenario | train+eval s | × finetune | avg_acc | peak MB |",
              "|---|---|---|---|---|"]
@@ -347,7 +352,7 @@ def render_methods(m) -> list[str]:
 
 def online_samples(key: str) -> int:
     """Training samples per task of an online method's row in the methods section."""
-    return 500 if key.startswith("split_cifar10") else 1000
+    return ONLINE_SAMPLES if key.startswith("split_mnist/mlp") else 500
 
 
 WHY = {
@@ -371,7 +376,8 @@ WHY = {
 def render_scaling(s) -> list[str]:
     runs = s["runs"]
     lines = ["## Scaling with the number of tasks", "",
-             f"permuted_mnist (1,000 samples per task, one epoch; class scenario where supported, else task), "
+             f"permuted_mnist (1,000 samples per task, {ONLINE_SAMPLES} for lamaml, one epoch; class scenario where "
+             "supported, else task), "
              f"{s['machine']} (`python scripts/bench.py scaling`). Time per task is the whole run over the number "
              "of tasks, including the evaluation of every seen task after each one (which itself grows with "
              "the tasks: that is the accuracy matrix). Plot: docs/img/scaling.png.", "",
@@ -409,6 +415,8 @@ def main() -> None:
     parser.add_argument("section", choices=list(SECTIONS))
     parser.add_argument("--data", default="../shared/data", help="a data root holding MNIST/raw")
     parser.add_argument("--cifar-root", default="/tmp/cl-data", help="a data root holding cifar-10-batches-py")
+    parser.add_argument("--cifar", action="store_true",
+                        help="methods: also the split_cifar10 / resnet18_reduced rows (long on a CPU)")
     parser.add_argument("--avalanche-python", default=str(ROOT.parent / "avalanche-venv" / "bin" / "python"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--machine", default=f"{os.cpu_count()}-core CPU",

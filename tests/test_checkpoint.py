@@ -1,6 +1,7 @@
 """Checkpoints: tensors through safetensors, masks as bits, checksums, and fallback past damaged ones."""
 import pickle
 
+import pytest
 import torch
 from torch import nn
 
@@ -38,17 +39,34 @@ def test_roundtrip_keeps_every_tensor_and_packs_bool_masks_to_bits(tmp_path):
     assert torch.equal(fresh.weight, m.weight)
 
 
-def test_last_names_the_newest_and_a_damaged_one_falls_back(tmp_path):
+def _flip_last_byte(data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 0xFF])
+
+
+DAMAGE = {  # file of task_001 -> what happens to it
+    "truncated state (a full disk)": ("state.safetensors", lambda b: b[:-7]),
+    "altered state (one byte)": ("state.safetensors", _flip_last_byte),
+    "altered masks (one byte)": ("masks.safetensors", _flip_last_byte),
+    "empty meta": ("meta.json", lambda b: b""),
+    "meta not JSON": ("meta.json", lambda b: b"{not json"),
+    "meta without checksums": ("meta.json", lambda b: b'{"task_id": 1}'),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_last_names_the_newest_and_a_damaged_one_falls_back(tmp_path, damage):
     m = Masked()
     checkpoint.save(tmp_path, 0, m, [[0.5]], RNG, 1.0)
     with torch.no_grad():
         m.weight.add_(1)
     checkpoint.save(tmp_path, 1, m, [[0.5], [0.4, 0.6]], RNG, 2.0)
     assert (tmp_path / "checkpoints" / "last").read_text() == "task_001"
-    target = tmp_path / "checkpoints" / "task_001" / "state.safetensors"
-    target.write_bytes(target.read_bytes()[:-7])  # truncated, as by a full disk
+    name, change = DAMAGE[damage]
+    target = tmp_path / "checkpoints" / "task_001" / name
+    target.write_bytes(change(target.read_bytes()))
     state, _, meta, problems = checkpoint.load(tmp_path)
-    assert meta["task_id"] == 0 and len(problems) == 1 and str(target) in problems[0]
+    assert meta["task_id"] == 0 and len(problems) == 1
+    assert str(target.parent) in problems[0], problems  # the damaged checkpoint is named by its path
     assert not torch.equal(state["weight"], m.weight.detach())
 
 
