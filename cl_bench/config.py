@@ -162,14 +162,15 @@ def check_within_task_checkpoints(cfg, method) -> None:
 def _reject_added_keys(cfg, path: str = "") -> None:
     """Keys appended with Hydra's `+key=value` bypass the schemas; none of them would be read, so refuse them."""
     schema = OmegaConf.get_type(cfg)
+    keys = [k for k in cfg if path or k != "hydra"]  # Hydra's own node, when composed in, is Hydra's to check
     if dataclasses.is_dataclass(schema):
         known = {f.name for f in dataclasses.fields(schema)}
-        for key in cfg:
-            if key not in known and not (path == "" and key == "hydra"):  # Hydra's own node, when composed in
+        for key in keys:
+            if key not in known:
                 raise UserError(f"unknown key {path + key!r}: {path.rstrip('.') or 'the top level'} has "
                                 f"{', '.join(sorted(known))}")
-    for key in cfg:
-        if OmegaConf.is_dict(cfg._get_node(key)) and not (path == "" and key == "hydra"):
+    for key in keys:
+        if OmegaConf.is_dict(cfg._get_node(key)):
             _reject_added_keys(cfg[key], f"{path}{key}.")
 
 

@@ -163,27 +163,32 @@ def resume(method, run_dir, tasks, generator, device, recorder):
     if state is None:
         raise UserError(f"no valid checkpoint in {run_dir}/checkpoints: " + "; ".join(problems))
     set_rng = lambda rng: hardware.set_rng_state(rng, generator, device)  # noqa: E731
-    within = meta.get("within")
-    if within:
-        task_id = meta["task_id"]
-        start_state = checkpoint.load(run_dir, f"task_{task_id - 1:03d}") if task_id else None
-        if task_id and (start_state is None or start_state[0] is None):
-            raise UserError(f"{run_dir}/checkpoints/task_{task_id - 1:03d} is missing or damaged: the checkpoint "
-                            f"within task {task_id} cannot be resumed without it; delete "
-                            f"checkpoints/task_{task_id:03d}_within to resume from an earlier task")
-        optimizer = checkpoint.optimizer_state(within["optimizer"], state)
+    start = meta["task_id"] + 1
+    if "within" in meta:
+        start = meta["task_id"]
+        optimizer = checkpoint.optimizer_state(meta["within"]["optimizer"], state)
         state, rng = checkpoint.split_rng(state)
-        method.resume_within(ResumePoint(within["phase"], within["epoch"], {**state, **masks}, optimizer, rng,
-                                         set_rng))
-        if start_state is None:
+        method.resume_within(ResumePoint(meta["within"]["phase"], meta["within"]["epoch"], {**state, **masks},
+                                         optimizer, rng, set_rng))
+        if start == 0:  # within the first task: from the initial state, as built
             return meta["acc"], 0, meta["elapsed_s"]
-        state, masks, _, _ = start_state
+        state, masks = task_start_state(run_dir, start)
     state, rng = checkpoint.split_rng(state)
     method.load_state_dict({**state, **masks})
     set_rng(rng)
-    start = meta["task_id"] + (0 if within else 1)
     method.resumed(tasks[:start])
     return meta["acc"], start, meta["elapsed_s"]
+
+
+def task_start_state(run_dir, task_id: int) -> tuple[dict, dict]:
+    """(state, masks) of the checkpoint of the task before task_id: where task_id's learning began."""
+    name = f"task_{task_id - 1:03d}"
+    found = checkpoint.load(run_dir, name)
+    if found is None or found[0] is None:
+        raise UserError(f"{run_dir}/checkpoints/{name} is missing or damaged: the checkpoint within task {task_id} "
+                        f"cannot be resumed without it; delete checkpoints/task_{task_id:03d}_within to resume "
+                        "from an earlier task")
+    return found[0], found[1]
 
 
 @torch.inference_mode()

@@ -34,38 +34,24 @@ Prints one JSON line: strategy, train_eval_s (start of the first training to the
 final_avg_acc (mean of the per-experience accuracies after the last experience), final_accs.
 """
 import argparse
-import gzip
 import json
 import time
 import warnings
 from pathlib import Path
 
-import numpy as np
+import plain_split_mnist  # this folder is on the path when run as a script
 import torch
 from torch import nn
 
 STRATEGIES = ("naive", "ewc", "replay", "packnet")
 
 
-def read_idx(path: Path) -> np.ndarray:
-    raw = gzip.decompress(path.read_bytes())
-    dims = raw[3]
-    shape = np.frombuffer(raw[4:4 + 4 * dims], dtype=">u4")
-    return np.frombuffer(raw[4 + 4 * dims:], dtype=np.uint8).reshape(shape)
-
-
 def load(root: Path, split: str) -> torch.utils.data.TensorDataset:
-    folder = root / "MNIST" / "raw"
-    x = torch.from_numpy(read_idx(folder / f"{split}-images-idx3-ubyte.gz").copy()).float()
-    x = x.div_(255).sub_(0.1307).div_(0.3081).flatten(1)
-    y = torch.from_numpy(read_idx(folder / f"{split}-labels-idx1-ubyte.gz").astype(np.int64))
+    """The plain script's tensors (same reader, same normalisation), as the dataset Avalanche wants."""
+    x, y = plain_split_mnist.load(root, split)
     ds = torch.utils.data.TensorDataset(x, y)
     ds.targets = y.tolist()  # Avalanche reads the class of each sample from `targets`
     return ds
-
-
-def mlp() -> nn.Sequential:
-    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
 def main() -> None:
@@ -89,7 +75,7 @@ def main() -> None:
     bm = nc_benchmark(load(args.data_root, "train"), load(args.data_root, "t10k"), n_experiences=5,
                       task_labels=packnet, shuffle=False, fixed_class_order=list(range(10)))
 
-    model = PackNetModel(mlp()) if packnet else mlp()
+    model = PackNetModel(plain_split_mnist.mlp()) if packnet else plain_split_mnist.mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     common = dict(model=model, optimizer=optimizer, criterion=nn.CrossEntropyLoss(), train_mb_size=128,
                   train_epochs=1, eval_mb_size=args.eval_mb_size, device="cpu",

@@ -62,9 +62,9 @@ class Failed(Exception):
     """A benchmarked process exited non-zero; its message is recorded in place of its figures."""
 
 
-def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
+def timed(cmd: list[str]) -> tuple[float, str]:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         raise Failed(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
     return time.perf_counter() - start, proc.stdout

@@ -29,10 +29,14 @@ def load(root: Path, split: str):
     return x.flatten(1), torch.from_numpy(read_idx(name("labels")).astype(np.int64))
 
 
+def mlp() -> nn.Sequential:
+    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
 def main(root: Path) -> None:
     torch.manual_seed(0)
     (train_x, train_y), (test_x, test_y) = load(root, "train"), load(root, "t10k")
-    net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    net = mlp()
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     start = time.perf_counter()
     tasks = [(2 * t, 2 * t + 1) for t in range(5)]
