@@ -284,4 +284,27 @@ def first_comment(path: Path) -> str:
 
 
 def entry_point() -> None:
-    sys.exit(main())
+    exit_without_teardown(main())
+
+
+def exit_without_teardown(code: int) -> None:
+    """Leave as the interpreter would, minus its teardown. Everything a normal exit does for the outside
+    world still happens: non-daemon threads are joined, atexit handlers run (logging's flush, wandb's and
+    multiprocessing's clean-up) and stdio is flushed. What is skipped is freeing every module torch loaded,
+    which costs about a second per process here (0.6 to 1.3 s on 2 cores) and changes nothing on disk. Only
+    a normal return gets here: exceptions and sys.exit() leave the usual way, traceback included, and so does
+    a process under a profiler or tracer, which writes its report after this function would have returned."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
+    import atexit
+    import threading
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing left to deliver
+            pass
+    os._exit(code)
