@@ -14,6 +14,7 @@ from .errors import UserError
 class DataConfig:
     root: str = "data"  # where the canonical dataset files live (torchvision's layout)
     download: bool = False  # fetch missing files with torchvision's verified downloader
+    cache: bool = True  # keep decoded datasets under ~/.cache/cl-bench (or $CL_BENCH_CACHE): see data/cache.py
     val_fraction: float = 0.1  # share of each task's training data held out for model selection
     eval_batch_size: int = 1000
 

@@ -71,6 +71,13 @@ def contract_problems(run_dir: Path) -> list[str]:
     return out
 
 
+@pytest.fixture(autouse=True, scope="session")
+def dataset_cache(tmp_path_factory):
+    """Decoded datasets go to a cache of this session's own (inherited by the CLI runs), never to ~/.cache."""
+    os.environ["CL_BENCH_CACHE"] = str(tmp_path_factory.mktemp("dataset-cache"))
+    return Path(os.environ["CL_BENCH_CACHE"])
+
+
 @pytest.fixture
 def run_dir(tmp_path):
     return tmp_path / "run"

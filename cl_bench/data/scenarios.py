@@ -90,7 +90,7 @@ class Scenario:
 def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
           channels_last: bool = False) -> Scenario:
     """Read the dataset's source and cut it into tasks, all resident on `device`."""
-    src = sources.load(dataset_cfg.source, data_cfg.root, data_cfg.download)
+    src = sources.load(dataset_cfg.source, data_cfg.root, data_cfg.download, data_cfg.cache)
     rng = np.random.default_rng(seed)
     kind = dataset_cfg.kind
     if kind == "split":

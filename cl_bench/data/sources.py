@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cl_bench.data import cache
 from cl_bench.errors import UserError
 
 SOURCES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
@@ -67,13 +68,20 @@ _LAYOUTS = {
 }
 
 
-def load(name: str, root: str | os.PathLike, download: bool = False) -> Source:
-    """The train and test split of dataset `name`, read from its canonical files under `root`."""
+def load(name: str, root: str | os.PathLike, download: bool = False, use_cache: bool = False) -> Source:
+    """The train and test split of dataset `name`, read from its canonical files under `root` (or from the
+    cache of decoded datasets, see data/cache.py, when `use_cache` and it holds these very files)."""
     if name == "digits":
         return _load_digits()
     if name not in _LAYOUTS:
         raise UserError(f"unknown data source '{name}': choose one of {', '.join(SOURCES)}")
     paths = _files(name, Path(root), download)
+    if use_cache:
+        return cache.cached(name, paths, lambda: _read(name, paths), Source)
+    return _read(name, paths)
+
+
+def _read(name: str, paths: list[Path]) -> Source:
     if name == "cifar10":
         return _load_cifar10(paths)
     if name == "cifar100":
