@@ -1,4 +1,8 @@
-"""Experience replay: a reservoir memory of past samples, and a replay batch beside every new batch."""
+"""Experience replay: a memory of past samples, and a replay batch beside every new batch.
+
+The memory is a reservoir over the stream by default (Chaudhry et al. 2019; Mammoth's ER), written after every
+step, so that it also holds the current task's samples; memory_policy=balanced keeps Avalanche's default instead:
+written at the end of each task, an equal share per task seen, so that replay draws from past tasks only."""
 from dataclasses import dataclass
 
 import torch
@@ -13,6 +17,7 @@ class ERConfig(MethodConfig):
     name: str = "er"
     memory_size: int = 500  # samples kept over the whole stream
     replay_batch_size: int = 0  # memory samples per step; 0 means batch_size
+    memory_policy: str = "reservoir"  # reservoir (every step, whole stream) | balanced (per task, at its end)
 
 
 def check_memory_holds_every_class(memory_size: int, info) -> None:
@@ -31,11 +36,14 @@ class ER(Method):
     def check_config(cls, cfg):
         if cfg.memory_size < 1:
             raise UserError(f"method.memory_size={cfg.memory_size} is out of range: use at least 1")
+        if cfg.memory_policy not in ("reservoir", "balanced"):
+            raise UserError(f"method.memory_policy={cfg.memory_policy!r} is unknown: use reservoir or balanced")
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
         check_memory_holds_every_class(cfg.memory_size, info)
-        self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device)
+        self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device, cfg.memory_policy,
+                             num_tasks=info.num_tasks)
 
     def train_task(self, task):
         replay = task.id > 0  # the memory holds only the current task's samples during task 0
@@ -51,7 +59,11 @@ class ER(Method):
         def store(batch: Batch):
             self.memory.add(batch.raw, batch.y, batch.t, generator=self.ctx.generator)
 
-        self.fit(task, loss, after_step=store)
+        if self.cfg.memory_policy == "balanced":
+            self.fit(task, loss)
+            self.memory.add_task(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
+        else:
+            self.fit(task, loss, after_step=store)
 
     def capacity(self):
         mem = sum(b.numel() * b.element_size() for b in self.memory.buffers())

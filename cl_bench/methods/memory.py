@@ -2,14 +2,16 @@
 
 Samples are stored as uint8 pixels with their label, task id and the logits the model gave them when they
 were stored. Reservoir sampling (Vitter 1985) keeps a uniform sample of the whole stream; the per-task ring
-(GEM's episodic memory) gives each task size // num_tasks slots and keeps its newest samples. Updates and
-draws are tensor ops, so they never synchronise with the host.
+(GEM's episodic memory) gives each task size // num_tasks slots and keeps its newest samples; the balanced
+memory (Avalanche's default experience-balanced buffer) is written at the end of each task only, giving every
+task seen so far an equal share, size // tasks seen, of random samples. Updates and draws are tensor ops, so
+they never synchronise with the host.
 """
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-POLICIES = ("reservoir", "ring")
+POLICIES = ("reservoir", "ring", "balanced")
 
 
 class Memory(nn.Module):
@@ -29,9 +31,30 @@ class Memory(nn.Module):
         if policy == "ring":
             self.per_task = size // num_tasks
             self.register_buffer("count", torch.zeros(num_tasks, dtype=torch.long, device=device))  # per task
+        if policy == "balanced":  # rows [j * share, j * share + count[j]) hold task j's samples
+            self.register_buffer("tasks", torch.zeros((), dtype=torch.long, device=device))  # tasks stored
+            self.register_buffer("count", torch.zeros(num_tasks, dtype=torch.long, device=device))
 
     def filled(self) -> torch.Tensor:
         return torch.clamp(self.seen, max=self.size)
+
+    @torch.no_grad()
+    def add_task(self, x, y, t, generator=None) -> None:
+        """Balanced policy, at the end of a task: shrink every stored task to the new share and fill the
+        next share with a random subset of this task's samples `x, y, t` (all of them if they are fewer)."""
+        tasks = int(self.tasks) + 1  # a count kept in the state: read once per task, not per step
+        share, old_share = self.size // tasks, self.size // max(tasks - 1, 1)
+        # Each stored share is a random subset in random order, so its first `share` rows are one too.
+        row = torch.arange(share * (tasks - 1), device=self.y.device)
+        keep = row // share * old_share + row % share
+        new = torch.randperm(y.shape[0], device=y.device, generator=generator)[:share]
+        new = torch.cat([new, new.new_zeros(share - new.shape[0])])  # rows past count[task] are never drawn
+        for buf, fresh in ((self.x, x), (self.y, y), (self.t, t)):
+            buf[: share * tasks] = torch.cat([buf[keep], fresh[new]])
+        self.count.clamp_(max=share)
+        self.count[tasks - 1] = min(share, y.shape[0])
+        self.tasks += 1
+        self.seen += y.shape[0]
 
     @torch.no_grad()
     def add(self, x, y, t, logits=None, generator=None) -> None:
@@ -79,8 +102,12 @@ class Memory(nn.Module):
         row = torch.arange(self.size + 1, device=self.y.device)
         if self.policy == "reservoir":
             return row < self.filled()
-        task = (row // self.per_task).clamp(max=self.count.shape[0] - 1)
-        return (row < self.per_task * self.count.shape[0]) & (row % self.per_task < self.count[task])
+        if self.policy == "balanced":
+            share, tasks = self.size // self.tasks.clamp(min=1), self.tasks
+        else:
+            share, tasks = self.per_task, self.count.shape[0]
+        task = (row // share).clamp(max=self.count.shape[0] - 1)
+        return (row < share * tasks) & (row % share < self.count[task])
 
     def sample(self, batch_size: int, generator=None, before_task: int | None = None):
         """A uniform batch (with replacement) of the stored samples, drawn on the device; with before_task,
