@@ -93,10 +93,12 @@ class MaskedMethod(Method):
             grad = layer.weight.grad
             if grad is None:
                 continue
-            trainable = layer.trainable(task_id)
-            grad.masked_fill_(~trainable, 0.0)
+            # A product, not a fill, for speed: a NaN gradient would pass it, but a step whose loss is not finite
+            # is skipped (skip_nonfinite) or ends the run before any checkpoint is written.
+            trainable = layer.trainable_mask(task_id)
+            grad.mul_(trainable)
             if self.cfg.weight_decay:
-                grad.add_(layer.weight.detach() * trainable, alpha=self.cfg.weight_decay)
+                grad.addcmul_(layer.weight.detach(), trainable, value=self.cfg.weight_decay)
 
     def train_weights(self, task, epochs: int, lr: float, mask_lr: float = 0.0, after_step=None) -> None:
         """Train the task's weights (SGD) and, when mask_lr > 0, its picking scores (Adam) jointly."""
