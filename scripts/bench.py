@@ -12,6 +12,7 @@ Every section takes --data (a root holding MNIST/raw; default ../shared/data). R
 by section into docs/benchmarks.json and rendered into docs/benchmarks.md (plots into docs/img/).
 """
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -295,7 +296,7 @@ def render_overhead(o) -> list[str]:
                            f"{m['train_eval_s']:.2f} | |")
     no_cache = med.get("cl-bench, data.cache=false")
     return ["## Overhead against plain PyTorch", "",
-            f"Median of {o['repeats']} whole-process runs each ({o['machine']}): "
+            f"Median of {o['repeats']} whole-process runs each ({where(o)}): "
             f"`cl-bench train {' '.join(WORKLOAD)} data.root=DATA` against `python scripts/plain_split_mnist.py "
             f"DATA` (`python scripts/bench.py overhead`).", "",
             "| | whole process s | train+eval s | avg_acc |", "|---|---|---|---|",
@@ -318,7 +319,7 @@ def render_overhead(o) -> list[str]:
 def render_peers(p) -> list[str]:
     lines = ["## Against Avalanche (and Mammoth)", "",
              f"The overhead workload per strategy, median of {p['repeats']} whole-process runs each, interleaved "
-             f"({p['machine']}); Avalanche 0.6.0 in its own environment (`bash scripts/setup_avalanche_env.sh`, "
+             f"({where(p)}); Avalanche 0.6.0 in its own environment (`bash scripts/setup_avalanche_env.sh`, "
              "then `python scripts/bench.py peers`), driven by `scripts/avalanche_split_mnist.py` with its "
              "default data loaders. avg_acc is the mean of the final row (packnet: task scenario, "
              "predictions restricted to the task's classes, as cl-bench scores it).", "",
@@ -351,7 +352,7 @@ def render_methods(m) -> list[str]:
              f"One epoch per task (online methods: one pass over {ONLINE_SAMPLES} samples per task in the mlp rows; "
              f"cpg and packnet with "
              f"their extra phases cut to one epoch; gated needs conv layers, so it has no mlp row), "
-             f"hardware.threads=2, ewc with method.ewc_lambda=100 (as in the peers section), {m['machine']} "
+             f"hardware.threads=2, ewc with method.ewc_lambda=100 (as in the peers section), {where(m)} "
              "(`python scripts/bench.py methods`). CPU-sized: the convnet rows (channels 16, 32) train every "
              "method on 500 samples per task; every row evaluates on the whole test set. The split_cifar10 / "
              "resnet18_reduced rows (`--cifar`, 500 samples per task) take minutes per method on 2 cores and are "
@@ -410,7 +411,7 @@ def render_scaling(s) -> list[str]:
     lines = ["## Scaling with the number of tasks", "",
              f"permuted_mnist (1,000 samples per task, {ONLINE_SAMPLES} for lamaml, one epoch; class scenario where "
              "supported, else task), "
-             f"{s['machine']} (`python scripts/bench.py scaling`). Time per task is the whole run over the number "
+             f"{where(s)} (`python scripts/bench.py scaling`). Time per task is the whole run over the number "
              "of tasks. Learning a task should cost the same at any task count; the evaluation after task t tests t "
              "tasks (the accuracy matrix), so it grows linearly by design, and so does the memory holding every "
              "task's (permuted) test set. gated (a small conv net: permuted pixels suit it badly) runs at 5 tasks only "
@@ -447,6 +448,19 @@ def render_gpu(g) -> list[str]:
 SECTIONS = {"overhead": overhead, "peers": peers, "methods": methods, "scaling": scaling, "gpu": gpu}
 
 
+def commit() -> str:
+    """The checkout the figures come from; "+changes" when it differs from that commit."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    return (head.stdout.strip() or "unknown") + ("+changes" if dirty else "")
+
+
+def where(section: dict) -> str:
+    """The machine, and for figures taken since this was recorded, the date and the commit."""
+    return section["machine"] + (f", {section['measured']}" if "measured" in section else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("section", choices=list(SECTIONS))
@@ -469,6 +483,7 @@ def main() -> None:
     if result is None:  # skipped, with the reason printed
         return
     result["machine"] = opts.machine
+    result["measured"] = f"{datetime.date.today().isoformat()}, commit {commit()}"
     DOCS.mkdir(exist_ok=True)
     store = DOCS / "benchmarks.json"
     results = json.loads(store.read_text()) if store.exists() else {}
