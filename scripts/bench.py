@@ -159,7 +159,9 @@ def methods(opts) -> dict:
                             "checkpoint.enabled=false", "hardware.threads=2"]
                     if name in ONLINE and not any(a.startswith("dataset.samples_per_task") for a in data):
                         args.append(f"dataset.samples_per_task={ONLINE_SAMPLES}")
-                    args += [] if name in ONLINE else ["method.epochs=1"]
+                    # One epoch at finetune's batch size for every method that has epochs: the mask methods
+                    # default to batch 32 (CPG's scripts), which alone would double their steps.
+                    args += [] if name in ONLINE else ["method.epochs=1", "method.batch_size=64"]
                     args += SHORT.get(name, []) + (["method.ewc_lambda=100"] if name == "ewc" else [])
                     try:
                         _, m = cl_bench(args, Path(tmp) / f"{label.replace('/', '_')}_{name}_{scenario}")
@@ -349,9 +351,9 @@ def render_peers(p) -> list[str]:
 def render_methods(m) -> list[str]:
     rows = m["runs"]
     lines = ["## Method time over finetune", "",
-             f"One epoch per task (online methods: one pass over {ONLINE_SAMPLES} samples per task in the mlp rows; "
-             f"cpg and packnet with "
-             f"their extra phases cut to one epoch; gated needs conv layers, so it has no mlp row), "
+             f"One epoch per task at batch 64 (online methods: one pass over {ONLINE_SAMPLES} samples per task in "
+             f"the mlp rows, in batches of 10; cpg and packnet with their extra phases cut to one epoch each; "
+             f"gated needs conv layers, so it has no mlp row), "
              f"hardware.threads=2, ewc with method.ewc_lambda=100 (as in the peers section), {where(m)} "
              "(`python scripts/bench.py methods`). CPU-sized: the convnet rows (channels 16, 32) train every "
              "method on 500 samples per task; every row evaluates on the whole test set. The split_cifar10 / "
