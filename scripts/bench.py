@@ -394,7 +394,8 @@ def render_methods(m) -> list[str]:
         lines += ["", "Online methods per incoming batch of 10 (train+eval time over the batches of the stream; "
                   "the evaluation after each task is included):", ""]
         lines += [f"- {k}: {1000 * r['time_s'] / (5 * online_samples(k) / 10):.1f} ms per batch" for k, r in online]
-    lines += ["", "What each method does beyond finetune (the reason wherever a row exceeds 2×):"] + [f"- {k}: {v}" for k, v in WHY.items()]
+    lines += ["", "What each method does beyond finetune (the reason wherever a row exceeds 2×):"]
+    lines += [f"- {k}: {v}" for k, v in WHY.items()]
     return lines
 
 
