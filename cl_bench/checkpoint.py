@@ -25,7 +25,8 @@ FILES = ("state.safetensors", "masks.safetensors")
 
 def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Tensor], elapsed: float,
          within: dict | None = None) -> Path:
-    """within: {"phase", "epoch", "optimizer": its state_dict} for a checkpoint written within task_id."""
+    """within: {"phase", "epoch", "optimizer": its state_dict, "side_optimizers": [state_dict, ...] (those a
+    method steps itself, such as Piggyback's for its mask scores)} for a checkpoint written within task_id."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     name = f"task_{task_id:03d}" + ("_within" if within else "")
@@ -47,7 +48,12 @@ def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Te
     if within:
         optim, tensors = _flatten_optimizer(within["optimizer"])
         state.update(tensors)
-        meta["within"] = {"phase": within["phase"], "epoch": within["epoch"], "optimizer": optim}
+        meta["within"] = {"phase": within["phase"], "epoch": within["epoch"], "optimizer": optim,
+                          "side_optimizers": []}
+        for j, side in enumerate(within.get("side_optimizers", ())):
+            optim, tensors = _flatten_optimizer(side, prefix=f"_optim_side{j}.")
+            state.update(tensors)
+            meta["within"]["side_optimizers"].append(optim)
     save_file(state, tmp / FILES[0])
     save_file(masks, tmp / FILES[1])
     meta["sha256"] = {f: _sha256(tmp / f) for f in FILES}
@@ -67,23 +73,23 @@ def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Te
     return final
 
 
-def _flatten_optimizer(state: dict) -> tuple[dict, dict[str, torch.Tensor]]:
+def _flatten_optimizer(state: dict, prefix: str = "_optim.") -> tuple[dict, dict[str, torch.Tensor]]:
     """An optimiser state_dict as JSON (param groups, scalars) and tensors (momentum buffers, moments)."""
     tensors, scalars = {}, {}
     for index, slots in state["state"].items():
         for key, value in slots.items():
             if isinstance(value, torch.Tensor):
-                tensors[f"_optim.{index}.{key}"] = value.detach().cpu().contiguous().clone()
+                tensors[f"{prefix}{index}.{key}"] = value.detach().cpu().contiguous().clone()
             elif value is not None:
                 scalars[f"{index}.{key}"] = value
     return {"param_groups": state["param_groups"], "scalars": scalars}, tensors
 
 
-def optimizer_state(meta_optimizer: dict, state: dict) -> dict:
-    """The inverse of _flatten_optimizer, taking the `_optim.` tensors out of state."""
+def optimizer_state(meta_optimizer: dict, state: dict, prefix: str = "_optim.") -> dict:
+    """The inverse of _flatten_optimizer, taking the tensors under `prefix` out of state."""
     slots: dict[int, dict] = {}
-    for key in [k for k in state if k.startswith("_optim.")]:
-        _, index, name = key.split(".", 2)
+    for key in [k for k in state if k.startswith(prefix)]:
+        index, name = key[len(prefix):].split(".", 1)
         slots.setdefault(int(index), {})[name] = state.pop(key)
     for key, value in meta_optimizer["scalars"].items():
         index, name = key.split(".", 1)

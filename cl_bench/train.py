@@ -117,13 +117,14 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
 
 def within_task_saver(every: int, run_dir, method, acc: list, ctx, guard, t0: float):
     """fit()'s epoch hook for checkpoint.every_epochs: a checkpoint within the task every `every` epochs."""
-    def save(task, phase: int, epoch: int, optimizer) -> None:
+    def save(task, phase: int, epoch: int, optimizer, side_optimizers=()) -> None:
         if (epoch + 1) % every:
             return
         with guard():
             checkpoint.save(run_dir, task.id, method, acc, hardware.rng_state(ctx.generator, ctx.device),
                             time.perf_counter() - t0,
-                            within={"phase": phase, "epoch": epoch, "optimizer": optimizer.state_dict()})
+                            within={"phase": phase, "epoch": epoch, "optimizer": optimizer.state_dict(),
+                                    "side_optimizers": [o.state_dict() for o in side_optimizers]})
     return save
 
 
@@ -167,9 +168,11 @@ def resume(method, run_dir, tasks, generator, device, recorder):
     if "within" in meta:
         start = meta["task_id"]
         optimizer = checkpoint.optimizer_state(meta["within"]["optimizer"], state)
+        side = [checkpoint.optimizer_state(part, state, prefix=f"_optim_side{j}.")
+                for j, part in enumerate(meta["within"].get("side_optimizers", []))]
         state, rng = checkpoint.split_rng(state)
         method.resume_within(ResumePoint(meta["within"]["phase"], meta["within"]["epoch"], {**state, **masks},
-                                         optimizer, rng, set_rng))
+                                         optimizer, rng, set_rng, side))
         if start == 0:  # within the first task: from the initial state, as built
             return meta["acc"], 0, meta["elapsed_s"]
         state, masks = task_start_state(run_dir, start)

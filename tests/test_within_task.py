@@ -7,13 +7,16 @@ import json
 import shutil
 
 import pytest
+import torch
 from conftest import cl_bench
+from safetensors.torch import load_file
 
 from cl_bench import checkpoint, cli, config
 from cl_bench import train as train_module
 
 DROP = ("time_s", "peak_mem_mb")
-BASE = ["logger=none", "dataset.num_tasks=2", "method.epochs=2"]
+TASKS = 2
+BASE = ["logger=none", f"dataset.num_tasks={TASKS}", "method.epochs=2"]
 # Where each method is stopped: (task, phase, epoch) of the within-task checkpoint it stops after. Later
 # phases come after work between phases (PackNet's pruning, gated's consolidation) that the resume redoes.
 GATED = ["experiment=gated_split_digits", "scenario=class", "method.task_classifier_epochs=2",
@@ -24,6 +27,8 @@ CASES = {
     "lwf": (["method=lwf"], (1, 0, 0)),
     "independent": (["method=independent"], (1, 0, 0)),
     "packnet": (["method=packnet", "method.retrain_epochs=2"], (1, 1, 0)),
+    # The mask scores' Adam state and their lr schedule (here dropping after epoch 0) continue across the stop.
+    "piggyback": (["method=piggyback", "method.mask_lr=0.05", "method.mask_lr_milestones=[1]"], (1, 0, 0)),
     "gated-path": (GATED, (1, 0, 0)),  # the sparsity warm-up counts steps across the stop
     "gated-classifier": (GATED, (1, 1, 0)),
     "finetune-first-task": (["method=finetune"], (0, 0, 0)),  # resumed from the initial state
@@ -75,10 +80,21 @@ def test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path, monke
     assert last.read_text() == f"task_{task - 1:03d}" if task else not last.exists(), "last names whole tasks"
     train_module.run(cli.compose([*args, f"resume={stopped}"]), stopped)
     assert metrics(stopped) == metrics(whole)
+    final = f"task_{TASKS - 1:03d}"
+    assert same_state(whole / "checkpoints" / final, stopped / "checkpoints" / final), "every tensor, bit for bit"
+
+
+def same_state(a, b) -> bool:
+    """Two checkpoints hold the same tensors (weights, masks, memories, random states), bit for bit."""
+    for name in checkpoint.FILES:
+        x, y = load_file(a / name), load_file(b / name)
+        if x.keys() != y.keys() or not all(torch.equal(x[k], y[k]) for k in x):
+            return False
+    return True
 
 
 def test_methods_whose_phases_depend_on_results_refuse_every_epochs(tmp_path):
-    for method in ("cpg", "piggyback", "nccl"):
+    for method in ("cpg", "nccl"):
         proc = cl_bench("train", f"method={method}", "checkpoint.every_epochs=1", f"hydra.run.dir={tmp_path / method}")
         assert proc.returncode == 2
         assert f"checkpoint.every_epochs is not supported by method={method}" in proc.stderr

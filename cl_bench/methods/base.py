@@ -41,7 +41,8 @@ class Context:
     recorder: object
     rank: int = 0  # this process's place among world_size data-parallel processes
     world_size: int = 1
-    # Called by fit() after each epoch with (task, phase, epoch, optimizer): the run's within-task checkpoints.
+    # Called by fit() after each epoch with (task, phase, epoch, optimizer, side optimizers): the run's
+    # within-task checkpoints.
     epoch_done: Callable | None = None
 
     def autocast(self):
@@ -188,9 +189,11 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
 
     def fit(self, task: Task, loss_fn, data: Split | None = None, params=None, epochs: int | None = None,
-            optimizer=None, after_backward=None, after_step=None) -> None:
+            optimizer=None, after_backward=None, after_step=None, side_optimizers=()) -> None:
         """The common epoch loop: on-device shuffled batches, one optimiser and lr schedule, and the loss
-        accumulated on the device and read once per epoch (no host sync per step)."""
+        accumulated on the device and read once per epoch (no host sync per step). side_optimizers: those
+        the method steps itself in after_step; fit() only saves and restores them with within-task
+        checkpoints."""
         data = task.train if data is None else data
         epochs = self.cfg.epochs if epochs is None else epochs
         params = [p for p in (self.parameters() if params is None else params) if p.requires_grad]
@@ -202,7 +205,7 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         if self._resume_at is not None:
             if phase < self._resume_at.phase:  # finished before the stop: its result is in the saved state
                 return
-            first_epoch = self._resume_at.restore(self, opt, sched)
+            first_epoch = self._resume_at.restore(self, opt, sched, side_optimizers)
             self._resume_at = None
         for epoch in range(first_epoch, epochs):
             self.train()
@@ -240,7 +243,7 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
                 self.ctx.recorder.warning(f"task {task.id}, epoch {epoch}: skipped {skipped} non-finite steps")
             self.ctx.recorder.epoch_end(task.id, epoch, mean_loss)
             if self.ctx.epoch_done is not None:
-                self.ctx.epoch_done(task, phase, epoch, opt)
+                self.ctx.epoch_done(task, phase, epoch, opt, side_optimizers)
 
 
     def _shard(self, batch: Batch) -> Batch:
@@ -255,7 +258,7 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
 @dataclass
 class ResumePoint:
     """Where a within-task checkpoint was written: after `epoch` of the task's fit() call number `phase`,
-    with the method's state, the optimiser's state and the random-number states as they were then."""
+    with the method's state, the optimisers' states and the random-number states as they were then."""
 
     phase: int
     epoch: int
@@ -263,11 +266,17 @@ class ResumePoint:
     optimizer: dict
     rng: dict
     set_rng: Callable
+    side_optimizers: list = field(default_factory=list)
 
-    def restore(self, method: "Method", opt, sched) -> int:
+    def restore(self, method: "Method", opt, sched, side_optimizers=()) -> int:
         """Put everything back as it was after `epoch`; returns the epoch to continue with."""
+        if len(side_optimizers) != len(self.side_optimizers):
+            raise RuntimeError(f"the within-task checkpoint holds {len(self.side_optimizers)} side optimisers, "
+                               f"the phase it resumes has {len(side_optimizers)}")
         method.load_state_dict(self.state)
         opt.load_state_dict(self.optimizer)
+        for side, saved in zip(side_optimizers, self.side_optimizers, strict=True):
+            side.load_state_dict(saved)
         sched.last_epoch = self.epoch + 1  # the schedule stepped once per finished epoch
         sched._last_lr = [group["lr"] for group in opt.param_groups]
         self.set_rng(self.rng)

@@ -108,22 +108,21 @@ class MaskedMethod(Method):
             score.requires_grad_(mask_lr > 0)
         mask_opt = torch.optim.Adam(scores, lr=mask_lr) if scores and mask_lr > 0 else None
         steps_per_epoch = -(-len(task.train) // self.cfg.batch_size)
-        step = 0
 
         def on_step(batch):
-            nonlocal step
+            # Counted from the batch, not here: a resumed phase continues its schedules where they were.
             if mask_opt is not None:
                 for group in mask_opt.param_groups:
-                    group["lr"] = self.mask_lr_at(step // steps_per_epoch, mask_lr)
+                    group["lr"] = self.mask_lr_at(batch.step // steps_per_epoch, mask_lr)
                 mask_opt.step()
                 mask_opt.zero_grad(set_to_none=True)
-            step += 1
             if after_step is not None:
-                after_step(step)
+                after_step(batch.step + 1)
 
         self.fit(task, lambda batch: self.loss(batch, task.id), params=params, epochs=epochs,
                  optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0),
-                 after_backward=lambda: self.protect(task.id), after_step=on_step)
+                 after_backward=lambda: self.protect(task.id), after_step=on_step,
+                 side_optimizers=(mask_opt,) if mask_opt is not None else ())
 
     def mask_lr_at(self, epoch: int, base: float) -> float:
         """The picking masks' step schedule: ×mask_lr_gamma at each milestone, 0 from mask_lr_stop on."""

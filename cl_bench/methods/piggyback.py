@@ -37,8 +37,6 @@ class Piggyback(MaskedMethod):
     name = "piggyback"
     Config = PiggybackConfig
     picking = True
-    within_task_checkpoints = ("its mask scores are stepped by a second optimiser, on a schedule counted "
-                               "outside the epoch loop, that within-task checkpoints do not hold yet")
 
     @classmethod
     def check_config(cls, cfg):
