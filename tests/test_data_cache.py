@@ -118,3 +118,19 @@ def test_real_mnist_from_the_cache(cache_dir, monkeypatch):
     sources.load("mnist", REAL_DATA, use_cache=True)
     refuse_to_read(monkeypatch)
     same_source(sources.load("mnist", REAL_DATA, use_cache=True), uncached)
+
+
+def test_the_entry_of_replaced_files_is_deleted(tmp_path, cache_dir):
+    folder = tmp_path / "MNIST/raw"
+    write_idx_dataset(folder, seed=0)
+    sources.load("mnist", tmp_path, use_cache=True)
+    (before,) = cache_dir.glob("mnist-*.safetensors")
+    other = tmp_path / "elsewhere"
+    write_idx_dataset(other / "MNIST/raw", seed=3)
+    sources.load("mnist", other, use_cache=True)  # other files: a second entry, kept
+    stat = (folder / "train-images-idx3-ubyte").stat()
+    write_idx_dataset(folder, seed=7)
+    os.utime(folder / "train-images-idx3-ubyte", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    sources.load("mnist", tmp_path, use_cache=True)
+    entries = sorted(cache_dir.glob("mnist-*.safetensors"))
+    assert len(entries) == 2 and before not in entries
