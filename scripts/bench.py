@@ -407,8 +407,9 @@ def online_samples(key: str) -> int:
 WHY = {
     "joint": "trains on the union of all tasks so far: task t costs t times a task of finetune.",
     "cpg": "per task it trains, then prunes and retrains at each sparsity target, then refits the picking "
-           "masks (four training passes here with every phase cut to one epoch, each followed by a validation "
-           "pass), on top of the mask work of packnet; per pass it costs about what packnet does.",
+           "masks: four training passes here with every phase cut to one epoch, each followed by a validation "
+           "pass, with the mask work of piggyback in each step and, while compacting, a magnitude pruning every "
+           "prune_frequency steps.",
     "packnet": "two passes per task (training, then retraining after pruning); the per-step mask work is one "
                "product with a mask kept per ownership state and one on the gradient.",
     "piggyback": "the per-step mask work of packnet plus real-valued mask scores, binarised in every forward "
@@ -471,10 +472,11 @@ SECTIONS = {"overhead": overhead, "peers": peers, "methods": methods, "scaling":
 
 
 def commit() -> str:
-    """The checkout the figures come from; "+changes" when it differs from that commit."""
+    """The checkout the figures come from; "+changes" when it differs from that commit (the figures this
+    script itself writes under docs/ aside)."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
     return (head.stdout.strip() or "unknown") + ("+changes" if dirty else "")
 
 
