@@ -273,7 +273,9 @@ def gpu(opts) -> dict:
                         "backbone=resnet18_reduced", f"data.root={opts.cifar_root}", "hardware=gpu",
                         f"hardware.compile={str(compile_).lower()}", "logger=none", "checkpoint.enabled=false",
                         "data.val_fraction=0" if name != "cpg" else "data.val_fraction=0.1", *SHORT.get(name, [])]
-                args += ["dataset.samples_per_task=2000"] if name in ONLINE else ["method.epochs=2"]
+                # One batch size for every method with epochs, so that samples/s compares their work per sample.
+                args += ["dataset.samples_per_task=2000"] if name in ONLINE else ["method.epochs=2",
+                                                                                 "method.batch_size=128"]
                 run_dir = Path(tmp) / f"{name}{int(compile_)}"
                 wall, m = cl_bench(args, run_dir)
                 # training samples seen: 2,000 per task online, else two epochs over 10,000 (9,000 for cpg)
@@ -457,8 +459,9 @@ def render_scaling(s) -> list[str]:
 
 
 def render_gpu(g) -> list[str]:
-    lines = ["## GPU", "", f"{g['device']}, split_cifar10 with resnet18_reduced, hardware=gpu (bf16 autocast, "
-             "channels_last, TF32), `python scripts/bench.py gpu`; samples/s counts training samples over "
+    lines = ["## GPU", "", f"{g['device']} ({where(g)}), split_cifar10 with resnet18_reduced, hardware=gpu (bf16 "
+             "autocast, channels_last, TF32), two epochs per task at batch 128 (online methods: 2,000 samples per "
+             "task in batches of 10), `python scripts/bench.py gpu`; samples/s counts training samples over "
              "train+eval time.", "", "| method | samples/s | samples/s with hardware.compile | avg_acc |",
              "|---|---|---|---|"]
     for name in GPU_METHODS:
