@@ -298,9 +298,10 @@ def exit_without_teardown(code: int) -> None:
         sys.exit(code)
     import atexit
     import threading
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # The interpreter's own first step of exiting: wake the thread pools that wait for it (concurrent.futures
+    # registers itself there), then join every non-daemon thread. Joining them by hand would hang on an idle
+    # pool's workers, which only this step tells to stop.
+    threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -91,15 +91,17 @@ def test_unknown_command_is_a_clear_error():
 
 
 def test_exit_without_teardown_still_does_what_an_exit_owes_the_outside(tmp_path):
-    """The fast exit skips freeing modules only: atexit handlers run, non-daemon threads finish, buffered
-    output is delivered and the exit status is kept."""
+    """The fast exit skips freeing modules only: atexit handlers run, non-daemon threads finish, idle thread
+    pools are stopped (not waited on forever), buffered output is delivered and the exit status is kept."""
     marker, late = tmp_path / "atexit", tmp_path / "thread"
     script = f"""
 import atexit, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from cl_bench.cli import exit_without_teardown
 atexit.register(lambda: Path({str(marker)!r}).write_text("ran"))
 threading.Thread(target=lambda: (time.sleep(0.5), Path({str(late)!r}).write_text("done"))).start()
+ThreadPoolExecutor(2).submit(time.sleep, 0.1)  # an idle pool left open: its workers wait to be told to stop
 print("buffered", end="")
 sys.stderr.write("to stderr")
 exit_without_teardown(3)
