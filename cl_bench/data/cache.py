@@ -30,19 +30,20 @@ def folder() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cl-bench"
 
 
-def entry(name: str, paths: list[Path]) -> Path:
-    stamps = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in paths]
+def entry(name: str, resolved: list[Path]) -> Path:
+    stamps = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in resolved]
     key = hashlib.sha256(json.dumps([FORMAT, name, stamps]).encode()).hexdigest()[:20]
     return folder() / f"{name}-{key}.safetensors"
 
 
 def cached(name: str, paths: list[Path], read: Callable, make_source: Callable):
     """The Source for these files: from the cache when it holds them, else `read()` and remember the result."""
-    path = entry(name, paths)
+    resolved = [p.resolve() for p in paths]
+    path = entry(name, resolved)
     source = _load(path, make_source)
     if source is None:
         source = read()
-        _store(path, source, sources=[str(p.resolve()) for p in paths])
+        _store(path, source, sources=[str(p) for p in resolved])
     return source
 
 

@@ -40,6 +40,11 @@ def binarize(score: torch.Tensor, threshold: float) -> torch.Tensor:
     return _BinarizeSTE.apply(score, threshold)
 
 
+def _versions(*tensors) -> tuple:
+    """Which tensors these are and how often each was changed in place: a cache key that goes stale with them."""
+    return tuple((id(x), x._version) for x in tensors if x is not None)
+
+
 class MaskedLayer(nn.Module):
     """What MaskedConv2d and MaskedLinear share: the weight, its owners, the picking masks, per-task biases."""
 
@@ -83,31 +88,34 @@ class MaskedLayer(nn.Module):
         t, k = self.task, self.task + 1
         learning = self.score is not None and t == self.learning
         pick = None if learning or not self.picking else self.pick(t)
-        if not torch.compiler.is_compiling():  # a compiled graph fuses the comparisons anyway
-            key = (t, in_width, learning, self._widths[t], self.weight.dtype,
-                   *((id(x), x._version) for x in (self.owner, pick) if x is not None))
-            if self._masks is not None and self._masks[0] == key:
-                return self._masks[1]
-        own = self.owner[: self._widths[t], :in_width]
-        if learning:
-            masks = ((own == k).to(self.weight.dtype), ((own > 0) & (own < k)).to(self.weight.dtype))
-        elif pick is None:
-            masks = (((own > 0) & (own <= k)).to(self.weight.dtype),)
-        else:
-            masks = (((own == k) | ((own > 0) & (own < k) & pick[: self._widths[t], :in_width])).to(self.weight.dtype),)
-        if not torch.compiler.is_compiling():
-            self._masks = (key, masks)
-        return masks
+
+        def build() -> tuple[torch.Tensor, ...]:
+            own, dtype = self.owner[: self._widths[t], :in_width], self.weight.dtype
+            if learning:
+                return (own == k).to(dtype), ((own > 0) & (own < k)).to(dtype)
+            if pick is None:
+                return (((own > 0) & (own <= k)).to(dtype),)
+            return (((own == k) | ((own > 0) & (own < k) & pick[: self._widths[t], :in_width])).to(dtype),)
+
+        if torch.compiler.is_compiling():  # a compiled graph fuses the comparisons anyway
+            return build()
+        key = (t, in_width, learning, self._widths[t], self.weight.dtype, *_versions(self.owner, pick))
+        return self._memo("_masks", key, build)
 
     def weight_for(self, in_width: int) -> torch.Tensor:
         """The task's masked weight; in evaluation folded once per task rather than recomputed per batch."""
         if self.training or torch.is_grad_enabled():
             return self.masked_weight(in_width)
-        key = (self.task, in_width, *((id(x), x._version) for x in (self.weight, self.owner, self.score,
-                                                                     self.pick(self.task)) if x is not None))
-        if self._folded is None or self._folded[0] != key:
-            self._folded = (key, self.masked_weight(in_width).contiguous())
-        return self._folded[1]
+        key = (self.task, in_width, *_versions(self.weight, self.owner, self.score, self.pick(self.task)))
+        return self._memo("_folded", key, lambda: self.masked_weight(in_width).contiguous())
+
+    def _memo(self, slot: str, key: tuple, make):
+        """make(), kept in attribute `slot` as (key, value) and made again only when key changes."""
+        held = getattr(self, slot)
+        if held is None or held[0] != key:
+            held = (key, make())
+            setattr(self, slot, held)
+        return held[1]
 
     def bias_for(self) -> torch.Tensor | None:
         return None if self.biases is None else self.biases[self.task]
@@ -129,10 +137,8 @@ class MaskedLayer(nn.Module):
     def trainable_mask(self, task_id: int) -> torch.Tensor:
         """trainable(task_id) as 0/1 in the weight's dtype, kept while ownership is unchanged: every training
         step multiplies the gradient by it (on CPUs a product is ~20× faster than a boolean fill or compare)."""
-        key = (task_id, id(self.owner), self.owner._version, self.weight.dtype)
-        if self._trainable is None or self._trainable[0] != key:
-            self._trainable = (key, self.trainable(task_id).to(self.weight.dtype))
-        return self._trainable[1]
+        key = (task_id, self.weight.dtype, *_versions(self.owner))
+        return self._memo("_trainable", key, lambda: self.trainable(task_id).to(self.weight.dtype))
 
     @torch.no_grad()
     def release(self, task_id: int, sparsity: float) -> None:
