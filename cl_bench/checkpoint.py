@@ -1,7 +1,7 @@
 """Atomic checkpoints after every task: safetensors for tensors, JSON for the rest, nothing pickled.
 
 checkpoints/task_<ttt>/ holds state.safetensors (method state and random-number states), masks.safetensors
-(the method's masks, boolean ones packed to bits) and meta.json (accuracy matrix so far, checksums). A task
+(the method's masks, boolean ones packed to bits) and meta.json (accuracy matrices so far, checksums). A task
 directory is written under a temporary name and renamed when complete; checkpoints/last is replaced last,
 so a run killed at any moment leaves the previous checkpoint intact.
 
@@ -23,9 +23,10 @@ SCHEMA = 1
 FILES = ("state.safetensors", "masks.safetensors")
 
 
-def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Tensor], elapsed: float,
+def save(run_dir: Path, task_id: int, method, results: dict, rng: dict[str, torch.Tensor], elapsed: float,
          within: dict | None = None) -> Path:
-    """within: {"phase", "epoch", "optimizer": its state_dict, "side_optimizers": [state_dict, ...] (those a
+    """results: the accuracy matrices so far by name (acc, val_acc, ...), kept in meta.json.
+    within: {"phase", "epoch", "optimizer": its state_dict, "side_optimizers": [state_dict, ...] (those a
     method steps itself, such as Piggyback's for its mask scores)} for a checkpoint written within task_id."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -43,7 +44,7 @@ def save(run_dir: Path, task_id: int, method, acc: list, rng: dict[str, torch.Te
             v = torch.from_numpy(np.packbits(v.numpy().ravel()))
         masks[k] = v
     state.update({f"_rng.{k}": v.cpu() for k, v in rng.items()})
-    meta = {"schema": SCHEMA, "task_id": task_id, "method": method.name, "acc": acc, "elapsed_s": elapsed,
+    meta = {"schema": SCHEMA, "task_id": task_id, "method": method.name, **results, "elapsed_s": elapsed,
             "bits": bits}
     if within:
         optim, tensors = _flatten_optimizer(within["optimizer"])

@@ -16,7 +16,7 @@ CONF = Path(__file__).resolve().parent.parent / "conf"
 USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) an experiment; see conf/
        cl-bench train resume=RUN_DIR          continue an interrupted run from its last checkpoint
        cl-bench eval RUN_DIR [--checkpoint task_003]   re-evaluate a checkpoint, write eval.json
-       cl-bench report PATH... [--out DIR]    mean ± std table over seeds (report.md, report.csv) and plots
+       cl-bench report PATH... [--out DIR]    mean ± std [95% CI] over seeds (report.md, report.csv), plots
        cl-bench list                          methods, datasets and backbones"""
 
 
@@ -197,14 +197,15 @@ def task(cfg) -> float:
 
     from . import train as train_module
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    if HydraConfig.get().mode == RunMode.MULTIRUN:  # a re-run sweep completes only what is missing
-        done = finished_avg_acc(run_dir)
-        if done is not None:
-            print(f"cl-bench: {run_dir} is complete, skipped", file=sys.stderr)
-            return done
-        if (run_dir / "checkpoints" / "last").is_file():
-            cfg.resume = str(run_dir)
     try:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            check_objective(cfg)
+            done = finished_objective(run_dir, cfg.sweep.objective)  # a re-run sweep completes only what is missing
+            if done is not None:
+                print(f"cl-bench: {run_dir} is complete, skipped", file=sys.stderr)
+                return done
+            if (run_dir / "checkpoints" / "last").is_file():
+                cfg.resume = str(run_dir)
         return train_module.run(cfg, run_dir)
     except UserError as e:
         print(f"cl-bench: error: {e}", file=sys.stderr)
@@ -213,6 +214,13 @@ def task(cfg) -> float:
         print(f"cl-bench: stopped by {stop}; the run is incomplete and its last complete checkpoint intact. "
               f"Resume it with:\n  cl-bench train resume={run_dir}", file=sys.stderr)
         sys.exit(130 if str(stop) == "SIGINT" else 143)
+
+
+def check_objective(cfg) -> None:
+    """A sweep optimises what each job returns: validation accuracy needs validation data."""
+    if cfg.sweep.objective == "val_avg_acc" and cfg.data.val_fraction == 0:
+        raise UserError("sweep.objective=val_avg_acc needs validation data: set data.val_fraction above 0, or "
+                        "sweep.objective=test_avg_acc to select on test data (the report labels such runs)")
 
 
 def parse(command: str, args: list[str], configure):
@@ -256,12 +264,14 @@ def report(args: list[str]) -> int:
     return 0
 
 
-def finished_avg_acc(run_dir: Path) -> float | None:
+def finished_objective(run_dir: Path, objective: str) -> float | None:
+    """The sweep objective of a complete run already in run_dir (None when there is none)."""
+    from .train import OBJECTIVES
     metrics = run_dir / "metrics.json"
     if metrics.is_file():
         record = json.loads(metrics.read_text())
         if record.get("complete"):
-            return record["avg_acc"]
+            return record.get(OBJECTIVES[objective])
     return None
 
 

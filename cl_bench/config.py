@@ -84,6 +84,14 @@ class CheckpointConfig:
 
 
 @dataclass
+class SweepConfig:
+    # What `cl-bench train` returns to Hydra's sweepers (Optuna maximises it): val_avg_acc, the average accuracy on
+    # the validation splits; test_avg_acc only to mirror a paper that selected on test data (runs record it, and
+    # `cl-bench report` labels them).
+    objective: str = "val_avg_acc"
+
+
+@dataclass
 class Config:
     method: Any = MISSING
     dataset: DatasetConfig = MISSING
@@ -92,6 +100,7 @@ class Config:
     logger: LoggerConfig = MISSING
     data: DataConfig = field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     seed: int = 0
     scenario: str = "task"  # task (task id at test time) | class (no task id)
     eval_future: bool = False  # also evaluate tasks not yet learned (forward transfer, fwt)
@@ -132,6 +141,7 @@ def validate(cfg) -> None:
         (cfg.hardware.precision in ("auto", "bf16", "fp32"), "hardware.precision", "auto, bf16 or fp32"),
         (cfg.hardware.threads is None or cfg.hardware.threads >= 1, "hardware.threads", "null or at least 1"),
         (cfg.logger.mode in ("offline", "online"), "logger.mode", "offline or online"),
+        (cfg.sweep.objective in ("val_avg_acc", "test_avg_acc"), "sweep.objective", "val_avg_acc or test_avg_acc"),
     ]
     _reject_added_keys(cfg)
     if cfg.eval_future and cfg.scenario == "class" and cfg.dataset.kind not in ("permuted", "rotated"):

@@ -27,6 +27,18 @@ def bwt(acc: list[list[float]]) -> float:
     return sum(acc[-1][j] - acc[j][j] for j in range(n - 1)) / (n - 1)
 
 
+def bti(acc: list[list[float]]) -> float:
+    """Backward transfer and interference as GEM, MER and La-MAML print it: the mean over all T tasks of the final
+    accuracy minus that right after learning (the last task adds 0), i.e. bwt * (T-1)/T."""
+    n = len(acc)
+    return sum(acc[-1][j] - acc[j][j] for j in range(n)) / n
+
+
+def la(acc: list[list[float]]) -> float:
+    """Learning accuracy (Riemer et al. 2019): the mean over tasks of the accuracy right after learning each."""
+    return sum(acc[j][j] for j in range(len(acc))) / len(acc)
+
+
 def fwt(acc: list[list[float]], random_init: list[float]) -> float:
     """Lopez-Paz & Ranzato (2017): mean over tasks j > 0 of the accuracy on j before learning it minus that
     of the randomly initialised model. Needs rows that reach one task ahead."""
@@ -43,4 +55,4 @@ def task_forgetting(acc: list[list[float]]) -> list[float]:
 
 
 def summary(acc: list[list[float]]) -> dict:
-    return {"avg_acc": avg_acc(acc), "forgetting": forgetting(acc), "bwt": bwt(acc)}
+    return {"avg_acc": avg_acc(acc), "forgetting": forgetting(acc), "bwt": bwt(acc), "bti": bti(acc), "la": la(acc)}

@@ -35,13 +35,19 @@ class Recorders:
         return fan_out
 
 
+SUMMARY = ("avg_acc", "val_avg_acc", "task_aware_avg_acc", "forgetting", "bwt", "bti", "la")
+
+
 def step_metrics(record: dict) -> dict:
-    """The per-task numbers, under the same names in events.jsonl and W&B."""
+    """The per-task numbers, under the same names in events.jsonl and W&B: per seen task j its test accuracy,
+    forgetting, validation accuracy and (class scenario) task-aware accuracy, then the summary figures."""
     acc = record["acc"]
-    row = acc[-1]
-    out = {f"acc/task_{j}": row[j] for j in range(len(acc))}
+    out = {f"acc/task_{j}": a for j, a in enumerate(acc[-1][: len(acc)])}
     out.update({f"forgetting/task_{j}": f for j, f in enumerate(metrics.task_forgetting(acc))})
-    out.update({k: record[k] for k in ("avg_acc", "forgetting", "bwt")})
+    out.update({f"val_acc/task_{j}": a for j, a in enumerate(record["val_acc"][-1])})
+    if "task_aware_acc" in record:
+        out.update({f"task_aware_acc/task_{j}": a for j, a in enumerate(record["task_aware_acc"][-1][: len(acc)])})
+    out.update({k: record[k] for k in SUMMARY if k in record})
     return out
 
 
@@ -69,7 +75,8 @@ class JSONRecorder(Recorder):
         self._event("epoch_end", task=task_id, epoch=epoch, loss=loss)
 
     def task_end(self, task_id, record):
-        self._event("eval", task=task_id, step=len(record["acc"]), acc=record["acc"][-1])
+        rows = {k: record[k][-1] for k in ("acc", "val_acc", "task_aware_acc") if k in record}
+        self._event("eval", task=task_id, step=len(record["acc"]), **rows)
         self._event("task_end", task=task_id, step=len(record["acc"]), **step_metrics(record),
                     capacity=record["capacity"])
         write_json_atomic(self.run_dir / "metrics.json", record)
@@ -78,7 +85,7 @@ class JSONRecorder(Recorder):
         self._event("warning", message=message)
 
     def run_end(self, record):
-        self._event("run_end", **{k: record[k] for k in ("avg_acc", "forgetting", "bwt", "time_s")})
+        self._event("run_end", **{k: record[k] for k in (*SUMMARY, "objective", "time_s") if k in record})
         write_json_atomic(self.run_dir / "metrics.json", record)
 
     def close(self):
@@ -120,7 +127,7 @@ class ConsoleRecorder(Recorder):
 
     def task_end(self, task_id, record):
         self.progress.console.print(f"task {task_id + 1}: acc " + " ".join(f"{a:.3f}" for a in record["acc"][-1])
-                                    + f" · avg {record['avg_acc']:.4f}")
+                                    + f" · avg {record['avg_acc']:.4f} · val avg {_num(record['val_avg_acc'])}")
 
     def warning(self, message):
         self.console.print(f"[yellow]warning:[/] {message}")
@@ -135,13 +142,24 @@ class ConsoleRecorder(Recorder):
             table.add_column(f"T{j + 1}", justify="right")
         for i, row in enumerate(acc):
             table.add_row(f"T{i + 1}", *(f"{a:.3f}" if j <= i else "" for j, a in enumerate(row)))
+        last = len(acc) - 1
+        table.add_row(f"val, T{last + 1}", *(_num(a, 3) for a in record["val_acc"][-1]), style="dim")
+        if "task_aware_acc" in record:
+            table.add_row(f"task-aware, T{last + 1}", *(_num(a, 3) for a in record["task_aware_acc"][-1][: last + 1]),
+                          style="dim")
         self.console.print(table)
-        self.console.print(f"avg_acc {record['avg_acc']:.4f} · forgetting {record['forgetting']:.4f} · "
-                           f"bwt {record['bwt']:+.4f} · {record['time_s']:.1f} s")
+        aware = f"task-aware {record['task_aware_avg_acc']:.4f} · " if "task_aware_avg_acc" in record else ""
+        self.console.print(f"avg_acc (RA) {record['avg_acc']:.4f} · val {_num(record['val_avg_acc'])} · {aware}"
+                           f"BTI {record['bti']:+.4f} · LA {record['la']:.4f} · forgetting {record['forgetting']:.4f}"
+                           f" · bwt {record['bwt']:+.4f} · {record['time_s']:.1f} s")
         self.console.print(f"run directory: {self.run_dir}")
 
     def close(self):
         self.progress.stop()
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
 
 
 class WandbRecorder(Recorder):
@@ -160,12 +178,17 @@ class WandbRecorder(Recorder):
         self.run.log(step_metrics(record), step=len(record["acc"]))
 
     def run_end(self, record):
-        acc = record["acc"]
         columns = ["after_task"] + [f"task_{j}" for j in range(record["num_tasks"])]
-        rows = [[i] + [row[j] if j <= i else None for j in range(record["num_tasks"])] for i, row in enumerate(acc)]
-        self.run.log({"acc_matrix": self.wandb.Table(columns=columns, data=rows)}, step=len(acc))
-        for key in ("avg_acc", "forgetting", "bwt", "time_s", "complete"):
-            self.run.summary[key] = record[key]
+        tables = {}
+        for name in ("acc", "val_acc", "task_aware_acc"):
+            if name in record:
+                rows = [[i] + [row[j] if j <= i else None for j in range(record["num_tasks"])]
+                        for i, row in enumerate(record[name])]
+                tables[f"{name}_matrix"] = self.wandb.Table(columns=columns, data=rows)
+        self.run.log(tables, step=len(record["acc"]))
+        for key in (*SUMMARY, "objective", "time_s", "complete"):
+            if key in record:
+                self.run.summary[key] = record[key]
 
     def close(self):
         self.run.finish()

@@ -7,8 +7,20 @@ from collections import defaultdict
 from pathlib import Path
 
 GROUP = ("method", "dataset", "scenario", "backbone")
-COLUMNS = ("avg_acc", "forgetting", "bwt", "params", "time_s")
+# metrics.json key -> its column, under the name the papers print (RA, BTI, LA: GEM, MER, La-MAML; task-aware:
+# FACIL). A metric a run does not record (task-aware in the task scenario) is left out of its mean.
+METRICS = {
+    "avg_acc": "RA % (test avg_acc)",
+    "val_avg_acc": "val RA %",
+    "task_aware_avg_acc": "task-aware RA %",
+    "bti": "BTI %",
+    "la": "LA %",
+    "forgetting": "forgetting %",
+    "bwt": "bwt %",
+}
+COLUMNS = (*METRICS, "params", "time_s")
 MASK_METHODS = ("packnet", "piggyback", "cpg")
+TEST_SELECTION = "test_avg_acc"
 
 
 def find_runs(paths: list[Path]) -> list[dict]:
@@ -30,6 +42,34 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return mean, std
 
 
+def t_quantile_975(df: int) -> float:
+    """The 97.5% quantile of Student's t with df degrees of freedom (two-sided 95%), by bisection on the exact
+    finite-series CDF for integer df (Abramowitz & Stegun 26.7.3-4)."""
+    def central(t: float) -> float:  # P(|T| < t)
+        theta = math.atan(t / math.sqrt(df))
+        c2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+        if df % 2:
+            for k in range(2, df - 1, 2):  # 1 + (2/3)c^2 + (2*4)/(3*5)c^4 + ... up to c^(df-3)
+                term *= c2 * k / (k + 1)
+                total += term
+            return 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0))
+        for k in range(1, df - 2, 2):  # 1 + (1/2)c^2 + (1*3)/(2*4)c^4 + ... up to c^(df-2)
+            term *= c2 * k / (k + 1)
+            total += term
+        return math.sin(theta) * total
+
+    lo, hi = 0.0, 1e3
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if central(mid) < 0.95 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def ci95(std: float, n: int) -> float:
+    """Half-width of the 95% confidence interval of a mean over n runs (Student's t); NaN for a single run."""
+    return t_quantile_975(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
+
+
 def summarise(runs: list[dict]) -> list[dict]:
     """One row per method × dataset × scenario × backbone over complete runs, in a stable order."""
     groups = defaultdict(list)
@@ -41,35 +81,86 @@ def summarise(runs: list[dict]) -> list[dict]:
         members = groups[key]
         row = dict(zip(GROUP, key))
         row["seeds"] = len(members)
+        row["objective"] = ",".join(sorted({r.get("objective", "unrecorded") for r in members}))
         for column in COLUMNS:
-            values = [r["capacity"].get("params_total", math.nan) if column == "params" else r[column]
-                      for r in members]
-            row[column], row[f"{column}_std"] = mean_std(values)
+            values = [v for v in (_value(r, column) for r in members) if v is not None]
+            mean, std = mean_std(values) if values else (math.nan, math.nan)
+            row[column], row[f"{column}_std"], row[f"{column}_ci95"] = mean, std, ci95(std, len(values))
         rows.append(row)
     return rows
 
 
+def _value(run: dict, column: str) -> float | None:
+    if column == "params":
+        return run["capacity"].get("params_total", math.nan)
+    return run.get(column)
+
+
 def fmt(row: dict, column: str) -> str:
-    mean, std = row[column], row[f"{column}_std"]
-    if column in ("avg_acc", "forgetting", "bwt"):
-        return f"{100 * mean:.2f} ± {100 * std:.2f}"
+    mean, std, half = row[column], row[f"{column}_std"], row[f"{column}_ci95"]
+    if math.isnan(mean):
+        return "–"
     if column == "params":
         return f"{mean / 1e6:.3f}M"
-    return f"{mean:.1f} ± {std:.1f}"
+    scale, digits = (100, 2) if column in METRICS else (1, 1)
+    text = f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
+    if not math.isnan(half):
+        text += f" [{scale * (mean - half):.{digits}f}, {scale * (mean + half):.{digits}f}]"
+    return text
 
 
-def write_tables(rows: list[dict], incomplete: list[dict], out: Path) -> None:
+def selection(row: dict) -> str:
+    """What the row's runs returned to a sweeper, with test selection named as such."""
+    return " ".join(f"{o} (TEST selection)" if o == TEST_SELECTION else o for o in row["objective"].split(","))
+
+
+def headers() -> list[str]:
+    return [*GROUP, "seeds", *METRICS.values(), "params", "time_s", "sweep objective"]
+
+
+def cells(row: dict) -> list[str]:
+    return [*(str(row[k]) for k in GROUP), str(row["seeds"]), *(fmt(row, c) for c in COLUMNS), selection(row)]
+
+
+def optimised(paths: list[Path], runs: list[dict]) -> list[dict]:
+    """The Optuna sweeps under paths (Hydra's optimization_results.yaml) with the objective their jobs returned."""
+    import yaml
+    found = []
+    for path in paths:
+        for results in sorted(Path(path).rglob("optimization_results.yaml")):
+            best = yaml.safe_load(results.read_text()) or {}
+            inside = [r for r in runs if Path(r["run_dir"]).is_relative_to(results.parent)]
+            found.append({"sweep": str(results.parent), "trials": len(inside), "best_value": best.get("best_value"),
+                          "best_params": best.get("best_params"),
+                          "objective": ",".join(sorted({r.get("objective", "unrecorded") for r in inside}))})
+    return found
+
+
+def sweep_lines(sweeps: list[dict]) -> list[str]:
+    lines = []
+    for s in sweeps:
+        warn = " (TEST selection: the chosen settings were picked on test data)" if TEST_SELECTION in s["objective"] \
+            else ""
+        lines.append(f"- {s['sweep']}: Optuna maximised {s['objective']}{warn} over {s['trials']} runs; "
+                     f"best {s['best_value']} with {s['best_params']}")
+    return lines
+
+
+def write_tables(rows: list[dict], incomplete: list[dict], sweeps: list[dict], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    header = [*GROUP, "seeds", "avg_acc %", "forgetting %", "bwt %", "params", "time_s"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join([*(str(r[k]) for k in GROUP), str(r["seeds"]), *(fmt(r, c) for c in COLUMNS)]) + " |"
-              for r in rows]
+    lines = ["Accuracies in %: mean ± sample std over runs [95% confidence interval, Student's t]. RA is the test "
+             "average accuracy, BTI the mean over all tasks of final minus just-learned accuracy, LA the mean "
+             "just-learned accuracy; val RA is on the validation splits that methods and sweeps select on.", ""]
+    lines += ["| " + " | ".join(headers()) + " |", "|" + "---|" * len(headers())]
+    lines += ["| " + " | ".join(cells(r)) + " |" for r in rows]
+    if sweeps:
+        lines += ["", "Sweeps that optimised an objective:", "", *sweep_lines(sweeps)]
     if incomplete:
         lines += ["", "Incomplete runs (not averaged):", ""]
         lines += [f"- {r['run_dir']}: {r['method']} on {r['dataset']}, {len(r['acc'])}/{r['num_tasks']} tasks"
                   for r in incomplete]
     _atomic_text(out / "report.md", "\n".join(lines) + "\n")
-    fields = [*GROUP, "seeds", *(f for c in COLUMNS for f in (c, f"{c}_std"))]
+    fields = [*GROUP, "seeds", *(f for c in COLUMNS for f in (c, f"{c}_std", f"{c}_ci95")), "objective"]
     tmp = out / f".report.csv.tmp{os.getpid()}"
     with open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
@@ -85,16 +176,18 @@ def _atomic_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def print_table(rows: list[dict], incomplete: list[dict]) -> None:
+def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict]) -> None:
     from rich.console import Console
     from rich.table import Table
-    table = Table(title="cl-bench report (accuracies in %, mean ± std over seeds)")
-    for column in [*GROUP, "seeds", "avg_acc", "forgetting", "bwt", "params", "time_s"]:
+    table = Table(title="cl-bench report (accuracies in %, mean ± std over runs [95% CI])")
+    for column in headers():
         table.add_column(column, justify="left" if column in GROUP else "right")
     for r in rows:
-        table.add_row(*(str(r[k]) for k in GROUP), str(r["seeds"]), *(fmt(r, c) for c in COLUMNS))
+        table.add_row(*cells(r))
     console = Console()
     console.print(table)
+    for line in sweep_lines(sweeps):
+        console.print(line)
     for r in incomplete:
         console.print(f"[yellow]incomplete[/] {r['run_dir']} ({len(r['acc'])}/{r['num_tasks']} tasks)")
 
@@ -203,9 +296,10 @@ def report(paths: list[Path], out: Path | None = None, plots: bool = True) -> li
     runs = find_runs(paths)
     rows = summarise(runs)
     incomplete = [r for r in runs if not r["complete"]]
+    sweeps = optimised(paths, runs)
     out = Path(out or paths[0])
-    write_tables(rows, incomplete, out)
-    print_table(rows, incomplete)
+    write_tables(rows, incomplete, sweeps, out)
+    print_table(rows, incomplete, sweeps)
     if plots:
         plot_all(runs, out)
     return rows

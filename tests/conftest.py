@@ -71,6 +71,23 @@ def contract_problems(run_dir: Path) -> list[str]:
     return out
 
 
+# The mask methods' extra phases (goals, compacting, retraining), cut to one epoch each.
+SHORT = {
+    "cpg": ["method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1",
+            "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1"],
+    "packnet": ["method.retrain_epochs=1"],
+    "gated": ["method.task_classifier_epochs=1"],
+}
+
+
+def quick_args(name: str, scenario: str) -> list[str]:
+    """Overrides for a short in-process run of method `name`: two tasks of the embedded digits, one epoch (online
+    methods: 40 samples per task), no logging or checkpoints."""
+    args = [f"method={name}", f"scenario={scenario}", "logger=none", "checkpoint.enabled=false", "dataset.num_tasks=2"]
+    args.append("dataset.samples_per_task=40" if name in ("nccl", "agem", "lamaml") else "method.epochs=1")
+    return args + SHORT.get(name, [])
+
+
 @pytest.fixture(autouse=True, scope="session")
 def dataset_cache(tmp_path_factory):
     """Decoded datasets go to a cache of this session's own (inherited by the CLI runs), never to ~/.cache."""

@@ -26,7 +26,7 @@ RNG = {"torch": torch.get_rng_state(), "data": torch.Generator().manual_seed(3).
 
 def test_roundtrip_keeps_every_tensor_and_packs_bool_masks_to_bits(tmp_path):
     m = Masked()
-    path = checkpoint.save(tmp_path, 0, m, [[0.5]], RNG, 1.0)
+    path = checkpoint.save(tmp_path, 0, m, {"acc": [[0.5]]}, RNG, 1.0)
     assert (path / "masks.safetensors").stat().st_size < (path / "state.safetensors").stat().st_size
     state, masks, meta, problems = checkpoint.load(tmp_path)
     state, rng = checkpoint.split_rng(state)
@@ -56,10 +56,10 @@ DAMAGE = {  # file of task_001 -> what happens to it
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_last_names_the_newest_and_a_damaged_one_falls_back(tmp_path, damage):
     m = Masked()
-    checkpoint.save(tmp_path, 0, m, [[0.5]], RNG, 1.0)
+    checkpoint.save(tmp_path, 0, m, {"acc": [[0.5]]}, RNG, 1.0)
     with torch.no_grad():
         m.weight.add_(1)
-    checkpoint.save(tmp_path, 1, m, [[0.5], [0.4, 0.6]], RNG, 2.0)
+    checkpoint.save(tmp_path, 1, m, {"acc": [[0.5], [0.4, 0.6]]}, RNG, 2.0)
     assert (tmp_path / "checkpoints" / "last").read_text() == "task_001"
     name, change = DAMAGE[damage]
     target = tmp_path / "checkpoints" / "task_001" / name
@@ -78,7 +78,7 @@ class Boom:
 def test_a_planted_pickle_is_never_unpickled(tmp_path, monkeypatch):
     marker = tmp_path / "ran"
     monkeypatch.setenv("BOOM_MARKER", str(marker))
-    checkpoint.save(tmp_path, 0, Masked(), [[0.5]], RNG, 1.0)
+    checkpoint.save(tmp_path, 0, Masked(), {"acc": [[0.5]]}, RNG, 1.0)
     planted = pickle.dumps(Boom())
     (tmp_path / "checkpoints" / "task_000" / "state.safetensors").write_bytes(planted)
     assert checkpoint.load(tmp_path)[0] is None  # no valid checkpoint remains

@@ -99,8 +99,8 @@ def test_task_scenario_keeps_old_tasks_bit_for_bit():
         method.eval()
         with torch.no_grad():
             for old in tasks[: task.id]:
-                assert torch.equal(method.predict(method.info.view.eval(old.test.x), old.id), logits[old.id])
-            logits[task.id] = method.predict(method.info.view.eval(task.test.x), task.id)
+                assert torch.equal(method.predict(method.info.view.eval(old.val.x), old.id), logits[old.id])
+            logits[task.id] = method.predict(method.info.view.eval(task.val.x), task.id)
         for layer, kernels, w in frozen:
             assert torch.equal(layer.conv.weight[kernels], w)
         frozen += [(layer, layer.frozen.clone(), layer.conv.weight[layer.frozen].clone()) for layer in method.layers]
@@ -148,7 +148,7 @@ def test_class_scenario_through_the_cli_and_resume(tmp_path):
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     m = train(whole, *SMALL, "scenario=class")
     assert contract_problems(whole) == []
-    assert len(m["capacity"]["task_accuracy"]) == 3 and m["capacity"]["inference_flops_per_sample"] > 0
+    assert len(m["capacity"]["val_task_accuracy"]) == 3 and m["capacity"]["inference_flops_per_sample"] > 0
     meta = json.loads((whole / "checkpoints" / "task_002" / "meta.json").read_text())
     assert any(k.endswith(".frozen") for k in meta["bits"]) and any(k.endswith(".usable") for k in meta["bits"])
 

@@ -6,7 +6,7 @@ import signal
 import time
 
 import pytest
-from conftest import contract_problems, train
+from conftest import contract_problems, quick_args, train
 from test_reliability import start
 
 DROP = ("time_s", "peak_mem_mb")
@@ -48,26 +48,13 @@ def test_random_sigkills_lose_nothing(tmp_path, method):
     print(f"{method}: {kills} kills, metrics equal")
 
 
-# The mask methods' extra phases (goals, compacting, retraining), cut to one epoch each.
-SHORT = {
-    "cpg": ["method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1",
-            "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1"],
-    "packnet": ["method.retrain_epochs=1"],
-    "gated": ["method.task_classifier_epochs=1"],
-}
-
-
 def test_same_seed_same_metrics_for_every_method(tmp_path):
     """Every registered method, twice with one seed, in-process (the CLI path is covered above)."""
     from cl_bench import cli, config, methods
     from cl_bench import train as train_module
     config.register()
     for name, cls in sorted(methods.METHODS.items()):
-        scenario = "task" if "task" in cls.scenarios else "class"
-        args = [f"method={name}", f"scenario={scenario}", "logger=none", "checkpoint.enabled=false",
-                "dataset.num_tasks=2"]
-        args.append("dataset.samples_per_task=40" if name in ("nccl", "agem", "lamaml") else "method.epochs=1")
-        args += SHORT.get(name, [])
+        args = quick_args(name, "task" if "task" in cls.scenarios else "class")
         runs = []
         for i in (0, 1):
             run_dir = tmp_path / f"{name}{i}"

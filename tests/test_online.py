@@ -119,7 +119,7 @@ def test_stream_visits_every_sample_once_per_glance_cycle():
     split = Split(torch.randint(0, 255, (n, 1, 8, 8), dtype=torch.uint8), torch.arange(n) % 2,
                   torch.zeros(n, dtype=torch.long))
     split.y = torch.arange(n)  # sample ids stand in for labels: glance is replaced below
-    task = Task(0, [0, 1], 0, split, split, split)
+    task = Task(0, [0, 1], 0, split, split)
     seen = []
 
     def glance(batch, task):

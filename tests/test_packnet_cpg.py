@@ -51,7 +51,7 @@ def build(*overrides):
 @torch.no_grad()
 def logits(method, tasks):
     method.eval()
-    return [method.predict(method.info.view.eval(t.test.x), t.id) for t in tasks]
+    return [method.predict(method.info.view.eval(t.val.x), t.id) for t in tasks]
 
 
 def test_binarize_is_straight_through():
@@ -113,7 +113,7 @@ def test_cpg_grows_keeps_old_tasks_and_checkpoints(tmp_path):
     after = logits(method, tasks[:3])
     assert torch.equal(after[0], before[0])
 
-    checkpoint.save(tmp_path, 2, method, [], {}, 0.0)
+    checkpoint.save(tmp_path, 2, method, {"acc": []}, {}, 0.0)
     state, masks, _, problems = checkpoint.load(tmp_path)
     assert not problems
     stored = load_file(tmp_path / "checkpoints" / "task_002" / "masks.safetensors")
@@ -132,7 +132,7 @@ def test_residual_blocks_widen_inside_only():
     method = make()
     for layer in method.layers:
         layer.claim(0)
-    x = method.info.view.eval(tasks[0].test.x[:16])
+    x = method.info.view.eval(tasks[0].train.x[:16])
     method.eval()
     with torch.no_grad():
         before = method.predict(x, 0)

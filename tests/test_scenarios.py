@@ -37,7 +37,7 @@ def test_cifar100_20_task_t_is_exactly_the_fine_classes_of_superclass_t(tmp_path
         assert task.offset == 5 * t
         labels = torch.cat([task.train.y, task.val.y]).unique().tolist()
         assert labels == list(range(5 * t, 5 * t + 5))
-        assert len(task.test) == 10 and len(task.train) + len(task.val) == 20
+        assert len(s.test[t]) == 10 and len(task.train) + len(task.val) == 20
 
 
 def test_split_cifar100_order_follows_the_seed(tmp_path):
@@ -53,8 +53,8 @@ def test_split_mnist_relabels_each_task_and_carves_validation(tmp_path):
     s = build(tmp_path, name="split_mnist", source="mnist", num_tasks=5)
     assert s.info.task_classes == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
     for task in s.tasks:
-        assert len(task.train) == 3 and len(task.val) == 1 and len(task.test) == 2
-        assert set(task.test.y.tolist()) == {2 * task.id, 2 * task.id + 1}
+        assert len(task.train) == 3 and len(task.val) == 1 and len(s.test[task.id]) == 2
+        assert set(s.test[task.id].y.tolist()) == {2 * task.id, 2 * task.id + 1}
         assert task.train.x.dtype == torch.uint8 and (task.train.t == task.id).all()
     # train and validation are disjoint and together all of the task's training images
     task = s.tasks[0]
@@ -72,7 +72,7 @@ def test_permuted_mnist_shares_labels_only_in_the_class_scenario(tmp_path, scena
     perms = []
     for task in s.tasks:
         assert len(task.train) == 2  # capped after the validation split
-        permuted = task.test.x.flatten(1)
+        permuted = s.test[task.id].x.flatten(1)
         # the same pixels, in another order, with one order for the whole task
         assert torch.equal(permuted.sort(dim=1).values, original.sort(dim=1).values)
         perms.append(permuted)
@@ -82,8 +82,8 @@ def test_permuted_mnist_shares_labels_only_in_the_class_scenario(tmp_path, scena
 def test_rotated_mnist_task_0_is_unrotated(tmp_path):
     raw = write_idx_dataset(tmp_path / "MNIST" / "raw")
     s = build(tmp_path, name="rotated_mnist", source="mnist", kind="rotated", num_tasks=4)
-    assert torch.equal(s.tasks[0].test.x[:, 0], torch.from_numpy(raw["test_x"]))
-    assert not torch.equal(s.tasks[2].test.x, s.tasks[0].test.x)
+    assert torch.equal(s.test[0].x[:, 0], torch.from_numpy(raw["test_x"]))
+    assert not torch.equal(s.test[2].x, s.test[0].x)
 
 
 def test_too_many_tasks_for_the_classes_is_a_user_error(tmp_path):

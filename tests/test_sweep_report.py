@@ -1,9 +1,12 @@
 """Sweeps through the real CLI, the report over them, re-running a half-finished sweep, and eval."""
 import csv
 import json
+import math
 import shutil
 import statistics
 
+import pytest
+import yaml
 from conftest import cl_bench, train
 
 
@@ -142,3 +145,65 @@ def test_two_sweeps_reporting_into_one_place_never_leave_a_torn_file(tmp_path):
     for f in ("report.md", "report.csv"):
         assert (shared / f).read_text() in (expected["a"][f], expected["b"][f])
     assert not [p.name for p in shared.iterdir() if p.name.startswith(".")], "no temporary files left behind"
+
+
+def optuna_sweep(sweep_dir, *overrides):
+    """Three Optuna trials over method.lr, through the real CLI, on two tasks of the class scenario (where
+    validation and test accuracy differ)."""
+    proc = cl_bench("train", "-m", "hydra/sweeper=maximize_objective", "hydra.sweeper.n_trials=3",
+                    "method.epochs=1", "dataset.num_tasks=2", "scenario=class", "logger=none",
+                    f"hydra.sweep.dir={sweep_dir}", *overrides)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    best = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    runs = [metrics(p) for p in sorted(sweep_dir.iterdir()) if (p / "metrics.json").is_file()]
+    assert len(runs) == 3
+    return best, runs
+
+
+def test_an_optuna_sweep_maximises_validation_accuracy_unless_told_otherwise(tmp_path):
+    best, runs = optuna_sweep(tmp_path / "val")
+    assert {r["objective"] for r in runs} == {"val_avg_acc"}
+    chosen = max(runs, key=lambda r: r["val_avg_acc"])
+    assert best["best_value"] == chosen["val_avg_acc"] != chosen["avg_acc"]
+    assert cl_bench("report", str(tmp_path / "val"), "--no-plots").returncode == 0
+    table = (tmp_path / "val" / "report.md").read_text()
+    assert "Optuna maximised val_avg_acc over 3 runs" in table and "TEST selection" not in table
+
+    best, runs = optuna_sweep(tmp_path / "test", "sweep.objective=test_avg_acc")
+    assert {r["objective"] for r in runs} == {"test_avg_acc"}
+    assert best["best_value"] == max(r["avg_acc"] for r in runs)
+    assert cl_bench("report", str(tmp_path / "test"), "--no-plots").returncode == 0
+    table = (tmp_path / "test" / "report.md").read_text()
+    assert "Optuna maximised test_avg_acc (TEST selection" in table and "test_avg_acc (TEST selection)" in table
+
+
+def test_a_sweep_on_validation_needs_validation_data(tmp_path):
+    proc = cl_bench("train", "-m", "seed=0", "data.val_fraction=0", f"hydra.sweep.dir={tmp_path}", "logger=none")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "sweep.objective=val_avg_acc needs validation data" in proc.stderr
+
+
+def test_the_report_gives_the_count_and_a_t_confidence_interval(tmp_path):
+    from cl_bench import report as report_module
+    for seed, acc in enumerate([0.5, 0.6, 0.7]):
+        run = tmp_path / str(seed)
+        run.mkdir()
+        (run / "metrics.json").write_text(json.dumps({
+            "method": "finetune", "dataset": "split_digits", "scenario": "task", "backbone": "convnet",
+            "complete": True, "capacity": {"params_total": 1000}, "avg_acc": acc, "val_avg_acc": acc - 0.1,
+            "forgetting": 0.0, "bwt": 0.0, "bti": 0.0, "la": acc, "time_s": 1.0, "acc": [[acc]], "num_tasks": 1,
+            "seed": seed, "objective": "val_avg_acc"}))
+    [row] = report_module.report([tmp_path], plots=False)
+    # sample std 0.1 over n = 3; t(0.975, 2) = 4.303 (tables): half-width 4.303 * 0.1 / sqrt(3) = 0.2484
+    assert row["seeds"] == 3 and row["avg_acc_std"] == pytest.approx(0.1)
+    assert row["avg_acc_ci95"] == pytest.approx(4.3027 * 0.1 / 3 ** 0.5, abs=1e-4)
+    assert math.isnan(row["task_aware_avg_acc"])  # not recorded in the task scenario: not averaged as 0
+    table = (tmp_path / "report.md").read_text()
+    assert "| finetune | split_digits | task | convnet | 3 | 60.00 ± 10.00 [35.16, 84.84] | 50.00 ± 10.00" in table
+    assert "RA % (test avg_acc)" in table and "BTI %" in table and "LA %" in table
+
+
+@pytest.mark.parametrize(("df", "table"), [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (29, 2.045)])
+def test_t_quantiles_match_the_tables(df, table):
+    from cl_bench.report import t_quantile_975
+    assert t_quantile_975(df) == pytest.approx(table, abs=5e-4)

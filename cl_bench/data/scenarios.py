@@ -41,12 +41,14 @@ class Split:
 
 @dataclass
 class Task:
+    """What a learner receives of one task. It has no test split: test data lives in Scenario.test, which
+    only train.py's evaluation reads, so no method can select (goals, ratios, relevance) on test data."""
+
     id: int
     classes: list[int]  # the source's class ids in this task
     offset: int  # first output of this task in the scenario's label space
     train: Split
-    val: Split
-    test: Split
+    val: Split  # data.val_fraction of the task's training data, held out for the method's own selection
 
     @property
     def num_classes(self):
@@ -84,6 +86,7 @@ class Info:
 @dataclass
 class Scenario:
     tasks: list[Task]
+    test: list[Split]  # test[j]: task j's test split, for train.py's evaluation alone
     info: Info
 
 
@@ -105,9 +108,9 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
     offsets = _offsets(task_classes, shared_labels and scenario == "class")
     view = View(src.mean, src.std, dataset_cfg.augment, device, channels_last)
     info = Info(dataset_cfg.name, scenario, tuple(src.train_x.shape[1:]), task_classes, offsets, view)
-    tasks = [_task(src, t, task_classes[t], offsets[t], kind, dataset_cfg, data_cfg, rng, device)
-             for t in range(len(task_classes))]
-    return Scenario(tasks, info)
+    tasks, test = zip(*(_task(src, t, task_classes[t], offsets[t], kind, dataset_cfg, data_cfg, rng, device)
+                        for t in range(len(task_classes))))
+    return Scenario(list(tasks), list(test), info)
 
 
 def _class_split(src, cfg, rng) -> list[list[int]]:
@@ -134,7 +137,8 @@ def _offsets(task_classes, shared: bool) -> list[int]:
     return np.cumsum([0] + [len(c) for c in task_classes[:-1]]).tolist()
 
 
-def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device) -> Task:
+def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device) -> tuple[Task, Split]:
+    """Task t as its learner sees it, and its test split apart."""
     relabel = torch.full((int(src.train_y.max()) + 1,), -1, dtype=torch.long)
     relabel[torch.tensor(classes)] = torch.arange(len(classes)) + offset
     train_rows, test_rows = _rows(src.train_y, relabel), _rows(src.test_y, relabel)
@@ -150,8 +154,9 @@ def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device) -> Task:
         return Split(transform(x[rows]).to(device), relabel[y[rows]].to(device),
                      torch.full((len(rows),), t, dtype=torch.long, device=device))
 
-    return Task(t, list(classes), offset, split(src.train_x, src.train_y, train_rows[train_idx]),
-                split(src.train_x, src.train_y, train_rows[val_idx]), split(src.test_x, src.test_y, test_rows))
+    task = Task(t, list(classes), offset, split(src.train_x, src.train_y, train_rows[train_idx]),
+                split(src.train_x, src.train_y, train_rows[val_idx]))
+    return task, split(src.test_x, src.test_y, test_rows)
 
 
 def _rows(y, relabel) -> torch.Tensor:

@@ -139,6 +139,13 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         """Logits: over task_id's classes in the task scenario, over every class seen when task_id is None."""
         return self(x, task_id)
 
+    def task_aware_logits(self, x: torch.Tensor, task_id: int, logits: torch.Tensor) -> torch.Tensor:
+        """Class scenario, evaluation only: logits over task_id's classes when the task id is given (FACIL's
+        task-aware accuracy), with `logits` = predict(x, None). Here the class logits restricted to the task's
+        outputs; a method whose class logits depend on its own guess of the task (gated) predicts afresh."""
+        start = self.info.offsets[task_id]
+        return logits[:, start: start + self.info.sizes[task_id]]
+
     def resumed(self, learned_tasks: list[Task]) -> None:
         """Called after loading a checkpoint, with the tasks already learned (for methods that keep data)."""
 

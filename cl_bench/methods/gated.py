@@ -79,7 +79,7 @@ class Gated(Method):
             self.task_classifier = nn.Sequential(
                 nn.Linear(info.num_tasks * backbone.feature_dim, cfg.task_classifier_hidden), nn.ReLU(),
                 nn.Linear(cfg.task_classifier_hidden, info.num_tasks))
-        self.seen_tasks = []  # tasks learned so far, kept for the task-prediction accuracy in capacity()
+        self.seen_tasks = []  # tasks learned so far; their validation splits give capacity()'s task_accuracy
         self.to(ctx.device)
         self._probe()
 
@@ -204,9 +204,15 @@ class Gated(Method):
         gated.route(self.layers, [task_id])
         return self.heads(self.backbone(x), task_id)
 
+    def task_aware_logits(self, x, task_id, logits):
+        """With the task id given, its own path and head: the class logits above are -inf outside the predicted
+        task, so slicing them would count a mispredicted sample as its task's first class."""
+        return self(x, task_id)
+
     def _predict_class(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits over every class seen: the predicted task's head in its range of the label space, -inf elsewhere."""
-        count, n = len(self.seen_tasks), x.shape[0]
+        """Logits over every class seen: the predicted task's head in its range of the label space, -inf elsewhere.
+        Before any task is learned (eval_future's reference) the first task's path is the only candidate."""
+        count, n = max(len(self.seen_tasks), 1), x.shape[0]
         features = self._paths(x, count)
         task_pred = self._task_logits(features).argmax(1)
         logits = features.new_full((count, n, self.info.seen_outputs(count - 1)), float("-inf"), dtype=torch.float)
@@ -232,23 +238,24 @@ class Gated(Method):
         if self.info.scenario == "class" and seen:
             classifier = sum(2 * m.weight.numel() for m in self.task_classifier if isinstance(m, nn.Linear))
             out["inference_flops_per_sample"] = sum(flops) + classifier  # every seen path, then the task classifier
-            out["task_accuracy"] = self.task_accuracy()
+            out["val_task_accuracy"] = self.task_accuracy()  # on validation: capacity() is the method's own report
             out["memory_size"] = self.cfg.memory_size
         return out
 
     @torch.no_grad()
-    def task_accuracy(self) -> list[float]:
-        """Per seen task, the fraction of its test samples whose task the task classifier names."""
+    def task_accuracy(self) -> list[float | None]:
+        """Per seen task, the fraction of its validation samples whose task the task classifier names (None for
+        a task without validation data)."""
         self.eval()
-        count, hits = len(self.seen_tasks), []
+        count = len(self.seen_tasks)
+        hits = torch.zeros(count, dtype=torch.long, device=self.ctx.device)
         for task in self.seen_tasks:
-            correct = torch.zeros((), dtype=torch.long, device=self.ctx.device)
-            for raw, _, t in task.test.batches(EVAL_BATCH):
+            for raw, _, t in task.val.batches(EVAL_BATCH):
                 with self.ctx.autocast():
-                    correct += (self._task_logits(self._paths(self.info.view.eval(raw), count)).argmax(1) == t).sum()
-            hits.append(correct)
-        sizes = torch.tensor([len(task.test) for task in self.seen_tasks], dtype=torch.float64)
-        return (torch.stack(hits).cpu().double() / sizes).tolist()
+                    logits = self._task_logits(self._paths(self.info.view.eval(raw), count))
+                hits[task.id] += (logits.argmax(1) == t).sum()
+        sizes = [len(task.val) for task in self.seen_tasks]
+        return [h / n if n else None for h, n in zip(hits.cpu().tolist(), sizes)]
 
     def mask_keys(self):
         return {f"backbone.{n}.{key}" for n in self.layer_names for key in ("frozen", "usable")}
