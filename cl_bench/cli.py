@@ -8,8 +8,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 from .errors import UserError
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
@@ -66,7 +64,7 @@ def run_single(args: list[str]) -> int:
     from hydra.types import HydraContext, RunMode
     from omegaconf import open_dict
 
-    from . import config
+    from . import config, hardware
     args = [*args, "hydra.mode=RUN"]  # as @hydra.main records it
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         hydra = GlobalHydra.instance().hydra
@@ -78,6 +76,8 @@ def run_single(args: list[str]) -> int:
             with open_dict(cfg):
                 cfg.hydra.run.dir = run_dir
                 cfg.hydra.overrides.hydra.insert(0, f"hydra.run.dir={run_dir}")
+        if not cfg.resume and hardware.rank() == 0:  # before Hydra writes .hydra/: see write_run_record
+            write_run_record(Path(cfg.hydra.run.dir), args)
         callbacks = Callbacks(cfg)
         callbacks.on_run_start(config=cfg, config_name="config")
         result = run_job(hydra_context=HydraContext(config_loader=hydra.config_loader, callbacks=callbacks),
@@ -163,15 +163,33 @@ def refuse_finished_run_dir(args: list[str]) -> None:
                         "or choose another hydra.run.dir")
 
 
+RUN_RECORD = "run.json"
+
+
+def write_run_record(run_dir: Path, overrides) -> None:
+    """run.json: the run's own overrides, which `resume=` and `cl-bench eval` compose again. Written atomically,
+    before Hydra writes .hydra/ and never rewritten by a resume: Hydra writes .hydra/ in place (truncate, then
+    write) and again on every resume, so a kill there left an overrides.yaml that was missing, empty or cut
+    short, and a resume from it failed or composed another config."""
+    from .recorders import write_json_atomic
+    run_dir.mkdir(parents=True, exist_ok=True)
+    own = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/", "resume="))]
+    write_json_atomic(run_dir / RUN_RECORD, {"overrides": own})
+
+
+def run_overrides(run_dir: Path, option: str) -> list[str]:
+    """The overrides recorded in run_dir's run.json."""
+    record = Path(run_dir) / RUN_RECORD
+    if not record.is_file():
+        raise UserError(f"{option}: {record} not found; it takes a run directory made by cl-bench train")
+    return json.loads(record.read_text())["overrides"]
+
+
 def resume_overrides(run_dir: str, overrides: list[str]) -> list[str]:
     """The run's own overrides, then any given now, pointed back at its directory."""
-    saved = Path(run_dir) / ".hydra" / "overrides.yaml"
-    if not saved.is_file():
-        raise UserError(f"resume={run_dir}: {saved} not found; resume takes a run directory made by cl-bench train")
-    original = yaml.safe_load(saved.read_text()) or []
-    keep = [o for o in original if not o.startswith(("resume=", "hydra.run.dir="))]
     extra = [o for o in overrides if not o.startswith("resume=")]  # e.g. hardware=cpu on another machine
-    return keep + extra + [f"resume={run_dir}", f"hydra.run.dir={run_dir}"]
+    return run_overrides(Path(run_dir), f"resume={run_dir}") + extra + [f"resume={run_dir}",
+                                                                          f"hydra.run.dir={run_dir}"]
 
 
 def run_hydra(args: list[str]) -> int:
@@ -195,11 +213,14 @@ def task(cfg) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from . import hardware
     from . import train as train_module
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             check_objective(cfg)
+            if not (run_dir / RUN_RECORD).is_file() and hardware.rank() == 0:
+                write_run_record(run_dir, HydraConfig.get().overrides.task)
             done = finished_objective(run_dir, cfg.sweep.objective)  # a re-run sweep completes only what is missing
             if done is not None:
                 print(f"cl-bench: {run_dir} is complete, skipped", file=sys.stderr)
@@ -236,14 +257,9 @@ def parse(command: str, args: list[str], configure):
 def evaluate(args: list[str]) -> int:
     opts = parse("eval", args, lambda p: (p.add_argument("run_dir", type=Path),
                                           p.add_argument("--checkpoint", help="e.g. task_003; default: the newest")))
-    saved = opts.run_dir / ".hydra" / "config.yaml"
-    if not saved.is_file():
-        raise UserError(f"{saved} not found: cl-bench eval takes a run directory made by cl-bench train")
-    from omegaconf import OmegaConf
-
     from . import config, train
     config.register()
-    cfg = OmegaConf.merge(OmegaConf.structured(config.Config), OmegaConf.load(saved))
+    cfg = compose(run_overrides(opts.run_dir, "cl-bench eval"))
     result = train.evaluate_checkpoint(cfg, opts.run_dir, opts.checkpoint)
     from .recorders import write_json_atomic
     write_json_atomic(opts.run_dir / "eval.json", result)

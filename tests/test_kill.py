@@ -6,7 +6,7 @@ import signal
 import time
 
 import pytest
-from conftest import contract_problems, quick_args, train
+from conftest import cl_bench, contract_problems, quick_args, train
 from test_reliability import start
 
 DROP = ("time_s", "peak_mem_mb")
@@ -37,7 +37,8 @@ def test_random_sigkills_lose_nothing(tmp_path, method):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1
-        proc = start(f"resume={run_dir}") if (run_dir / ".hydra").is_dir() else \
+        # a run is resumable once its record exists (written before Hydra's .hydra/, see cli.write_run_record)
+        proc = start(f"resume={run_dir}") if (run_dir / "run.json").is_file() else \
             start(f"hydra.run.dir={run_dir}", *overrides)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-2000:]
@@ -46,6 +47,25 @@ def test_random_sigkills_lose_nothing(tmp_path, method):
     assert without_timings(resumed) == without_timings(whole), f"after {kills} kills"
     assert contract_problems(run_dir) == []
     print(f"{method}: {kills} kills, metrics equal")
+
+
+def test_a_kill_while_hydra_writes_its_record_resumes(tmp_path):
+    """The moment of the kill test's one failure: killed as soon as .hydra/ appears, before Hydra has written
+    overrides.yaml into it, `resume=` found no record and refused (or, killed during a resume's rewrite, read a
+    record cut short). The run's own run.json is whole by then, so the resume ends as the uninterrupted run."""
+    overrides = ["method.epochs=1", "dataset.num_tasks=2", "logger=none"]
+    whole = train(tmp_path / "whole", *overrides)
+    run_dir = tmp_path / "killed"
+    proc = start(f"hydra.run.dir={run_dir}", *overrides)
+    while not (run_dir / ".hydra").is_dir():
+        assert proc.poll() is None, "the run ended before .hydra/ appeared"
+        time.sleep(0.0005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / "checkpoints").exists()
+    resumed = cl_bench("train", f"resume={run_dir}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert without_timings(json.loads((run_dir / "metrics.json").read_text())) == without_timings(whole)
 
 
 def test_same_seed_same_metrics_for_every_method(tmp_path):

@@ -47,4 +47,19 @@ def test_resume_without_checkpoints_starts_from_the_beginning(tmp_path):
 def test_resume_of_a_directory_that_is_no_run_is_a_clear_error(tmp_path):
     proc = cl_bench("train", f"resume={tmp_path}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("cl-bench: error: resume=") and "overrides.yaml" in proc.stderr
+    assert proc.stderr.startswith("cl-bench: error: resume=") and "run.json not found" in proc.stderr
+
+
+def test_a_resume_reads_the_runs_own_record_not_hydras(tmp_path):
+    """Hydra rewrites .hydra/ in place on every resume: a kill there leaves its overrides.yaml cut short (here: to
+    its first line) and config.yaml empty. The resume composes from run.json and still ends as the whole run."""
+    args = ["method=finetune", "method.epochs=1", "scenario=class", "dataset.num_tasks=3"]
+    whole = train(tmp_path / "whole", *args)
+    shutil.copytree(tmp_path / "whole", tmp_path / "cut")
+    stop_after(tmp_path / "cut", 0)
+    hydra = tmp_path / "cut" / ".hydra"
+    (hydra / "overrides.yaml").write_text((hydra / "overrides.yaml").read_text().splitlines()[0] + "\n")
+    (hydra / "config.yaml").write_text("")
+    proc = cl_bench("train", f"resume={tmp_path / 'cut'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert without_timings(json.loads((tmp_path / "cut" / "metrics.json").read_text())) == without_timings(whole)
