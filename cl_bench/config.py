@@ -1,13 +1,17 @@
-"""Structured-config schemas, registered in Hydra's ConfigStore so that every YAML in conf/ is typed:
-an unknown key or a value of the wrong type is an error, not a silent no-op."""
+"""Structured-config schemas, registered in Hydra's ConfigStore so that every YAML in cl_bench/conf/ is typed:
+an unknown key or a value of the wrong type is an error, not a silent no-op. Also the compose API that tests,
+`cl-bench eval` and the sweep checks use, with Hydra's errors as one line."""
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
 from . import methods
 from .errors import UserError
+
+CONF = Path(__file__).resolve().parent / "conf"  # the packaged config tree (pkg://cl_bench.conf)
 
 
 @dataclass
@@ -112,8 +116,12 @@ BACKBONE_SCHEMAS = {"mlp": MLPConfig, "convnet": ConvNetConfig, "resnet18": ResN
 
 
 def register() -> None:
-    """Make the schemas known to Hydra (the CLI calls this; nothing the task loop runs needs Hydra)."""
+    """Make the schemas and the run-directory resolver known to Hydra (the CLI calls this; nothing the task loop
+    runs needs Hydra)."""
     from hydra.core.config_store import ConfigStore
+
+    from .app import unique_dir
+    OmegaConf.register_new_resolver("unique_dir", unique_dir, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
     cs.store(group="dataset", name="schema", node=DatasetConfig)
@@ -125,8 +133,8 @@ def register() -> None:
         cs.store(group="method", name=f"schema_{name}", node=cls.Config)
 
 
-def validate(cfg) -> None:
-    """Range checks the types cannot express, each failing with the key and the accepted values."""
+def validate(cfg):
+    """Range checks the types cannot express, each failing with the key and the accepted values; returns cfg."""
     checks = [
         (cfg.scenario in ("task", "class"), "scenario", "task or class"),
         (cfg.method.lr > 0, "method.lr", "a positive number"),
@@ -156,6 +164,7 @@ def validate(cfg) -> None:
     method = methods.get(cfg.method.name)
     method.check_config(cfg.method)
     check_within_task_checkpoints(cfg, method)
+    return cfg
 
 
 def check_within_task_checkpoints(cfg, method) -> None:
@@ -189,3 +198,51 @@ def _get(cfg, key):
     for part in key.split("."):
         cfg = cfg[part]
     return cfg
+
+
+def compose(overrides: list[str]):
+    """The composed config, with Hydra's errors as one line."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+    try:
+        return hydra_compose(overrides)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise UserError(describe(e, overrides)) from None
+
+
+def hydra_compose(overrides: list[str]):
+    """Through Hydra's compose API: inside `cl-bench train` with its Hydra, elsewhere with the packaged configs."""
+    from hydra import compose as compose_config
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    if GlobalHydra.instance().is_initialized():
+        return compose_config("config", overrides=overrides)
+    with initialize_config_module("cl_bench.conf", version_base="1.3"):
+        return compose_config("config", overrides=overrides)
+
+
+def describe(e: Exception, overrides: list[str] = ()) -> str:
+    """Hydra's and OmegaConf's messages as one line: what is wrong, and what would be right."""
+    from hydra.errors import MissingConfigException
+    if isinstance(e, MissingConfigException) and e.missing_cfg_file and e.options is not None:
+        group = Path(e.missing_cfg_file).parent.name
+        options = ", ".join(o for o in e.options if not o.startswith("schema"))
+        return f"unknown {group} {Path(e.missing_cfg_file).name!r}: choose one of {options}"
+    text = str(e)
+    if text.startswith("Could not override '"):  # an unknown key: name the keys that exist there
+        key = text.split("'")[1]
+        parent, _, _ = key.rpartition(".")
+        groups = [o for o in overrides if (CONF / o.split("=")[0]).is_dir()]  # the group choices alone
+        try:
+            node = hydra_compose(groups)
+        except Exception:  # the choices themselves are broken: name the key alone
+            node = None
+        for part in filter(None, parent.split(".")):
+            node = node.get(part) if hasattr(node, "get") else None
+        known = ", ".join(k for k in node) if hasattr(node, "keys") else ""
+        return f"unknown key {key!r}" + (f": {parent or 'the top level'} has {known}" if known else "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if e.__cause__ is not None:
+        lines += [line.strip() for line in str(e.__cause__).splitlines()[:1] if line.strip()]
+    lines = [line for line in lines if not line.startswith(("full_key:", "object_type=", "reference_type="))]
+    return "; ".join(dict.fromkeys(lines))

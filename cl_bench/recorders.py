@@ -158,8 +158,36 @@ class ConsoleRecorder(Recorder):
         self.progress.stop()
 
 
+class LogRecorder(Recorder):
+    """The run's story in Python logging: under `cl-bench train` Hydra sends it to train.log in the run
+    directory, where a failed run's traceback lands too (app.task)."""
+
+    def __init__(self):
+        import logging
+        self.log = logging.getLogger("cl_bench")
+
+    def run_start(self, cfg, info, run_dir, start_task):
+        self.log.info(f"{cfg.method.name} on {cfg.dataset.name} ({cfg.scenario} scenario, {cfg.backbone.name}, "
+                      f"{info.num_tasks} tasks, seed {cfg.seed}) in {run_dir}"
+                      + (f"; resuming at task {start_task}" if start_task else ""))
+
+    def task_end(self, task_id, record):
+        self.log.info(f"task {task_id}: acc {_row(record['acc'][-1])} · val {_row(record['val_acc'][-1])} · "
+                      f"avg_acc {record['avg_acc']:.4f} · val_avg_acc {_num(record['val_avg_acc'])}")
+
+    def warning(self, message):
+        self.log.warning(message)
+
+    def run_end(self, record):
+        self.log.info("done: " + ", ".join(f"{k} {record[k]}" for k in (*SUMMARY, "time_s") if k in record))
+
+
 def _num(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _row(values: list[float | None]) -> str:
+    return " ".join(_num(v) for v in values)
 
 
 class WandbRecorder(Recorder):
@@ -195,7 +223,7 @@ class WandbRecorder(Recorder):
 
 
 def build(cfg, run_dir: Path) -> Recorders:
-    recorders = [JSONRecorder(run_dir)]
+    recorders = [JSONRecorder(run_dir), LogRecorder()]
     if cfg.logger.console:
         recorders.append(ConsoleRecorder())
     if cfg.logger.wandb:

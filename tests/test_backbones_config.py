@@ -1,9 +1,8 @@
 """Every backbone builds and runs on its inputs; every config in conf/ composes and validates."""
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from cl_bench import backbones, cli, config, methods
+from cl_bench import backbones, config, methods
 
 
 @pytest.mark.parametrize(("name", "shape", "dim"), [
@@ -24,11 +23,10 @@ def test_reduced_resnet18_has_gems_size():
 
 def compose_config(*overrides):
     config.register()
-    with initialize_config_dir(config_dir=str(cli.CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+    return config.compose(list(overrides))
 
 
-GROUPS = {g: sorted(p.stem for p in (cli.CONF / g).glob("*.yaml"))
+GROUPS = {g: sorted(p.stem for p in (config.CONF / g).glob("*.yaml"))
           for g in ("method", "dataset", "backbone", "hardware", "logger")}
 
 
@@ -43,7 +41,7 @@ def test_every_config_composes_and_validates(group, option):
         assert cfg[group].name == option
 
 
-@pytest.mark.parametrize("preset", sorted(p.stem for p in (cli.CONF / "experiment").glob("*.yaml")))
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (config.CONF / "experiment").glob("*.yaml")))
 def test_every_experiment_preset_composes_and_validates(preset):
     cfg = compose_config(f"experiment={preset}")
     config.validate(cfg)

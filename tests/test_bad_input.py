@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cl_bench import cli, config
+from cl_bench import config
 from cl_bench.errors import UserError
 
 config.register()
@@ -30,7 +30,7 @@ NAME = st.text(alphabet=string.ascii_lowercase + "_", min_size=1, max_size=12)
 def outcome(overrides):
     """Compose and validate as `cl-bench train` does before any work; return the error line, if any."""
     try:
-        config.validate(cli.compose(overrides))
+        config.validate(config.compose(overrides))
     except UserError as e:
         return str(e)
     return None
@@ -63,7 +63,7 @@ def test_values_of_the_wrong_type_are_refused(pair):
 def test_unknown_keys_are_refused(group, name):
     known = {"method": ["name", "lr", "epochs", "batch_size", "optimizer", "momentum", "nesterov",
                         "weight_decay", "lr_milestones", "lr_gamma", "skip_nonfinite"]}
-    composed = cli.compose([])
+    composed = config.compose([])
     if name in composed[group]:
         return
     message = one_clear_line(outcome([f"{group}.{name}=1"]))
@@ -73,7 +73,7 @@ def test_unknown_keys_are_refused(group, name):
 @SETTINGS
 @given(st.sampled_from(["method", "dataset", "backbone", "hardware", "logger"]), NAME)
 def test_unknown_names_are_refused(group, name):
-    if (cli.CONF / group / f"{name}.yaml").exists():
+    if (config.CONF / group / f"{name}.yaml").exists():
         return
     message = one_clear_line(outcome([f"{group}={name}"]))
     assert f"unknown {group} '{name}'" in message

@@ -3,7 +3,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from cl_bench import cli, config, hardware
+from cl_bench import config, hardware
 from cl_bench import train as train_module
 from cl_bench.methods.base import fresh_copy
 from cl_bench.recorders import Recorders
@@ -24,7 +24,7 @@ def test_deterministic_turns_on_pytorchs_deterministic_algorithms():
 def test_compile_compiles_the_backbone_in_place():
     config.register()
     for flag in (False, True):
-        cfg = cli.compose(["method=lwf", "logger=none", f"hardware.compile={str(flag).lower()}"])
+        cfg = config.compose(["method=lwf", "logger=none", f"hardware.compile={str(flag).lower()}"])
         _, method, _ = train_module.build(cfg, Recorders([]))
         assert (method.backbone._compiled_call_impl is not None) == flag
         assert all(not k.startswith("_orig_mod") for k in method.state_dict()), "checkpoint keys unchanged"

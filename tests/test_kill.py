@@ -70,7 +70,7 @@ def test_a_kill_while_hydra_writes_its_record_resumes(tmp_path):
 
 def test_same_seed_same_metrics_for_every_method(tmp_path):
     """Every registered method, twice with one seed, in-process (the CLI path is covered above)."""
-    from cl_bench import cli, config, methods
+    from cl_bench import config, methods
     from cl_bench import train as train_module
     config.register()
     for name, cls in sorted(methods.METHODS.items()):
@@ -79,6 +79,6 @@ def test_same_seed_same_metrics_for_every_method(tmp_path):
         for i in (0, 1):
             run_dir = tmp_path / f"{name}{i}"
             run_dir.mkdir()
-            train_module.run(cli.compose(args), run_dir)
+            train_module.run(config.compose(args), run_dir)
             runs.append(without_timings(json.loads((run_dir / "metrics.json").read_text())))
         assert runs[0] == runs[1], name

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # batches of 10: a second th
 def build(*overrides):
     """A method on split_digits, built in-process as train.run builds it."""
     config.register()
-    cfg = cli.compose(["logger=none", *SMALL, *overrides])
+    cfg = config.compose(["logger=none", *SMALL, *overrides])
     device = torch.device("cpu")
     torch.manual_seed(cfg.seed)
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, device)
@@ -151,7 +151,7 @@ def test_memory_samples_only_earlier_tasks_when_asked(policy):
 
 def test_online_methods_refuse_knobs_they_do_not_read():
     config.register()
-    cfg = cli.compose(["method=nccl", "method.lr=0.5"])
+    cfg = config.compose(["method=nccl", "method.lr=0.5"])
     with pytest.raises(methods.UserError, match="method.lr=0.5 is not used by nccl"):
         config.validate(cfg)
 

@@ -5,8 +5,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import ROOT, cl_bench, contract_problems, train
-from hydra import compose, initialize_config_dir
+from conftest import cl_bench, contract_problems, train
 from safetensors.torch import load_file
 
 from cl_bench import backbones, checkpoint, config, methods, recorders
@@ -31,10 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def compose_cfg(*overrides):
     config.register()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
-    config.validate(cfg)
-    return cfg
+    return config.validate(config.compose(list(overrides)))
 
 
 def build(*overrides):

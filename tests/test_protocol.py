@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import quick_args
 
-from cl_bench import cli, config, methods
+from cl_bench import config, methods
 from cl_bench import train as train_module
 from cl_bench.data import scenarios
 
@@ -36,7 +36,7 @@ def run_capturing(monkeypatch, run_dir, args):
     monkeypatch.setattr(scenarios, "build", scenario)
     monkeypatch.setattr(methods, "build", method)
     run_dir.mkdir()
-    train_module.run(cli.compose(args), run_dir)
+    train_module.run(config.compose(args), run_dir)
     monkeypatch.undo()
     del vars(seen["method"])["learn"]  # the recording wrapper holds `seen`, the scenario included
     return json.loads((run_dir / "metrics.json").read_text()), seen
@@ -130,7 +130,7 @@ def test_gated_task_aware_accuracy_is_its_accuracy_with_the_task_id(tmp_path, mo
 @torch.no_grad()
 def test_gated_predicts_classes_before_learning_anything(tmp_path):
     """eval_future's random-initialisation reference: no task seen yet, so the first task's path answers."""
-    cfg = cli.compose(["method=gated", "scenario=class", "dataset.num_tasks=3"])
+    cfg = config.compose(["method=gated", "scenario=class", "dataset.num_tasks=3"])
     scenario, method, _ = train_module.build(cfg, train_module.recorders.Recorders([]))
     x = scenario.info.view.eval(scenario.test[0].x[:8])
     assert method.predict(x, None).shape == (8, scenario.info.sizes[0])

@@ -11,7 +11,7 @@ import torch
 from conftest import cl_bench
 from safetensors.torch import load_file
 
-from cl_bench import checkpoint, cli, config
+from cl_bench import checkpoint, config
 from cl_bench import train as train_module
 
 DROP = ("time_s", "peak_mem_mb")
@@ -44,7 +44,7 @@ def run(tmp_path, name, args):
     config.register()
     run_dir = tmp_path / name
     run_dir.mkdir()
-    train_module.run(cli.compose(args), run_dir)
+    train_module.run(config.compose(args), run_dir)
     return run_dir
 
 
@@ -78,7 +78,7 @@ def test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path, monke
     assert (stopped / "checkpoints" / f"task_{task:03d}_within").is_dir()
     last = (stopped / "checkpoints" / "last")
     assert last.read_text() == f"task_{task - 1:03d}" if task else not last.exists(), "last names whole tasks"
-    train_module.run(cli.compose([*args, f"resume={stopped}"]), stopped)
+    train_module.run(config.compose([*args, f"resume={stopped}"]), stopped)
     assert metrics(stopped) == metrics(whole)
     final = f"task_{TASKS - 1:03d}"
     assert same_state(whole / "checkpoints" / final, stopped / "checkpoints" / final), "every tensor, bit for bit"
@@ -115,5 +115,5 @@ def test_a_damaged_within_task_checkpoint_falls_back_to_the_task_before(tmp_path
     data = bytearray(state.read_bytes())
     data[-1] ^= 0xFF
     state.write_bytes(bytes(data))
-    train_module.run(cli.compose([*args, f"resume={stopped}"]), stopped)
+    train_module.run(config.compose([*args, f"resume={stopped}"]), stopped)
     assert metrics(stopped) == metrics(whole)

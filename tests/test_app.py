@@ -1,0 +1,69 @@
+"""`cl-bench train` as a Hydra application: shell completion, a user's own config folder with its run directory
+set in a config file, and each run's train.log (a crashed sweep job's traceback included)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+from conftest import ROOT, cl_bench
+
+
+def completions(line: str) -> list[str]:
+    """What the installed bash script gets back: it runs `cl-bench -sc query=bash` with the line in COMP_LINE."""
+    env = {**os.environ, "COMP_LINE": line, "COMP_POINT": str(len(line))}
+    proc = subprocess.run([sys.executable, "-m", "cl_bench", "-sc", "query=bash"], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()
+
+
+def test_shell_completion_answers_for_cl_bench_train():
+    assert completions("cl-bench train method=pack") == ["method=packnet"]
+    assert {"method=finetune", "method=cpg"} <= set(completions("cl-bench train method="))
+    assert "dataset.num_tasks=" in completions("cl-bench train dataset=split_mnist dataset.num")
+    installed = cl_bench("train", "-sc", "install=bash")
+    assert installed.returncode == 0 and "complete -o nospace -o default -F hydra_bash_completion" in installed.stdout
+
+
+def test_a_users_config_folder_adds_a_preset_that_sets_its_run_directory(tmp_path):
+    (tmp_path / "myconf" / "experiment").mkdir(parents=True)
+    (tmp_path / "myconf" / "experiment" / "quick_ewc.yaml").write_text(textwrap.dedent(f"""\
+        # @package _global_
+        defaults:
+          - override /method: ewc
+        method:
+          epochs: 1
+        dataset:
+          num_tasks: 2
+        hydra:
+          run:
+            dir: {tmp_path}/from_config
+        """))
+    proc = cl_bench("train", f"hydra.searchpath=[file://{tmp_path}/myconf]", "experiment=quick_ewc", "logger=none")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "from_config" / "metrics.json").is_file()
+    log = (tmp_path / "from_config" / "train.log").read_text()
+    assert "ewc on split_digits" in log and "task 1: acc" in log
+
+
+def test_a_crashed_sweep_job_leaves_its_traceback_in_its_train_log(tmp_path):
+    """Job 1 fails on purpose (its task loop raises); Hydra stops the sweep, and the job's own log keeps why."""
+    sweep = tmp_path / "sweep"
+    script = textwrap.dedent(f"""
+        import sys
+        from cl_bench import cli, train
+        learn = train.run
+        def run(cfg, run_dir):
+            if cfg.seed == 1:
+                raise RuntimeError("failing on purpose")
+            return learn(cfg, run_dir)
+        train.run = run
+        sys.exit(cli.main(["train", "-m", "seed=0,1", "method.epochs=1", "dataset.num_tasks=2", "logger=none",
+                           "hydra.sweep.dir={sweep}"]))
+        """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, text=True, capture_output=True, timeout=600)
+    assert proc.returncode != 0 and "failing on purpose" in proc.stderr
+    assert "Traceback" not in (sweep / "0" / "train.log").read_text()
+    log = (sweep / "1" / "train.log").read_text()
+    assert "the run failed" in log and "Traceback (most recent call last)" in log
+    assert "RuntimeError: failing on purpose" in log
