@@ -87,21 +87,23 @@ def report(args: list[str]) -> int:
 
 
 def list_all() -> int:
-    from . import config, methods
+    from . import backbones, config, methods
     print("methods:")
     for name, cls in sorted(methods.METHODS.items()):
-        doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()[0]
-        print(f"  {name:<14} scenarios: {','.join(sorted(cls.scenarios)):<11} {doc}")
-    for group in ("dataset", "backbone"):
-        print(f"{group}s:")
-        for path in sorted((config.CONF / group).glob("*.yaml")):
-            print(f"  {path.stem:<20} {first_comment(path)}")
+        scenarios = ",".join(sorted(cls.scenarios))
+        print(f"  {name:<14} scenarios: {scenarios:<11} {first_line(sys.modules[cls.__module__])}")
+    print("datasets:")
+    for path in sorted((config.CONF / "dataset").glob("*.yaml")):
+        first = path.read_text().splitlines()[0]
+        print(f"  {path.stem:<20} {first.lstrip('# ').strip() if first.startswith('#') else ''}")
+    print("backbones:")
+    for name, (module, _) in sorted(backbones.BACKBONES.items()):
+        print(f"  {name:<20} {first_line(module)}")
     return 0
 
 
-def first_comment(path: Path) -> str:
-    first = path.read_text().splitlines()[0]
-    return first.lstrip("# ").strip() if first.startswith("#") else ""
+def first_line(obj) -> str:
+    return (obj.__doc__ or "").strip().splitlines()[0]
 
 
 def entry_point() -> None:

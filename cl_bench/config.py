@@ -8,67 +8,102 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
-from . import methods
+from . import backbones, methods
+from .checks import Checked, Choice
 from .errors import UserError
 
 CONF = Path(__file__).resolve().parent / "conf"  # the packaged config tree (pkg://cl_bench.conf)
 
 
+# task: the task id is given at test time, a head per task; class: no task id, one head over every class seen.
+# (The functional form, since `class` cannot be a member's name in a class body.)
+Scenario = Choice("Scenario", {"task": "task", "class": "class"})
+
+
+class Source(Choice):
+    digits = "digits"
+    mnist = "mnist"
+    fashion_mnist = "fashion_mnist"
+    cifar10 = "cifar10"
+    cifar100 = "cifar100"
+    svhn = "svhn"
+
+
+class Kind(Choice):
+    split = "split"  # classes per task
+    superclass = "superclass"  # one task per CIFAR-100 superclass
+    permuted = "permuted"  # one pixel permutation per task, every class in each
+    rotated = "rotated"  # one rotation per task, every class in each
+
+
+class ClassOrder(Choice):
+    natural = "natural"
+    random = "random"  # drawn from the run's seed
+
+
+class Precision(Choice):
+    auto = "auto"  # bf16 on a GPU, fp32 on the CPU
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+class LoggerMode(Choice):
+    offline = "offline"
+    online = "online"
+
+
+class Objective(Choice):
+    val_avg_acc = "val_avg_acc"
+    test_avg_acc = "test_avg_acc"
+
+
 @dataclass
-class DataConfig:
+class DataConfig(Checked):
+    prefix = "data."
     root: str = "data"  # where the canonical dataset files live (torchvision's layout)
     download: bool = False  # fetch missing files with torchvision's verified downloader
     cache: bool = True  # keep decoded datasets under ~/.cache/cl-bench (or $CL_BENCH_CACHE): see data/cache.py
     val_fraction: float = 0.1  # share of each task's training data held out for model selection
     eval_batch_size: int = 1000
 
+    def checks(self):
+        return [("val_fraction", 0 <= self.val_fraction < 1, "a fraction in [0, 1)"),
+                ("eval_batch_size", self.eval_batch_size >= 1, "at least 1")]
+
 
 @dataclass
-class DatasetConfig:
+class DatasetConfig(Checked):
+    prefix = "dataset."
     name: str = MISSING
-    source: str = MISSING  # digits | mnist | fashion_mnist | cifar10 | cifar100 | svhn
-    kind: str = "split"  # split (classes per task) | superclass | permuted | rotated
+    source: Source = MISSING
+    kind: Kind = Kind.split
     num_tasks: int = 5
     classes_per_task: int | None = None  # split: default is all classes / num_tasks
-    class_order: str = "natural"  # split: natural | random (drawn from the run's seed)
+    class_order: ClassOrder = ClassOrder.natural  # split
     samples_per_task: int | None = None  # cap on each task's training samples (GEM: 1000)
     augment: bool = False  # pad-crop and flip during training (32×32 colour data)
 
-
-@dataclass
-class MLPConfig:
-    name: str = "mlp"
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-
-
-@dataclass
-class ConvNetConfig:
-    name: str = "convnet"
-    channels: list[int] = field(default_factory=lambda: [32, 64, 64])
+    def checks(self):
+        return [("num_tasks", self.num_tasks >= 1, "at least 1"),
+                ("classes_per_task", self.classes_per_task is None or self.classes_per_task >= 1, "null or at least 1"),
+                ("samples_per_task", self.samples_per_task is None or self.samples_per_task >= 1,
+                 "null or at least 1")]
 
 
 @dataclass
-class ResNetConfig:
-    name: str = "resnet18"
-    nf: int = 64  # base filters; 20 in the reduced ResNet-18 of GEM, La-MAML and NCCL
-
-
-@dataclass
-class VGGConfig:
-    name: str = "vgg16_bn"
-    hidden: int = 4096  # width of the classifier body
-
-
-@dataclass
-class HardwareConfig:
+class HardwareConfig(Checked):
+    prefix = "hardware."
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
+    precision: Precision = Precision.auto
     channels_last: bool | None = None  # NHWC activations for convs; null: on for GPUs
     tf32: bool = True  # TF32 matmuls for what runs in fp32 on Ampere and newer
     deterministic: bool = False  # PyTorch's deterministic algorithms (slower on GPU)
     distributed: bool = False  # data-parallel over the processes torchrun starts (hardware=ddp)
     threads: int | None = None  # CPU threads for torch ops; null keeps torch's default (one per core)
     compile: bool = False  # torch.compile the backbone (minutes of compiling first; pays off on long GPU runs)
+
+    def checks(self):
+        return [("threads", self.threads is None or self.threads >= 1, "null or at least 1")]
 
 
 @dataclass
@@ -77,14 +112,18 @@ class LoggerConfig:
     wandb: bool = False
     project: str = "cl-bench"
     entity: str | None = None
-    mode: str = "offline"  # offline | online
+    mode: LoggerMode = LoggerMode.offline
     tags: list[str] = field(default_factory=list)
 
 
 @dataclass
-class CheckpointConfig:
+class CheckpointConfig(Checked):
+    prefix = "checkpoint."
     enabled: bool = True  # write checkpoints/task_<ttt>/ after every task
     every_epochs: int = 0  # also write one within a task every N epochs (0: only after tasks); resume continues there
+
+    def checks(self):
+        return [("every_epochs", self.every_epochs >= 0, "0 (after tasks only) or more")]
 
 
 @dataclass
@@ -92,7 +131,7 @@ class SweepConfig:
     # What `cl-bench train` returns to Hydra's sweepers (Optuna maximises it): val_avg_acc, the average accuracy on
     # the validation splits; test_avg_acc only to mirror a paper that selected on test data (runs record it, and
     # `cl-bench report` labels them).
-    objective: str = "val_avg_acc"
+    objective: Objective = Objective.val_avg_acc
 
 
 @dataclass
@@ -106,72 +145,52 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     seed: int = 0
-    scenario: str = "task"  # task (task id at test time) | class (no task id)
+    scenario: Scenario = Scenario.task
     eval_future: bool = False  # also evaluate tasks not yet learned (forward transfer, fwt)
     resume: str | None = None  # a run directory to continue from its last complete checkpoint
 
-
-BACKBONE_SCHEMAS = {"mlp": MLPConfig, "convnet": ConvNetConfig, "resnet18": ResNetConfig,
-                    "resnet18_reduced": ResNetConfig, "vgg16_bn": VGGConfig}
+    def __post_init__(self) -> None:
+        """What holds across groups: the method supports the scenario (and DDP, and within-task checkpoints)."""
+        name = self.method.name
+        methods.check_scenario(name, self.scenario)
+        if self.hardware.distributed:
+            methods.check_distributed(name, self.scenario)
+        if self.eval_future and self.scenario == "class" and self.dataset.kind not in ("permuted", "rotated"):
+            raise UserError("eval_future=true in the class scenario needs tasks that share labels (permuted_mnist, "
+                            "rotated_mnist): a future task's classes have no outputs yet; use scenario=task")
+        check_within_task_checkpoints(self.checkpoint, methods.get(name))
 
 
 def register() -> None:
     """Make the schemas and the run-directory resolver known to Hydra (the CLI calls this; nothing the task loop
-    runs needs Hydra)."""
+    runs needs Hydra). Methods and backbones are their dataclasses, one group option each; datasets, hardware
+    and loggers are YAML files over the schemas in /schemas."""
     from hydra.core.config_store import ConfigStore
 
     from .app import unique_dir
     OmegaConf.register_new_resolver("unique_dir", unique_dir, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
-    cs.store(group="dataset", name="schema", node=DatasetConfig)
-    cs.store(group="hardware", name="schema", node=HardwareConfig)
-    cs.store(group="logger", name="schema", node=LoggerConfig)
-    for name, cls in BACKBONE_SCHEMAS.items():
-        cs.store(group="backbone", name=f"schema_{name}", node=cls)
+    for group, node in (("dataset", DatasetConfig), ("hardware", HardwareConfig), ("logger", LoggerConfig)):
+        cs.store(group="schemas", name=group, node=node)
+    for name, (_, schema) in backbones.BACKBONES.items():
+        cs.store(group="backbone", name=name, node=schema)
     for name, cls in methods.METHODS.items():
-        cs.store(group="method", name=f"schema_{name}", node=cls.Config)
+        cs.store(group="method", name=name, node=cls.Config(name=name))
 
 
 def validate(cfg):
-    """Range checks the types cannot express, each failing with the key and the accepted values; returns cfg."""
-    checks = [
-        (cfg.scenario in ("task", "class"), "scenario", "task or class"),
-        (cfg.method.lr > 0, "method.lr", "a positive number"),
-        (cfg.method.epochs >= 1, "method.epochs", "at least 1"),
-        (cfg.method.batch_size >= 1, "method.batch_size", "at least 1"),
-        (cfg.method.weight_decay >= 0, "method.weight_decay", "0 or more"),
-        (cfg.method.optimizer in ("sgd", "adam", "adamw"), "method.optimizer", "sgd, adam or adamw"),
-        (0 <= cfg.data.val_fraction < 1, "data.val_fraction", "a fraction in [0, 1)"),
-        (cfg.dataset.num_tasks >= 1, "dataset.num_tasks", "at least 1"),
-        (cfg.dataset.samples_per_task is None or cfg.dataset.samples_per_task >= 1,
-         "dataset.samples_per_task", "null or at least 1"),
-        (cfg.hardware.precision in ("auto", "bf16", "fp32"), "hardware.precision", "auto, bf16 or fp32"),
-        (cfg.hardware.threads is None or cfg.hardware.threads >= 1, "hardware.threads", "null or at least 1"),
-        (cfg.logger.mode in ("offline", "online"), "logger.mode", "offline or online"),
-        (cfg.sweep.objective in ("val_avg_acc", "test_avg_acc"), "sweep.objective", "val_avg_acc or test_avg_acc"),
-    ]
+    """Every check of every config, beside its fields (Checked), and across groups (Config): the composed
+    config is built into its dataclasses once; returns cfg."""
     _reject_added_keys(cfg)
-    if cfg.eval_future and cfg.scenario == "class" and cfg.dataset.kind not in ("permuted", "rotated"):
-        raise UserError("eval_future=true in the class scenario needs tasks that share labels (permuted_mnist, "
-                        "rotated_mnist): a future task's classes have no outputs yet; use scenario=task")
-    for ok, key, accepted in checks:
-        if not ok:
-            raise UserError(f"{key}={_get(cfg, key)!r} is out of range: use {accepted}")
-    methods.check_scenario(cfg.method.name, cfg.scenario)
-    if cfg.hardware.distributed:
-        methods.check_distributed(cfg.method.name, cfg.scenario)
-    method = methods.get(cfg.method.name)
-    method.check_config(cfg.method)
-    check_within_task_checkpoints(cfg, method)
+    Config(**{f.name: OmegaConf.to_object(cfg[f.name]) if OmegaConf.is_config(cfg[f.name]) else cfg[f.name]
+              for f in dataclasses.fields(Config)})  # Hydra's own node, when composed in, aside
     return cfg
 
 
-def check_within_task_checkpoints(cfg, method) -> None:
-    every = cfg.checkpoint.every_epochs
-    if every < 0:
-        raise UserError(f"checkpoint.every_epochs={every} is out of range: use 0 (after tasks only) or more")
-    if every and not cfg.checkpoint.enabled:
+def check_within_task_checkpoints(checkpoint: CheckpointConfig, method) -> None:
+    every = checkpoint.every_epochs
+    if every and not checkpoint.enabled:
         raise UserError("checkpoint.every_epochs needs checkpoint.enabled=true")
     if every and method.within_task_checkpoints is not True:
         able = [m for m, cls in sorted(methods.METHODS.items()) if cls.within_task_checkpoints is True]
@@ -190,14 +209,8 @@ def _reject_added_keys(cfg, path: str = "") -> None:
                 raise UserError(f"unknown key {path + key!r}: {path.rstrip('.') or 'the top level'} has "
                                 f"{', '.join(sorted(known))}")
     for key in keys:
-        if OmegaConf.is_dict(cfg._get_node(key)):
+        if OmegaConf.is_dict(cfg[key]):
             _reject_added_keys(cfg[key], f"{path}{key}.")
-
-
-def _get(cfg, key):
-    for part in key.split("."):
-        cfg = cfg[part]
-    return cfg
 
 
 def compose(overrides: list[str]):

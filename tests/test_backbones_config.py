@@ -1,6 +1,7 @@
 """Every backbone builds and runs on its inputs; every config in conf/ composes and validates."""
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from cl_bench import backbones, config, methods
 
@@ -26,11 +27,13 @@ def compose_config(*overrides):
     return config.compose(list(overrides))
 
 
-GROUPS = {g: sorted(p.stem for p in (config.CONF / g).glob("*.yaml"))
-          for g in ("method", "dataset", "backbone", "hardware", "logger")}
+YAML_GROUPS = ("dataset", "hardware", "logger")
+OPTIONS = {"method": sorted(methods.METHODS), "backbone": sorted(backbones.BACKBONES),
+           **{g: sorted(p.stem for p in (config.CONF / g).glob("*.yaml")) for g in YAML_GROUPS}}
+PRESETS = sorted(p.stem for p in (config.CONF / "experiment").glob("*.yaml"))
 
 
-@pytest.mark.parametrize(("group", "option"), [(g, o) for g, opts in GROUPS.items() for o in opts])
+@pytest.mark.parametrize(("group", "option"), [(g, o) for g, opts in OPTIONS.items() for o in opts])
 def test_every_config_composes_and_validates(group, option):
     scenario = "task" if group != "method" else sorted(methods.METHODS[option].scenarios)[-1]
     cfg = compose_config(f"{group}={option}", f"scenario={scenario}")
@@ -41,12 +44,61 @@ def test_every_config_composes_and_validates(group, option):
         assert cfg[group].name == option
 
 
-@pytest.mark.parametrize("preset", sorted(p.stem for p in (config.CONF / "experiment").glob("*.yaml")))
+@pytest.mark.parametrize("preset", PRESETS)
 def test_every_experiment_preset_composes_and_validates(preset):
     cfg = compose_config(f"experiment={preset}")
     config.validate(cfg)
     assert cfg.dataset.name in preset  # every preset is named after its dataset
 
 
-def test_every_registered_method_has_a_config():
-    assert set(GROUPS["method"]) == set(methods.METHODS)
+def values_set(node, prefix: str = "") -> dict:
+    """The leaf values a YAML file sets, by dotted key (its defaults list and Hydra's settings aside)."""
+    out = {}
+    for key in node:
+        if key in ("defaults", "hydra") and not prefix:
+            continue
+        value = node[key]
+        if OmegaConf.is_dict(value):
+            out.update(values_set(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = OmegaConf.to_container(value) if OmegaConf.is_list(value) else value
+    return out
+
+
+def defaults_without(path) -> tuple[dict, object]:
+    """What a YAML file sets, and the config it would set it on: a group option's schema, or for a preset the
+    composition of its group choices alone."""
+    raw = OmegaConf.load(path)
+    group = path.parent.name
+    if group != "experiment":
+        return values_set(raw, f"{group}."), OmegaConf.create({group: getattr(config, SCHEMAS[group])})
+    choices = [f"experiment={item}" if isinstance(item, str) else "{}={}".format(*item.popitem())
+               for item in OmegaConf.to_container(raw).get("defaults", []) if item != "_self_"]
+    return values_set(raw), compose_config(*(c.replace("override /", "") for c in choices))
+
+
+SCHEMAS = {"dataset": "DatasetConfig", "hardware": "HardwareConfig", "logger": "LoggerConfig"}
+
+
+@pytest.mark.parametrize("path", [config.CONF / g / f"{o}.yaml" for g in YAML_GROUPS for o in OPTIONS[g]]
+                         + [config.CONF / "experiment" / f"{p}.yaml" for p in PRESETS], ids=lambda p: p.stem)
+def test_no_yaml_repeats_a_default(path):
+    """The dataclasses hold every default; a YAML file holds only what differs from them."""
+    own, base = defaults_without(path)
+    repeated = [f"{key}={value}" for key, value in own.items()
+                if OmegaConf.select(base, key, default="<unset>", throw_on_missing=False) == value]
+    assert repeated == [], f"{path.name} repeats defaults"
+
+
+def test_the_repeat_check_finds_a_repeated_default(tmp_path):
+    (tmp_path / "experiment").mkdir()
+    path = tmp_path / "experiment" / "x.yaml"
+    path.write_text("defaults:\n  - override /method: cpg\nmethod:\n  epochs: 100\n  lr: 0.5\n")
+    own, base = defaults_without(path)
+    assert [k for k, v in own.items() if OmegaConf.select(base, k) == v] == ["method.epochs"]
+
+
+def test_every_registered_method_and_backbone_is_a_config_option():
+    assert set(OPTIONS["method"]) == set(methods.METHODS)
+    completion = compose_config("backbone=resnet18_reduced").backbone
+    assert completion.nf == 20

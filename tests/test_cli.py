@@ -58,7 +58,7 @@ def test_list_names_methods_with_scenarios_datasets_and_backbones():
     (["method.lr=-0.1"], "method.lr=-0.1 is out of range"),
     (["method.batch_size=0"], "method.batch_size=0 is out of range"),
     (["data.val_fraction=1.5"], "data.val_fraction=1.5 is out of range"),
-    (["scenario=domain"], "scenario='domain' is out of range"),
+    (["scenario=domain"], "Invalid value 'domain', expected one of [task, class]"),
     (["method=independent", "scenario=class"], "method=independent does not support scenario=class"),
     (["method=er", "method.memory_size=0"], "method.memory_size=0 is out of range"),
     (["dataset=split_mnist", "data.root=/nonexistent"], "data.download=true"),

@@ -42,8 +42,8 @@ def build(*overrides):
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_calibrated_network_at_init_computes_the_plain_one_exactly(name, shape, kwargs, mode):
     torch.manual_seed(0)
-    plain = backbones.BACKBONES[name](shape, **kwargs)
-    converted = calibrated.convert(copy.deepcopy(plain))
+    plain = backbones.build({"name": name, **kwargs}, shape)
+    converted = calibrated.convert(copy.deepcopy(plain), "multiply")
     assert len(calibrated.layers(converted)) == sum(isinstance(m, (nn.Linear, nn.Conv2d)) for m in plain.modules())
     x = torch.randn(6, *shape)
     plain.train(mode == "train")
@@ -52,8 +52,8 @@ def test_calibrated_network_at_init_computes_the_plain_one_exactly(name, shape, 
 
 
 def test_calibration_shapes_and_gradient_scaling():
-    conv = calibrated.Calibrated(nn.Conv2d(3, 5, 3, padding=1, bias=False))
-    linear = calibrated.Calibrated(nn.Linear(7, 4))
+    conv = calibrated.Calibrated(nn.Conv2d(3, 5, 3, padding=1, bias=False), "multiply")
+    linear = calibrated.Calibrated(nn.Linear(7, 4), "multiply")
     assert conv.psi.shape == (5, 3, 1, 1) and conv.lam.shape == conv.calib_bias.shape == (5, 1, 1)
     assert linear.psi.shape == (4, 1) and linear.lam.shape == linear.calib_bias.shape == (4,)
     with torch.no_grad():
@@ -103,7 +103,7 @@ def test_nccl_inner_step_moves_only_base_weights_and_outer_step_only_calibration
 
 
 def test_fisher_is_the_calibrated_weights_squared_gradient():
-    layer = calibrated.Calibrated(nn.Linear(6, 3))
+    layer = calibrated.Calibrated(nn.Linear(6, 3), "multiply")
     with torch.no_grad():
         layer.psi.uniform_(0.5, 2.0)
     x = torch.randn(4, 6)
@@ -152,7 +152,8 @@ def test_memory_samples_only_earlier_tasks_when_asked(policy):
 def test_online_methods_refuse_knobs_they_do_not_read():
     config.register()
     cfg = config.compose(["method=nccl", "method.lr=0.5"])
-    with pytest.raises(methods.UserError, match="method.lr=0.5 is not used by nccl"):
+    with pytest.raises(methods.UserError, match="method.lr=0.5 is out of range: use 0.01: nccl runs the online "
+                                                "protocol .* does not read it"):
         config.validate(cfg)
 
 

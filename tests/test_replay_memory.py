@@ -60,5 +60,5 @@ def test_er_balanced_replays_only_earlier_tasks_and_ends_balanced():
 def test_unknown_memory_policy_is_a_one_line_error():
     proc = cl_bench("train", "method=er", "method.memory_policy=fifo", "logger=none")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == ("cl-bench: error: method.memory_policy='fifo' is unknown: use reservoir or "
-                                   "balanced")
+    assert proc.stderr.strip() == ("cl-bench: error: Error merging override method.memory_policy=fifo; Invalid "
+                                   "value 'fifo', expected one of [reservoir, balanced]")

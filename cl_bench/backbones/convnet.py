@@ -1,4 +1,12 @@
+from dataclasses import dataclass, field
+
 from torch import nn
+
+
+@dataclass
+class ConvNetConfig:
+    name: str = "convnet"
+    channels: list[int] = field(default_factory=lambda: [32, 64, 64])
 
 
 def conv_block(c_in, c_out):
@@ -8,7 +16,7 @@ def conv_block(c_in, c_out):
 class ConvNet(nn.Module):
     """A small conv net for 8×8 digits and 28×28 MNIST: conv blocks, 2×2 max-pools, global average pool."""
 
-    def __init__(self, input_shape, channels=(32, 64, 64)):
+    def __init__(self, input_shape, channels):
         super().__init__()
         c, h, _ = input_shape
         layers, c_in = [], c

@@ -1,10 +1,18 @@
+from dataclasses import dataclass, field
+
 from torch import nn
 
 
-class MLP(nn.Module):
-    """Fully connected ReLU network over flattened pixels (GEM/La-MAML use hidden_sizes=[100, 100])."""
+@dataclass
+class MLPConfig:
+    name: str = "mlp"
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # GEM and La-MAML: [100, 100]
 
-    def __init__(self, input_shape, hidden_sizes=(256, 256)):
+
+class MLP(nn.Module):
+    """Fully connected ReLU network over flattened pixels."""
+
+    def __init__(self, input_shape, hidden_sizes):
         super().__init__()
         c, h, w = input_shape
         sizes = [c * h * w, *hidden_sizes]

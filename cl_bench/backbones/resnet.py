@@ -1,4 +1,6 @@
 """ResNet-18 for 32×32 inputs: the CIFAR stem (3×3 conv, no max-pool) and BasicBlocks [2, 2, 2, 2]."""
+from dataclasses import dataclass
+
 from torch import nn
 
 
@@ -20,9 +22,9 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """nf=64 is the usual CIFAR ResNet-18; nf=20 is the reduced one of GEM, La-MAML and NCCL."""
+    """ResNet-18 with the CIFAR stem (3×3 conv, no max-pool)."""
 
-    def __init__(self, input_shape, nf=64):
+    def __init__(self, input_shape, nf):
         super().__init__()
         c = input_shape[0]
         self.stem = nn.Sequential(nn.Conv2d(c, nf, 3, 1, 1, bias=False), nn.BatchNorm2d(nf), nn.ReLU(inplace=True))
@@ -39,5 +41,13 @@ class ResNet18(nn.Module):
         return self.pool(self.layers(self.stem(x)))
 
 
-def resnet18_reduced(input_shape, nf=20):
-    return ResNet18(input_shape, nf=nf)
+@dataclass
+class ResNetConfig:
+    name: str = "resnet18"
+    nf: int = 64  # base filters: the usual CIFAR ResNet-18
+
+
+@dataclass
+class ReducedResNetConfig(ResNetConfig):
+    name: str = "resnet18_reduced"
+    nf: int = 20  # the reduced ResNet-18 of GEM, La-MAML and NCCL (about 1.1 M parameters)

@@ -1,13 +1,21 @@
+from dataclasses import dataclass
+
 from torch import nn
 
 # Channels per conv; "M" is a 2×2 max-pool. The VGG-16 stack, as in CPG's CIFAR experiments.
 VGG16 = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
 
 
+@dataclass
+class VGGConfig:
+    name: str = "vgg16_bn"
+    hidden: int = 4096  # width of the classifier body
+
+
 class VGG16BN(nn.Module):
     """VGG-16 with batch norm for 32×32 inputs: conv stack to 512×1×1, then the 512-4096-4096 classifier body."""
 
-    def __init__(self, input_shape, hidden=4096):
+    def __init__(self, input_shape, hidden):
         super().__init__()
         layers, c_in = [], input_shape[0]
         for v in VGG16:

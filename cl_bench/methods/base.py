@@ -10,25 +10,37 @@ import torch.nn.functional as F
 from omegaconf import MISSING
 from torch import nn
 
+from ..checks import Checked, Choice
 from ..data.scenarios import Info, Split, Task
 from ..errors import UserError
 
 
-@dataclass
-class MethodConfig:
-    """Training knobs every method shares; a method's own dataclass extends this one."""
+class Optimizer(Choice):
+    sgd = "sgd"
+    adam = "adam"
+    adamw = "adamw"
 
+
+@dataclass
+class MethodConfig(Checked):
+    """Training knobs every method shares; a method's own dataclass extends this one and holds its defaults."""
+
+    prefix = "method."
     name: str = MISSING
     epochs: int = 5  # passes over each task's training data
     batch_size: int = 64
     lr: float = 0.01
-    optimizer: str = "sgd"  # sgd | adam | adamw
+    optimizer: Optimizer = Optimizer.sgd
     momentum: float = 0.9  # SGD only
     nesterov: bool = False  # SGD only
     weight_decay: float = 0.0
     lr_milestones: list[int] = field(default_factory=list)  # epochs at which the lr is multiplied by lr_gamma
     lr_gamma: float = 0.1
     skip_nonfinite: bool = False  # skip steps whose loss is NaN/inf instead of stopping (a host sync per step)
+
+    def checks(self):
+        return [("epochs", self.epochs >= 1, "at least 1"), ("batch_size", self.batch_size >= 1, "at least 1"),
+                ("lr", self.lr > 0, "a positive number"), ("weight_decay", self.weight_decay >= 0, "0 or more")]
 
 
 @dataclass
@@ -114,10 +126,6 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         self._resume_at: ResumePoint | None = None
 
     # --- the contract -------------------------------------------------------------------------------
-    @classmethod
-    def check_config(cls, cfg) -> None:
-        """Raise UserError for hyperparameters out of range (called before any work)."""
-
     def learn(self, task: Task) -> None:
         """All of one task's training, every phase it needs."""
         self.heads.seen = self.info.seen_outputs(task.id)

@@ -19,20 +19,24 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ..checks import Choice
 from ..errors import UserError
 from ..nn import masked
 from .base import reset_parameters
-from .packnet import MaskedMethod
-from .piggyback import PiggybackConfig, check_picking
+from .masking import MaskedMethod, PickingConfig
 
-GOAL_SOURCES = ("independent", "fixed", "none")
+
+class GoalSource(Choice):
+    independent = "independent"  # a fresh model trained on the task first, with the same budget
+    fixed = "fixed"  # method.goal for every task
+    none = "none"  # no goal: no growth, and compacting keeps the sparsest target
 
 
 @dataclass
-class CPGConfig(PiggybackConfig):
+class CPGConfig(PickingConfig):
     name: str = "cpg"
     picking: bool = True  # learn picking masks over earlier tasks' weights; false gives PAE
-    goal_source: str = "independent"  # independent (a fresh model trained first, same budget) | fixed | none
+    goal_source: GoalSource = GoalSource.independent
     goal: float = 0.0  # the validation accuracy every task must reach when goal_source=fixed
     grow_step: float = 0.5  # growth adds this to the parameter multiplier (width grows by its square root)
     max_multiplier: float = 1.5  # no growth beyond this parameter multiplier (official: 1.5)
@@ -46,6 +50,20 @@ class CPGConfig(PiggybackConfig):
     retrain_epochs: int = 30
     retrain_lr: float = 1e-3  # weights' lr in that refit
     retrain_mask_lr: float = 1e-4  # picking scores' lr in that refit
+
+    def checks(self):
+        targets = list(self.prune_targets)
+        return [*super().checks(),
+                ("goal", self.goal >= 0, "a validation accuracy in [0, 1] (above 1 can never be met: every task "
+                                         "grows to max_multiplier)"),
+                ("grow_step", self.grow_step > 0, "a positive number"),
+                ("max_multiplier", self.max_multiplier >= 1, "at least 1"),
+                ("prune_targets", all(0 < t < 1 for t in targets) and targets == sorted(set(targets)),
+                 "sparsities rising strictly within (0, 1)"),
+                ("prune_epochs", self.prune_epochs >= 1, "at least 1"),
+                ("prune_ramp_epochs", 0 <= self.prune_ramp_epochs <= self.prune_epochs, "0 to method.prune_epochs"),
+                ("prune_frequency", self.prune_frequency >= 1, "at least 1"),
+                ("retrain_epochs", self.retrain_epochs >= 0, "0 or more")]
 
 
 def cubic_sparsity(step: int, begin: int, end: int, initial: float, target: float) -> float:
@@ -74,24 +92,6 @@ class CPG(MaskedMethod):
     @classmethod
     def uses_picking(cls, cfg) -> bool:
         return cfg.picking
-
-    @classmethod
-    def check_config(cls, cfg):
-        super().check_config(cfg)
-        check_picking(cfg)
-        if cfg.goal_source not in GOAL_SOURCES:
-            raise UserError(f"method.goal_source={cfg.goal_source!r} is unknown: use {', '.join(GOAL_SOURCES)}")
-        if cfg.goal < 0:
-            raise UserError(f"method.goal={cfg.goal} is out of range: use a validation accuracy in [0, 1] "
-                            "(above 1 can never be met: every task grows to max_multiplier)")
-        if cfg.grow_step <= 0 or cfg.max_multiplier < 1:
-            raise UserError("method.grow_step must be positive and method.max_multiplier at least 1")
-        targets = list(cfg.prune_targets)
-        if any(not 0 < s < 1 for s in targets) or targets != sorted(set(targets)):
-            raise UserError(f"method.prune_targets={targets} must rise strictly within (0, 1)")
-        if cfg.prune_epochs < 1 or not 0 <= cfg.prune_ramp_epochs <= cfg.prune_epochs or cfg.prune_frequency < 1:
-            raise UserError("method.prune_epochs must be at least 1, method.prune_ramp_epochs within "
-                            "[0, prune_epochs], method.prune_frequency at least 1")
 
     def train_task(self, task):
         if len(task.val) == 0:

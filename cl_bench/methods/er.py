@@ -7,9 +7,15 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import Choice
 from ..errors import UserError
 from .base import Batch, Method, MethodConfig
 from .memory import Memory
+
+
+class ReplayPolicy(Choice):
+    reservoir = "reservoir"  # every step, uniform over the whole stream (Mammoth's ER)
+    balanced = "balanced"  # at each task's end, an equal share per task (Avalanche's default)
 
 
 @dataclass
@@ -17,7 +23,11 @@ class ERConfig(MethodConfig):
     name: str = "er"
     memory_size: int = 500  # samples kept over the whole stream
     replay_batch_size: int = 0  # memory samples per step; 0 means batch_size
-    memory_policy: str = "reservoir"  # reservoir (every step, whole stream) | balanced (per task, at its end)
+    memory_policy: ReplayPolicy = ReplayPolicy.reservoir
+
+    def checks(self):
+        return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1"),
+                ("replay_batch_size", self.replay_batch_size >= 0, "0 (batch_size) or more")]
 
 
 def check_memory_holds_every_class(memory_size: int, info) -> None:
@@ -31,13 +41,6 @@ class ER(Method):
     name = "er"
     scenarios = frozenset({"task", "class"})
     Config = ERConfig
-
-    @classmethod
-    def check_config(cls, cfg):
-        if cfg.memory_size < 1:
-            raise UserError(f"method.memory_size={cfg.memory_size} is out of range: use at least 1")
-        if cfg.memory_policy not in ("reservoir", "balanced"):
-            raise UserError(f"method.memory_policy={cfg.memory_policy!r} is unknown: use reservoir or balanced")
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

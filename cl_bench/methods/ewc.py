@@ -25,6 +25,10 @@ class EWCConfig(MethodConfig):
     online: bool = False  # online EWC: one running Fisher, decayed by gamma, anchored at the last θ*
     gamma: float = 1.0  # decay of the old Fisher in online EWC
 
+    def checks(self):
+        return [*super().checks(), ("ewc_lambda", self.ewc_lambda >= 0, "0 or more"),
+                ("gamma", 0 <= self.gamma <= 1, "a decay in [0, 1]")]
+
 
 class EWC(Method):
     name = "ewc"

@@ -17,9 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data.scenarios import Split
-from ..errors import UserError
 from ..nn import gated
-from .base import Heads, Method, MethodConfig
+from .base import Heads, Method, MethodConfig, Optimizer
 from .memory import Memory
 
 EVAL_BATCH = 1000  # samples per forward when measuring relevance and task-prediction accuracy
@@ -28,7 +27,7 @@ EVAL_BATCH = 1000  # samples per forward when measuring relevance and task-predi
 @dataclass
 class GatedConfig(MethodConfig):
     name: str = "gated"
-    optimizer: str = "adam"
+    optimizer: Optimizer = Optimizer.adam
     lr: float = 0.001
     sparsity: float = 0.5  # λ_s, weight of the gates' L1 term λ_s/L Σ_l ‖G_t^l‖₁ / c_out^l
     sparsity_warmup_epochs: int = 0  # first epochs of each task trained on cross-entropy alone
@@ -41,29 +40,22 @@ class GatedConfig(MethodConfig):
     task_classifier_epochs: int = 5  # class scenario: passes over the task's data plus the memory, per task
     task_classifier_lr: float = 0.001  # class scenario: learning rate of the task classifier
 
+    def checks(self):
+        return [*super().checks(), ("sparsity", self.sparsity >= 0, "0 or more"),
+                ("sparsity_warmup_epochs", self.sparsity_warmup_epochs >= 0, "0 or more"),
+                ("tau", self.tau > 0, "a positive number"), ("gate_hidden", self.gate_hidden >= 1, "at least 1"),
+                ("freeze_threshold", 0 <= self.freeze_threshold < 1, "a fraction in [0, 1)"),
+                ("memory_size", self.memory_size >= 1, "at least 1"),
+                ("task_classifier_hidden", self.task_classifier_hidden >= 1, "at least 1"),
+                ("task_classifier_epochs", self.task_classifier_epochs >= 1, "at least 1"),
+                ("task_classifier_lr", self.task_classifier_lr > 0, "a positive number")]
+
 
 class Gated(Method):
     name = "gated"
     scenarios = frozenset({"task", "class"})
     distributed_scenarios = frozenset({"task"})  # the class scenario's task classifier replays a memory
     Config = GatedConfig
-
-    @classmethod
-    def check_config(cls, cfg):
-        checks = [
-            (cfg.sparsity >= 0, "sparsity", "0 or more"),
-            (cfg.sparsity_warmup_epochs >= 0, "sparsity_warmup_epochs", "0 or more"),
-            (cfg.tau > 0, "tau", "a positive number"),
-            (cfg.gate_hidden >= 1, "gate_hidden", "at least 1"),
-            (0 <= cfg.freeze_threshold < 1, "freeze_threshold", "a fraction in [0, 1)"),
-            (cfg.memory_size >= 1, "memory_size", "at least 1"),
-            (cfg.task_classifier_hidden >= 1, "task_classifier_hidden", "at least 1"),
-            (cfg.task_classifier_epochs >= 1, "task_classifier_epochs", "at least 1"),
-            (cfg.task_classifier_lr > 0, "task_classifier_lr", "a positive number"),
-        ]
-        for ok, key, accepted in checks:
-            if not ok:
-                raise UserError(f"method.{key}={getattr(cfg, key)!r} is out of range: use {accepted}")
 
     def __init__(self, cfg, backbone, info, ctx):
         layers = gated.convert(backbone, info.num_tasks, cfg.gate_hidden, cfg.tau, cfg.gate_open_bias)

@@ -8,13 +8,14 @@ down the mean meta loss's gradient (lr outer_lr) and the weights by w ← w - re
 constants, so α's gradient flows through the steps they scale. Defaults are La-MAML's Permuted MNIST ones.
 """
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from .online import OnlineConfig, OnlineMethod, require, sgd_step
+from .online import OnlineConfig, OnlineMethod, sgd_step
 
 
 @dataclass
@@ -25,6 +26,13 @@ class LaMAMLConfig(OnlineConfig):
     grad_clip_norm: float = 2.0  # the meta gradients of the weights and of α are each clipped to this norm
     inner_clip: float = 0.0  # clamp inner gradients to ±inner_clip; 0: none, as La-MAML's code in effect does
     second_order: bool = False  # differentiate through the inner gradients too (costly)
+    unused: ClassVar[tuple[str, ...]] = ("lr",)  # the weights step with their learned lrs α
+
+    def checks(self):
+        return [*super().checks(),
+                *((key, getattr(self, key) > 0, "a positive number") for key in ("alpha_init", "outer_lr",
+                                                                                  "grad_clip_norm")),
+                ("inner_clip", self.inner_clip >= 0, "0 or more")]
 
 
 class MixedNet(nn.Module):
@@ -41,13 +49,6 @@ class MixedNet(nn.Module):
 class LaMAML(OnlineMethod):
     name = "lamaml"
     Config = LaMAMLConfig
-    unused = ("lr",)
-
-    @classmethod
-    def check_config(cls, cfg):
-        super().check_config(cfg)
-        require(cfg, ("alpha_init", "outer_lr", "grad_clip_norm"), positive=True)
-        require(cfg, ("inner_clip",), positive=False)
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -14,6 +14,10 @@ class LwFConfig(MethodConfig):
     distill_weight: float = 1.0  # weight of the distillation term against the new task's cross-entropy
     temperature: float = 2.0  # T of the softened outputs
 
+    def checks(self):
+        return [*super().checks(), ("distill_weight", self.distill_weight >= 0, "0 or more"),
+                ("temperature", self.temperature > 0, "a positive number")]
+
 
 def distillation(new_logits, old_logits, temperature):
     """KL(old ‖ new) on outputs softened by T, times T² so its gradients keep their scale (Hinton et al.)."""

@@ -11,8 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-POLICIES = ("reservoir", "ring", "balanced")
-
 
 class Memory(nn.Module):
     def __init__(self, size: int, input_shape, num_outputs: int, device, policy: str = "reservoir",

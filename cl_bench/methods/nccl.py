@@ -20,14 +20,14 @@ MNIST settings (batch 10, 5 glances, 200 memories, replay 10, lr 0.1, clip 2) wi
 (reg = 0) cost two, and β = 10⁴ diverged.
 """
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
 from ..nn import calibrated
 from .base import Batch
-from .online import OnlineConfig, OnlineMethod, require, sgd_step, soft_kl
+from .online import OnlineConfig, OnlineMethod, sgd_step, soft_kl
 
 
 @dataclass
@@ -40,22 +40,20 @@ class NCCLConfig(OnlineConfig):
     reg: float = 1.0  # weight of the KL distillation on memory (inner and outer)
     beta: float = 1.0  # β, strength of the Fisher-weighted penalty, which is scaled by β·reg
     temperature: float = 2.0  # T of the softened outputs in the KL
-    fcm_form: str = "multiply"  # multiply: λ ⊙ h (seed code) | add: h + λ ⊙ h (seed formula)
+    fcm_form: calibrated.FCMForm = calibrated.FCMForm.multiply
+    unused: ClassVar[tuple[str, ...]] = ("lr",)  # the two loops have lrs of their own
+
+    def checks(self):
+        return [*super().checks(),
+                *((key, getattr(self, key) > 0, "a positive number") for key in ("inner_lr", "outer_lr",
+                                                                                  "temperature")),
+                *((key, getattr(self, key) >= 0, "0 or more") for key in ("inner_clip", "gamma", "reg", "beta"))]
 
 
 class NCCL(OnlineMethod):
     name = "nccl"
     Config = NCCLConfig
-    unused = ("lr",)
     soft_targets = True
-
-    @classmethod
-    def check_config(cls, cfg):
-        super().check_config(cfg)
-        require(cfg, ("inner_lr", "outer_lr", "temperature"), positive=True)
-        require(cfg, ("inner_clip", "gamma", "reg", "beta"), positive=False)
-        if cfg.fcm_form not in calibrated.FCM_FORMS:
-            raise UserError(f"method.fcm_form={cfg.fcm_form!r} is unknown: use multiply or add")
 
     def __init__(self, cfg, backbone, info, ctx):
         calibrated.convert(backbone, cfg.fcm_form)

@@ -3,16 +3,24 @@ of small batches (10, as in GEM, La-MAML and NCCL); the learner may take `inner_
 before the next arrives, and keeps an episodic memory (reservoir or per-task ring) of what it has seen.
 Every update is a plain SGD step taken by hand, so no optimiser state needs saving for a resume."""
 import abc
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from ..checks import Choice
 from ..errors import UserError
 from .base import Batch, Method, MethodConfig, NonFiniteLoss
 from .er import check_memory_holds_every_class
-from .memory import POLICIES, Memory
+from .memory import Memory
+
+
+class OnlinePolicy(Choice):
+    reservoir = "reservoir"  # uniform over the stream
+    ring = "ring"  # GEM's episodic memory: a share per task, its newest samples
 
 
 @dataclass
@@ -23,11 +31,23 @@ class OnlineConfig(MethodConfig):
     inner_steps: int = 5  # glances at each incoming batch (La-MAML's MNIST setting)
     memory_size: int = 200  # samples in the episodic memory (La-MAML's MNIST setting)
     replay_batch_size: int = 10  # memory samples per step (La-MAML's MNIST setting)
-    memory_policy: str = "reservoir"  # reservoir (uniform over the stream) | ring (GEM: a share per task)
+    memory_policy: OnlinePolicy = OnlinePolicy.reservoir
 
+    # Shared knobs the online protocol has no use for (and `unused`, those a method adds): setting one is an
+    # error, not a silent no-op.
+    fixed: ClassVar[tuple[str, ...]] = ("epochs", "optimizer", "momentum", "nesterov", "weight_decay",
+                                        "lr_milestones", "skip_nonfinite")
+    unused: ClassVar[tuple[str, ...]] = ()
 
-# Shared knobs the online protocol has no use for: setting one is an error, not a silent no-op.
-FIXED = ("epochs", "optimizer", "momentum", "nesterov", "weight_decay", "lr_milestones", "skip_nonfinite")
+    def checks(self):
+        defaults = {f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+                    for f in dataclasses.fields(self)}
+        return [*super().checks(),
+                *((key, getattr(self, key) == defaults[key],
+                   f"{defaults[key]!r}: {self.name} runs the online protocol (one pass, plain SGD steps, "
+                   f"method.inner_steps glances per batch) and does not read it") for key in self.fixed + self.unused),
+                *((key, getattr(self, key) >= 1, "at least 1") for key in ("inner_steps", "memory_size",
+                                                                            "replay_batch_size"))]
 
 
 class OnlineMethod(Method):
@@ -35,23 +55,8 @@ class OnlineMethod(Method):
 
     scenarios = frozenset({"task", "class"})
     Config = OnlineConfig
-    unused: tuple[str, ...] = ()  # further shared knobs a subclass does not read (e.g. lr)
     within_task_checkpoints = "it learns each task in one pass over the stream, not in epochs"
     soft_targets = False  # whether the memory keeps the logits each sample got when it was stored
-
-    @classmethod
-    def check_config(cls, cfg):
-        default = cls.Config()
-        for key in FIXED + cls.unused:
-            if cfg[key] != getattr(default, key):
-                raise UserError(f"method.{key}={cfg[key]!r} is not used by {cls.name}, which runs the online "
-                                f"protocol (one pass, plain SGD steps, method.inner_steps glances per batch); "
-                                f"leave it at {getattr(default, key)!r}")
-        for key in ("inner_steps", "memory_size", "replay_batch_size"):
-            if cfg[key] < 1:
-                raise UserError(f"method.{key}={cfg[key]} is out of range: use at least 1")
-        if cfg.memory_policy not in POLICIES:
-            raise UserError(f"method.memory_policy={cfg.memory_policy!r} is unknown: use {' or '.join(POLICIES)}")
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
@@ -118,14 +123,6 @@ class OnlineMethod(Method):
     def capacity(self):
         mem = sum(b.numel() * b.element_size() for b in self.memory.buffers())
         return {**super().capacity(), "memory_size": self.memory.size, "memory_bytes": mem}
-
-
-def require(cfg, keys, positive: bool) -> None:
-    """Range checks of a method's own numbers: positive, or (positive=False) zero or more."""
-    for key in keys:
-        if cfg[key] <= 0 if positive else cfg[key] < 0:
-            accepted = "a positive number" if positive else "0 or more"
-            raise UserError(f"method.{key}={cfg[key]} is out of range: use {accepted}")
 
 
 @torch.no_grad()

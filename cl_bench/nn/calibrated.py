@@ -13,9 +13,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checks import Choice
 from ..errors import UserError
 
-FCM_FORMS = ("multiply", "add")
+
+class FCMForm(Choice):
+    """How the feature calibration module applies λ to a layer's output h."""
+
+    multiply = "multiply"  # λ ⊙ h, the seed's code
+    add = "add"  # h + λ ⊙ h, the seed's formula
+
+
 CALIBRATION = ("psi", "calib_bias", "lam")  # parameter names of the calibration, as opposed to base weights
 
 
@@ -25,7 +33,7 @@ class Calibrated(nn.Module):
     fcm_form="multiply" is the seed code's λ ⊙ h; "add" is the seed formula's h ⊕ λ ⊙ h, which at
     initialisation doubles the output (batch norm normalises that away; a plain MLP does not)."""
 
-    def __init__(self, base: nn.Linear | nn.Conv2d, fcm_form: str = "multiply"):
+    def __init__(self, base: nn.Linear | nn.Conv2d, fcm_form: FCMForm):
         super().__init__()
         self.base = base
         out = base.weight.shape[0]
@@ -53,10 +61,8 @@ class Calibrated(nn.Module):
         return h + scaled if self.fcm_add else scaled
 
 
-def convert(module: nn.Module, fcm_form: str = "multiply") -> nn.Module:
+def convert(module: nn.Module, fcm_form: FCMForm) -> nn.Module:
     """Swap every Linear and Conv2d inside module (in place) for a Calibrated one sharing its weights."""
-    if fcm_form not in FCM_FORMS:
-        raise UserError(f"fcm_form={fcm_form!r} is unknown: use {' or '.join(FCM_FORMS)}")
     for name, child in module.named_children():
         if isinstance(child, nn.Conv2d) and child.padding_mode != "zeros":
             raise UserError(f"calibrated layers support zero padding only, not {child.padding_mode!r} ({name})")

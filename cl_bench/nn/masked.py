@@ -48,7 +48,7 @@ def _versions(*tensors) -> tuple:
 class MaskedLayer(nn.Module):
     """What MaskedConv2d and MaskedLinear share: the weight, its owners, the picking masks, per-task biases."""
 
-    def __init__(self, layer: nn.Module, num_tasks: int, picking: bool, mask_init: float, mask_threshold: float):
+    def __init__(self, layer: nn.Module, num_tasks: int, picking: tuple[float, float] | None):
         super().__init__()
         self.weight = nn.Parameter(layer.weight.detach().clone())
         self.register_buffer("owner", torch.zeros_like(self.weight, dtype=torch.uint8))
@@ -58,7 +58,9 @@ class MaskedLayer(nn.Module):
         self.biases = (nn.ParameterList(nn.Parameter(layer.bias.detach().clone()) for _ in range(num_tasks))
                        if layer.bias is not None else None)
         self.register_parameter("score", None)  # the picking mask of the task being learned, while it is
-        self.picking, self.mask_init, self.mask_threshold = picking, mask_init, mask_threshold
+        # picking: (initial score, threshold) of the picking masks, or None for a method without them
+        self.picking = picking is not None
+        self.mask_init, self.mask_threshold = picking or (0.0, 0.0)
         self.initial_out = self.weight.shape[0]
         self.task = 0  # the task the next forward computes for
         self.learning = None  # the task being learned, whose picking mask is still a real-valued score
@@ -292,18 +294,18 @@ def _padded(x: torch.Tensor, shape, fill) -> torch.Tensor:
 
 
 # --- whole networks ---------------------------------------------------------------------------------------
-def convert(module: nn.Module, num_tasks: int, picking: bool = False, mask_init: float = 1e-2,
-            mask_threshold: float = 5e-3) -> nn.Module:
-    """Swap, in place, every Conv2d / Linear for its masked twin and every batch norm for a TaskBatchNorm."""
+def convert(module: nn.Module, num_tasks: int, picking: tuple[float, float] | None = None) -> nn.Module:
+    """Swap, in place, every Conv2d / Linear for its masked twin and every batch norm for a TaskBatchNorm.
+    picking: (initial score, threshold) of per-task picking masks (Piggyback, CPG), None for none (PackNet)."""
     for name, child in module.named_children():
         if isinstance(child, nn.Conv2d):
-            setattr(module, name, MaskedConv2d(child, num_tasks, picking, mask_init, mask_threshold))
+            setattr(module, name, MaskedConv2d(child, num_tasks, picking))
         elif isinstance(child, nn.Linear):
-            setattr(module, name, MaskedLinear(child, num_tasks, picking, mask_init, mask_threshold))
+            setattr(module, name, MaskedLinear(child, num_tasks, picking))
         elif isinstance(child, nn.modules.batchnorm._BatchNorm):
             setattr(module, name, TaskBatchNorm(child, num_tasks))
         else:
-            convert(child, num_tasks, picking, mask_init, mask_threshold)
+            convert(child, num_tasks, picking)
     return module
 
 
