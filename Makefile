@@ -1,37 +1,45 @@
-# Every target installs what it needs into .venv first, so each works on a fresh clone.
+# Every target installs what it needs into .venv first, so each works on a fresh clone. `make help` lists them.
 PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: install run test lint bench bench-gpu clean
+.PHONY: help install run test lint bench bench-gpu clean
+
+help:  ## this list
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
 
 $(VENV_STAMP): pyproject.toml
 	python3 -m venv .venv
 	$(PY) -m pip install -e '.[dev]'
 	touch $(VENV_STAMP)
 
-install: $(VENV_STAMP)
+install: $(VENV_STAMP)  ## .venv with cl-bench and every extra (wandb, sweep, plots, dev)
 
 run: $(VENV_STAMP)  ## the embedded default: finetune on split_digits with a small convnet
 	.venv/bin/cl-bench train $(ARGS)
 
-test: $(VENV_STAMP)  ## the suite, on two workers (one torch thread each)
+test: $(VENV_STAMP)  ## the suite, on two workers (one torch thread each); CL_BENCH_DATA=DIR adds the real-data tests
 	$(PY) -m pytest -q -n 2
 
-lint: $(VENV_STAMP)
+lint: $(VENV_STAMP)  ## ruff over the package, tests and scripts
 	.venv/bin/ruff check cl_bench tests scripts
 
-BENCH_DATA = $(or $(DATA),../shared/data)
-bench: $(VENV_STAMP)  ## the CPU sections of scripts/bench.py, into docs/benchmarks.md (needs MNIST under DATA)
-	$(PY) scripts/bench.py overhead --data $(BENCH_DATA)
-	$(PY) scripts/bench.py peers --data $(BENCH_DATA)  # skips, saying how to set up, without ../avalanche-venv
-	$(PY) scripts/bench.py methods --data $(BENCH_DATA)
-	$(PY) scripts/bench.py scaling --data $(BENCH_DATA)
+# The benchmarks read real data from a data root you give: DATA=DIR holding MNIST/raw (and, for bench-gpu,
+# CIFAR10=the CIFAR-10 files you have, which `cl-bench data prepare cifar10` turns into DIR/cifar-10-batches-py).
+need-data:
+	@test -n "$(DATA)" || { echo "make: pass DATA=DIR, a data root holding MNIST/raw"; exit 2; }
 
-bench-gpu: $(VENV_STAMP)  ## the GPU section: split_cifar10 on resnet18_reduced, bf16, channels_last, +/- compile
-	$(PY) $(BENCH_DATA)/prepare_cifar10.py /tmp/cl-data
-	$(PY) scripts/bench.py gpu --data $(BENCH_DATA) --cifar-root /tmp/cl-data --machine "$(MACHINE)"
+bench: $(VENV_STAMP) need-data  ## the CPU sections of scripts/bench.py into docs/benchmarks.md: make bench DATA=DIR
+	$(PY) scripts/bench.py overhead --data $(DATA)
+	$(PY) scripts/bench.py peers --data $(DATA)  # skips, saying how to set up, without ../avalanche-venv
+	$(PY) scripts/bench.py methods --data $(DATA)
+	$(PY) scripts/bench.py scaling --data $(DATA)
 
-clean:
+bench-gpu: $(VENV_STAMP) need-data  ## the GPU section: make bench-gpu DATA=DIR CIFAR10=SRC MACHINE="..."
+	@test -n "$(CIFAR10)" || { echo "make: pass CIFAR10=SRC (cifar-10-python.tar.gz, an image folder or an .npz)"; exit 2; }
+	.venv/bin/cl-bench data prepare cifar10 --from $(CIFAR10) --root $(DATA)
+	$(PY) scripts/bench.py gpu --data $(DATA) --cifar-root $(DATA) --machine "$(MACHINE)"
+
+clean:  ## remove .venv and the run and sweep directories
 	rm -rf .venv outputs/runs outputs/sweeps
 
 # --- reproduction: each sweeps 3 seeds into outputs/sweeps/repro-<name>/ and writes the report there -----------
@@ -39,7 +47,7 @@ CL := .venv/bin/cl-bench
 SEEDS ?= 0,1,2
 REPRO := outputs/sweeps
 
-.PHONY: repro-cpg repro-gated repro-nccl repro-smoke
+.PHONY: need-data repro-cpg repro-gated repro-nccl repro-smoke
 
 repro-cpg: $(VENV_STAMP)  ## CPG, PAE, PackNet, independent, finetune on cifar100_20 with VGG16-BN (GPU)
 	$(CL) train -m experiment=cpg_cifar100_20,pae_cifar100_20,packnet_cifar100_20,independent_cifar100_20,finetune_cifar100_20 \

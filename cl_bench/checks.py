@@ -31,3 +31,14 @@ class Checked:
 
     def checks(self) -> list[tuple[str, bool, str]]:
         return []
+
+
+def require_extra(module: str, extra: str, feature: str, otherwise: str = "") -> None:
+    """A feature of one of cl-bench's optional extras: a missing package is one line naming the extra."""
+    import importlib.util
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module set to None
+        found = False
+    if not found:
+        raise UserError(f"{feature}: install the {extra} extra (pip install 'cl-bench[{extra}]'){otherwise}")

@@ -12,7 +12,9 @@ USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) a
        cl-bench train -sc install=bash        shell completion (eval "$(cl-bench train -sc install=bash)")
        cl-bench eval RUN_DIR [--checkpoint task_003]   re-evaluate a checkpoint, write eval.json
        cl-bench report PATH... [--out DIR]    mean ± std [95% CI] over seeds (report.md, report.csv), plots
-       cl-bench list                          methods, datasets and backbones"""
+       cl-bench list                          methods, datasets and backbones
+       cl-bench data prepare cifar10 --from SRC --root DIR   CIFAR-10's canonical files from an archive,
+                                              an image folder or an .npz of encoded images"""
 COMPLETION = ("-sc", "--shell-completion")
 
 
@@ -31,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
             return evaluate(args)
         if command == "report":
             return report(args)
+        if command == "data":
+            return data(args)
         if command in ("-h", "--help", "help"):
             print(USAGE)
             return 0
@@ -80,9 +84,27 @@ def report(args: list[str]) -> int:
     missing = [str(p) for p in opts.paths if not p.exists()]
     if missing:
         raise UserError(f"no such run or sweep directory: {', '.join(missing)}")
+    if not opts.no_plots:
+        from .checks import require_extra
+        require_extra("matplotlib", "plots", "cl-bench report's plots", ", or pass --no-plots")
     from . import report as report_module
     if not report_module.report(opts.paths, opts.out, plots=not opts.no_plots):
         raise UserError(f"no complete run (metrics.json) under {', '.join(map(str, opts.paths))}")
+    return 0
+
+
+def data(args: list[str]) -> int:
+    opts = parse("data", args, lambda p: (p.add_argument("action", choices=["prepare"]),
+                                          p.add_argument("dataset", choices=["cifar10"]),
+                                          p.add_argument("--from", dest="source", type=Path, required=True,
+                                                         help="cifar-10-python.tar.gz, an image folder or an .npz"),
+                                          p.add_argument("--root", type=Path, required=True,
+                                                         help="the data.root to write cifar-10-batches-py/ into")))
+    if not opts.source.exists():
+        raise UserError(f"no such file or folder: {opts.source}")
+    from .data.prepare import prepare_cifar10
+    print(f"{prepare_cifar10(opts.source, opts.root)} is ready: cl-bench train dataset=split_cifar10 "
+          f"data.root={opts.root}")
     return 0
 
 

@@ -9,24 +9,18 @@ from typing import Any
 from omegaconf import MISSING, OmegaConf
 
 from . import backbones, methods
-from .checks import Checked, Choice
+from .checks import Checked, Choice, require_extra
+from .data.sources import SourceName
 from .errors import UserError
 
 CONF = Path(__file__).resolve().parent / "conf"  # the packaged config tree (pkg://cl_bench.conf)
+# What conf/hydra/ builds on from the plugins of the sweep extra.
+PLUGIN_CONFIGS = ("hydra/sweeper/optuna", "hydra/launcher/joblib", "hydra/launcher/submitit_slurm")
 
 
 # task: the task id is given at test time, a head per task; class: no task id, one head over every class seen.
 # (The functional form, since `class` cannot be a member's name in a class body.)
 Scenario = Choice("Scenario", {"task": "task", "class": "class"})
-
-
-class Source(Choice):
-    digits = "digits"
-    mnist = "mnist"
-    fashion_mnist = "fashion_mnist"
-    cifar10 = "cifar10"
-    cifar100 = "cifar100"
-    svhn = "svhn"
 
 
 class Kind(Choice):
@@ -75,7 +69,7 @@ class DataConfig(Checked):
 class DatasetConfig(Checked):
     prefix = "dataset."
     name: str = MISSING
-    source: Source = MISSING
+    source: SourceName = MISSING
     kind: Kind = Kind.split
     num_tasks: int = 5
     classes_per_task: int | None = None  # split: default is all classes / num_tasks
@@ -159,6 +153,8 @@ class Config:
             raise UserError("eval_future=true in the class scenario needs tasks that share labels (permuted_mnist, "
                             "rotated_mnist): a future task's classes have no outputs yet; use scenario=task")
         check_within_task_checkpoints(self.checkpoint, methods.get(name))
+        if self.logger.wandb:
+            require_extra("wandb", "wandb", "logger=wandb")
 
 
 def register() -> None:
@@ -237,6 +233,9 @@ def hydra_compose(overrides: list[str]):
 def describe(e: Exception, overrides: list[str] = ()) -> str:
     """Hydra's and OmegaConf's messages as one line: what is wrong, and what would be right."""
     from hydra.errors import MissingConfigException
+    if isinstance(e, MissingConfigException) and e.missing_cfg_file in PLUGIN_CONFIGS:
+        return f"{e.missing_cfg_file}: install the sweep extra (pip install 'cl-bench[sweep]'), which brings " \
+               "Hydra's launcher and sweeper plugins"
     if isinstance(e, MissingConfigException) and e.missing_cfg_file and e.options is not None:
         group = Path(e.missing_cfg_file).parent.name
         options = ", ".join(o for o in e.options if not o.startswith("schema"))

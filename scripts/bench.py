@@ -8,7 +8,7 @@
     python scripts/bench.py gpu                         # samples/s per method on a CUDA GPU, bf16, channels_last,
                                                         # with and without hardware.compile (skips without a GPU)
 
-Every section takes --data (a root holding MNIST/raw; default ../shared/data). Results are printed, merged
+Every section takes --data (a data root holding MNIST/raw; default $CL_BENCH_DATA). Results are printed, merged
 by section into docs/benchmarks.json and rendered into docs/benchmarks.md (plots into docs/img/).
 """
 import argparse
@@ -153,8 +153,8 @@ def methods(opts) -> dict:
     if not opts.cifar:  # resnet18_reduced on 2 CPU cores: minutes per method (A-GEM alone 140 s)
         workloads = workloads[:2]
     elif not (Path(opts.cifar_root) / "cifar-10-batches-py").is_dir():
-        return skip(f"no {opts.cifar_root}/cifar-10-batches-py: write it with "
-                    f"python ../shared/data/prepare_cifar10.py {opts.cifar_root}")
+        return skip(f"no {opts.cifar_root}/cifar-10-batches-py: write it from the CIFAR-10 files you have with "
+                    f"cl-bench data prepare cifar10 --from SRC --root {opts.cifar_root}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, data in workloads:
             for scenario in ("task", "class"):
@@ -489,7 +489,8 @@ def where(section: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("section", choices=list(SECTIONS))
-    parser.add_argument("--data", default="../shared/data", help="a data root holding MNIST/raw")
+    parser.add_argument("--data", default=os.environ.get("CL_BENCH_DATA"),
+                        help="a data root holding MNIST/raw (default: $CL_BENCH_DATA)")
     parser.add_argument("--cifar-root", default="/tmp/cl-data", help="a data root holding cifar-10-batches-py")
     parser.add_argument("--cifar", action="store_true",
                         help="methods: also the split_cifar10 / resnet18_reduced rows (long on a CPU)")
@@ -499,6 +500,8 @@ def main() -> None:
     parser.add_argument("--machine", default=f"{os.cpu_count()}-core CPU",
                         help="words for the machine, recorded with the figures")
     opts = parser.parse_args()
+    if opts.data is None:
+        sys.exit("bench: pass --data DIR (a data root holding MNIST/raw) or set CL_BENCH_DATA")
     if not (Path(opts.data) / "MNIST" / "raw").is_dir() and not (ROOT / opts.data / "MNIST" / "raw").is_dir():
         sys.exit(f"bench: no MNIST under {opts.data}/MNIST/raw; pass --data")
     try:

@@ -2,7 +2,7 @@
 MLP, SGD lr 0.01 momentum 0.9, batch 128, one epoch per task, evaluation on every seen task's whole test set after
 each task; plain PyTorch on in-memory tensors, no framework.
 
-    python scripts/plain_split_mnist.py ../shared/data     # prints train+eval seconds and the final accuracies
+    python scripts/plain_split_mnist.py DATA_ROOT     # (holding MNIST/raw) prints train+eval seconds and accuracies
 """
 import gzip
 import sys
@@ -59,4 +59,6 @@ def main(root: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/data"))
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(Path(sys.argv[1]))

@@ -67,3 +67,19 @@ def test_a_crashed_sweep_job_leaves_its_traceback_in_its_train_log(tmp_path):
     log = (sweep / "1" / "train.log").read_text()
     assert "the run failed" in log and "Traceback (most recent call last)" in log
     assert "RuntimeError: failing on purpose" in log
+
+
+def without(module: str, *argv: str) -> subprocess.CompletedProcess:
+    """cl-bench as if `module` (an optional extra's package) were not installed."""
+    script = f"import sys; sys.modules[{module!r}] = None; from cl_bench import cli; sys.exit(cli.main({list(argv)!r}))"
+    return subprocess.run([sys.executable, "-c", script], cwd=ROOT, text=True, capture_output=True, timeout=300)
+
+
+def test_a_missing_extra_is_one_line_naming_it(tmp_path):
+    proc = without("wandb", "train", "logger=wandb", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "cl-bench: error: logger=wandb: install the wandb extra (pip install 'cl-bench[wandb]')")
+    assert not (tmp_path / "run").exists()
+    proc = without("matplotlib", "report", str(tmp_path))
+    assert proc.returncode == 2 and "install the plots extra (pip install 'cl-bench[plots]'), or pass --no-plots" \
+        in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

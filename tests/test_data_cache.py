@@ -5,8 +5,8 @@ import os
 
 import pytest
 import torch
-from conftest import train
-from test_sources import REAL_DATA, write_cifar100, write_idx, write_idx_dataset
+from conftest import real_data, train
+from test_sources import write_cifar100, write_idx, write_idx_dataset
 
 from cl_bench.data import cache, sources
 from cl_bench.errors import UserError
@@ -112,12 +112,11 @@ def results(metrics_text: str) -> dict:
 
 
 def test_real_mnist_from_the_cache(cache_dir, monkeypatch):
-    if not (REAL_DATA / "MNIST" / "raw").is_dir():
-        pytest.skip(f"real MNIST not found in {REAL_DATA / 'MNIST' / 'raw'} (only present next to the dev checkout)")
-    uncached = sources.load("mnist", REAL_DATA)
-    sources.load("mnist", REAL_DATA, use_cache=True)
+    root = real_data("MNIST", "raw").parents[1]
+    uncached = sources.load("mnist", root)
+    sources.load("mnist", root, use_cache=True)
     refuse_to_read(monkeypatch)
-    same_source(sources.load("mnist", REAL_DATA, use_cache=True), uncached)
+    same_source(sources.load("mnist", root, use_cache=True), uncached)
 
 
 def test_the_entry_of_replaced_files_is_deleted(tmp_path, cache_dir):

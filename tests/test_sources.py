@@ -11,12 +11,12 @@ import pytest
 import scipy.io
 import torch
 import torchvision.datasets
+from conftest import real_data
 
 from cl_bench.data import sources
 from cl_bench.errors import UserError
 
 IDX_FOLDERS = {"mnist": "MNIST/raw", "fashion_mnist": "FashionMNIST/raw"}
-REAL_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
@@ -405,9 +405,7 @@ def test_unknown_source_is_a_user_error():
 
 
 def test_real_mnist():
-    if not (REAL_DATA / "MNIST" / "raw").is_dir():
-        pytest.skip(f"real MNIST not found in {REAL_DATA / 'MNIST' / 'raw'} (only present next to the dev checkout)")
-    source = sources.load("mnist", REAL_DATA)
+    source = sources.load("mnist", real_data("MNIST", "raw").parents[1])
     assert source.train_x.shape == (60000, 1, 28, 28) and source.test_x.shape == (10000, 1, 28, 28)
     assert source.train_x.dtype == torch.uint8 and source.train_y.dtype == torch.int64
     for labels in (source.train_y, source.test_y):

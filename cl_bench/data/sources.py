@@ -19,10 +19,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cl_bench.checks import Choice
 from cl_bench.data import cache
 from cl_bench.errors import UserError
 
-SOURCES = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "svhn")
+
+class SourceName(Choice):
+    """The datasets whose canonical files a source reads (dataset.source)."""
+
+    digits = "digits"  # scikit-learn's bundled 8×8 digits
+    mnist = "mnist"
+    fashion_mnist = "fashion_mnist"
+    cifar10 = "cifar10"
+    cifar100 = "cifar100"
+    svhn = "svhn"
 
 
 @dataclass
@@ -73,8 +83,8 @@ def load(name: str, root: str | os.PathLike, download: bool = False, use_cache: 
     cache of decoded datasets, see data/cache.py, when `use_cache` and it holds these very files)."""
     if name == "digits":
         return _load_digits()
-    if name not in _LAYOUTS:
-        raise UserError(f"unknown data source '{name}': choose one of {', '.join(SOURCES)}")
+    if name not in _LAYOUTS:  # the config names SourceName's values only; this guards direct calls
+        raise UserError(f"unknown data source '{name}': choose one of {', '.join(SourceName)}")
     paths = _files(name, Path(root), download)
     if use_cache:
         return cache.cached(name, paths, lambda: _read(name, paths), Source)

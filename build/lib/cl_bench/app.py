@@ -1,0 +1,225 @@
+"""`cl-bench train` as a Hydra application: plain runs and sweeps both go through hydra.main, Hydra's launchers
+and its Callback API. RunChecks validates the composed config before Hydra makes a directory or starts a job
+(every job of a sweep up front); `unique_dir` gives each plain run a directory of its own; run.json records what
+`resume=` and `cl-bench eval` compose again."""
+import contextlib
+import itertools
+import json
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+
+from .errors import UserError
+
+log = logging.getLogger("cl_bench")
+RUN_RECORD = "run.json"
+MAX_CHECKED_JOBS = 1000  # a larger sweep is checked job by job as it runs
+
+
+def run(args: list[str]) -> int:
+    """`cl-bench train ARGS`: hydra.main over the packaged configs, with Hydra's errors as one line."""
+    import hydra
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from . import config, hardware
+    config.register()
+    resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
+    if resume:
+        args = resume_overrides(resume, args)
+    elif hardware.rank() > 0:
+        args = args + follower_overrides(args)
+    entry = hydra.main(config_path="pkg://cl_bench.conf", config_name="config", version_base="1.3")(task)
+    saved_argv, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv = ["cl-bench", *args]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises what went wrong, and it is reported here as one line
+    try:
+        entry()
+    except (HydraException, OmegaConfBaseException) as e:
+        GlobalHydra.instance().clear()
+        raise UserError(config.describe(e, args)) from None
+    except ValueError as e:  # Hydra's own command-line checks
+        raise UserError(str(e)) from None
+    finally:
+        sys.argv = saved_argv
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
+    return 0
+
+
+class RunChecks(Callback):
+    """Hydra calls this before any work: a bad value, an unsupported combination or a finished run directory
+    fails in one line before a directory is made (for a sweep, before its first job)."""
+
+    def on_run_start(self, config, **kwargs) -> None:
+        with exit_on_user_error():
+            check_run(config)
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        with exit_on_user_error():
+            check_sweep(config)
+
+
+def check_run(config) -> None:
+    from . import config as schema
+    from . import hardware
+    schema.validate(config)
+    if config.resume or hardware.rank() > 0:
+        return
+    run_dir = Path(config.hydra.run.dir)
+    if (run_dir / "metrics.json").exists():
+        raise UserError(f"{run_dir} already holds a run: continue it with resume={run_dir}, "
+                        "or choose another hydra.run.dir")
+    write_run_record(run_dir, config.hydra.overrides.task)  # before Hydra writes .hydra/ there
+
+
+def check_sweep(config) -> None:
+    """The base config, then every job of a grid sweep, composed as the launcher will."""
+    from . import config as schema
+    check_objective(schema.validate(config))
+    for job in sweep_jobs(list(config.hydra.overrides.task)):
+        check_objective(schema.validate(schema.compose(job)))
+
+
+@contextlib.contextmanager
+def exit_on_user_error():
+    """In Hydra's callbacks a user error leaves as one line and exit status 2: Hydra turns an exception raised
+    there into a warning and carries on, but lets SystemExit through."""
+    try:
+        yield
+    except UserError as e:
+        print(f"cl-bench: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """Every job of a grid sweep (`key=a,b` and range sweeps expanded), as override lists; [] when there are
+    more than MAX_CHECKED_JOBS or a sweeper draws them (Optuna's intervals)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    choices = []
+    for o in parsed:
+        if not o.is_sweep_override():
+            choices.append([o.input_line])
+        elif o.is_discrete_sweep():
+            choices.append([f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()])
+        else:
+            return []
+    count = 1
+    for c in choices:
+        count *= len(c)
+    return [list(job) for job in itertools.product(*choices)] if count <= MAX_CHECKED_JOBS else []
+
+
+def unique_dir(path: str) -> str:
+    """The resolver behind hydra.run.dir's default: `path`, or path-2, path-3 ... when runs started in the same
+    second took it; claimed with an atomic mkdir and kept for the process (Hydra resolves the key more than once)."""
+    if path not in _claimed:
+        for n in itertools.count(1):
+            candidate = Path(path if n == 1 else f"{path}-{n}")
+            candidate.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                candidate.mkdir()
+                break
+            except FileExistsError:
+                continue
+        _claimed[path] = str(candidate)
+    return _claimed[path]
+
+
+_claimed: dict[str, str] = {}
+
+
+def write_run_record(run_dir: Path, overrides) -> None:
+    """run.json: the run's own overrides, which `resume=` and `cl-bench eval` compose again. Written atomically,
+    before Hydra writes .hydra/ and never rewritten by a resume: Hydra writes .hydra/ in place (truncate, then
+    write) and again on every resume, so a kill there left an overrides.yaml that was missing, empty or cut
+    short, and a resume from it failed or composed another config."""
+    from .recorders import write_json_atomic
+    run_dir.mkdir(parents=True, exist_ok=True)
+    own = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/", "resume="))]
+    write_json_atomic(run_dir / RUN_RECORD, {"overrides": own})
+
+
+def run_overrides(run_dir: Path, option: str) -> list[str]:
+    """The overrides recorded in run_dir's run.json."""
+    record = Path(run_dir) / RUN_RECORD
+    if not record.is_file():
+        raise UserError(f"{option}: {record} not found; it takes a run directory made by cl-bench train")
+    return json.loads(record.read_text())["overrides"]
+
+
+def resume_overrides(run_dir: str, overrides: list[str]) -> list[str]:
+    """The run's own overrides, then any given now, pointed back at its directory."""
+    extra = [o for o in overrides if not o.startswith("resume=")]  # e.g. hardware=cpu on another machine
+    return run_overrides(Path(run_dir), f"resume={run_dir}") + extra + [f"resume={run_dir}",
+                                                                          f"hydra.run.dir={run_dir}"]
+
+
+def follower_overrides(args: list[str]) -> list[str]:
+    """Ranks after 0 under torchrun write nothing: no .hydra record, and a private scratch run directory
+    unless one was named (rank 0 owns the real one)."""
+    extra = ["hydra.output_subdir=null"]
+    if not any(a.startswith("hydra.run.dir=") for a in args):
+        extra.append(f"hydra.run.dir={tempfile.gettempdir()}/cl-bench-rank{os.environ['RANK']}-{os.getpid()}")
+    return extra
+
+
+def task(cfg) -> float:
+    """One job: a run of the task loop in Hydra's output directory (for sweeps, each job's). Its log,
+    train.log there, gets what went wrong, tracebacks included."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from . import hardware
+    from . import train as train_module
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            if not (run_dir / RUN_RECORD).is_file() and hardware.rank() == 0:
+                write_run_record(run_dir, HydraConfig.get().overrides.task)
+            done = finished_objective(run_dir, cfg.sweep.objective)  # a re-run sweep completes only what is missing
+            if done is not None:
+                print(f"cl-bench: {run_dir} is complete, skipped", file=sys.stderr)
+                return done
+            if (run_dir / "checkpoints" / "last").is_file():
+                cfg.resume = str(run_dir)
+        return train_module.run(cfg, run_dir)
+    except UserError as e:
+        log.error(str(e))
+        print(f"cl-bench: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except train_module.Interrupted as stop:
+        log.warning(f"stopped by {stop}")
+        print(f"cl-bench: stopped by {stop}; the run is incomplete and its last complete checkpoint intact. "
+              f"Resume it with:\n  cl-bench train resume={run_dir}", file=sys.stderr)
+        sys.exit(130 if str(stop) == "SIGINT" else 143)
+    except Exception:
+        log.exception("the run failed")
+        raise
+
+
+def check_objective(cfg):
+    """A sweep optimises what each job returns: validation accuracy needs validation data."""
+    if cfg.sweep.objective == "val_avg_acc" and cfg.data.val_fraction == 0:
+        raise UserError("sweep.objective=val_avg_acc needs validation data: set data.val_fraction above 0, or "
+                        "sweep.objective=test_avg_acc to select on test data (the report labels such runs)")
+    return cfg
+
+
+def finished_objective(run_dir: Path, objective: str) -> float | None:
+    """The sweep objective of a complete run already in run_dir (None when there is none)."""
+    from .train import OBJECTIVES
+    metrics = run_dir / "metrics.json"
+    if metrics.is_file():
+        record = json.loads(metrics.read_text())
+        if record.get("complete"):
+            return record.get(OBJECTIVES[objective])
+    return None

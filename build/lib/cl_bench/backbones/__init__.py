@@ -1,0 +1,26 @@
+"""Plain feature extractors. Each maps an image batch to N×feature_dim features; heads live with the method.
+Each backbone's config dataclass sits beside it and holds its defaults; BACKBONES is the one registry."""
+import dataclasses
+
+from torch import nn
+
+from .convnet import ConvNet, ConvNetConfig
+from .mlp import MLP, MLPConfig
+from .resnet import ReducedResNetConfig, ResNet18, ResNetConfig
+from .vgg import VGG16BN, VGGConfig
+
+BACKBONES = {  # name: (module, config dataclass)
+    "mlp": (MLP, MLPConfig),
+    "convnet": (ConvNet, ConvNetConfig),
+    "resnet18_reduced": (ResNet18, ReducedResNetConfig),
+    "resnet18": (ResNet18, ResNetConfig),
+    "vgg16_bn": (VGG16BN, VGGConfig),
+}
+
+
+def build(cfg, input_shape: tuple[int, int, int]) -> nn.Module:
+    """The backbone cfg names, with cfg's keys over its config's defaults as arguments."""
+    module, schema = BACKBONES[cfg["name"]]
+    kwargs = {**dataclasses.asdict(schema()), **dict(cfg)}
+    kwargs.pop("name")
+    return module(tuple(input_shape), **kwargs)

@@ -1,0 +1,26 @@
+from dataclasses import dataclass, field
+
+from torch import nn
+
+
+@dataclass
+class MLPConfig:
+    name: str = "mlp"
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # GEM and La-MAML: [100, 100]
+
+
+class MLP(nn.Module):
+    """Fully connected ReLU network over flattened pixels."""
+
+    def __init__(self, input_shape, hidden_sizes):
+        super().__init__()
+        c, h, w = input_shape
+        sizes = [c * h * w, *hidden_sizes]
+        layers = [nn.Flatten()]
+        for d_in, d_out in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(d_in, d_out), nn.ReLU(inplace=True)]
+        self.body = nn.Sequential(*layers)
+        self.feature_dim = sizes[-1]
+
+    def forward(self, x):
+        return self.body(x)

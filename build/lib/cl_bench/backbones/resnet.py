@@ -1,0 +1,53 @@
+"""ResNet-18 for 32×32 inputs: the CIFAR stem (3×3 conv, no max-pool) and BasicBlocks [2, 2, 2, 2]."""
+from dataclasses import dataclass
+
+from torch import nn
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, c_in, c_out, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.relu = nn.ReLU(inplace=True)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18 with the CIFAR stem (3×3 conv, no max-pool)."""
+
+    def __init__(self, input_shape, nf):
+        super().__init__()
+        c = input_shape[0]
+        self.stem = nn.Sequential(nn.Conv2d(c, nf, 3, 1, 1, bias=False), nn.BatchNorm2d(nf), nn.ReLU(inplace=True))
+        blocks, c_in = [], nf
+        for i, mult in enumerate((1, 2, 4, 8)):
+            for j in range(2):
+                blocks.append(BasicBlock(c_in, nf * mult, 2 if i > 0 and j == 0 else 1))
+                c_in = nf * mult
+        self.layers = nn.Sequential(*blocks)
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.feature_dim = c_in
+
+    def forward(self, x):
+        return self.pool(self.layers(self.stem(x)))
+
+
+@dataclass
+class ResNetConfig:
+    name: str = "resnet18"
+    nf: int = 64  # base filters: the usual CIFAR ResNet-18
+
+
+@dataclass
+class ReducedResNetConfig(ResNetConfig):
+    name: str = "resnet18_reduced"
+    nf: int = 20  # the reduced ResNet-18 of GEM, La-MAML and NCCL (about 1.1 M parameters)

@@ -1,0 +1,33 @@
+from dataclasses import dataclass
+
+from torch import nn
+
+# Channels per conv; "M" is a 2×2 max-pool. The VGG-16 stack, as in CPG's CIFAR experiments.
+VGG16 = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
+
+
+@dataclass
+class VGGConfig:
+    name: str = "vgg16_bn"
+    hidden: int = 4096  # width of the classifier body
+
+
+class VGG16BN(nn.Module):
+    """VGG-16 with batch norm for 32×32 inputs: conv stack to 512×1×1, then the 512-4096-4096 classifier body."""
+
+    def __init__(self, input_shape, hidden):
+        super().__init__()
+        layers, c_in = [], input_shape[0]
+        for v in VGG16:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2))
+            else:
+                layers += [nn.Conv2d(c_in, v, 3, padding=1, bias=False), nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
+                c_in = v
+        self.features = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.classifier = nn.Sequential(nn.Linear(c_in, hidden), nn.ReLU(inplace=True),
+                                        nn.Linear(hidden, hidden), nn.ReLU(inplace=True))
+        self.feature_dim = hidden
+
+    def forward(self, x):
+        return self.classifier(self.features(x))

@@ -1,0 +1,162 @@
+"""Atomic checkpoints after every task: safetensors for tensors, JSON for the rest, nothing pickled.
+
+checkpoints/task_<ttt>/ holds state.safetensors (method state and random-number states), masks.safetensors
+(the method's masks, boolean ones packed to bits) and meta.json (accuracy matrices so far, checksums). A task
+directory is written under a temporary name and renamed when complete; checkpoints/last is replaced last,
+so a run killed at any moment leaves the previous checkpoint intact.
+
+With checkpoint.every_epochs, checkpoints/task_<ttt>_within/ is also written (and rewritten) while task ttt
+is learned: it adds the optimiser's state and meta.json's "within" = {phase, epoch}; `last` does not name it, and
+it is removed once task_<ttt>/ is written.
+"""
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+SCHEMA = 1
+FILES = ("state.safetensors", "masks.safetensors")
+
+
+def save(run_dir: Path, task_id: int, method, results: dict, rng: dict[str, torch.Tensor], elapsed: float,
+         within: dict | None = None) -> Path:
+    """results: the accuracy matrices so far by name (acc, val_acc, ...), kept in meta.json.
+    within: {"phase", "epoch", "optimizer": its state_dict, "side_optimizers": [state_dict, ...] (those a
+    method steps itself, such as Piggyback's for its mask scores)} for a checkpoint written within task_id."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"task_{task_id:03d}" + ("_within" if within else "")
+    tmp = root / f".{name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    state = {k: v.detach().cpu().contiguous().clone() for k, v in method.state_dict().items()}
+    mask_keys = method.mask_keys() & state.keys()
+    masks, bits = {}, {}
+    for k in mask_keys:
+        v = state.pop(k)
+        if v.dtype == torch.bool:  # one bit per weight
+            bits[k] = list(v.shape)
+            v = torch.from_numpy(np.packbits(v.numpy().ravel()))
+        masks[k] = v
+    state.update({f"_rng.{k}": v.cpu() for k, v in rng.items()})
+    meta = {"schema": SCHEMA, "task_id": task_id, "method": method.name, **results, "elapsed_s": elapsed,
+            "bits": bits}
+    if within:
+        optim, tensors = _flatten_optimizer(within["optimizer"])
+        state.update(tensors)
+        meta["within"] = {"phase": within["phase"], "epoch": within["epoch"], "optimizer": optim,
+                          "side_optimizers": []}
+        for j, side in enumerate(within.get("side_optimizers", ())):
+            optim, tensors = _flatten_optimizer(side, prefix=f"_optim_side{j}.")
+            state.update(tensors)
+            meta["within"]["side_optimizers"].append(optim)
+    save_file(state, tmp / FILES[0])
+    save_file(masks, tmp / FILES[1])
+    meta["sha256"] = {f: _sha256(tmp / f) for f in FILES}
+    _write_synced(tmp / "meta.json", json.dumps(meta, indent=1))
+    final = root / name
+    if final.exists():  # re-learned after a resume: swap the old one out only once the new one is whole
+        trash = root / f".{name}.old{os.getpid()}"
+        final.rename(trash)
+        tmp.rename(final)
+        shutil.rmtree(trash)
+    else:
+        tmp.rename(final)
+    if not within:  # `last` names complete tasks only
+        _write_synced(root / ".last.tmp", name)
+        os.replace(root / ".last.tmp", root / "last")
+        shutil.rmtree(root / f"{name}_within", ignore_errors=True)  # the task is whole: this one is spent
+    return final
+
+
+def _flatten_optimizer(state: dict, prefix: str = "_optim.") -> tuple[dict, dict[str, torch.Tensor]]:
+    """An optimiser state_dict as JSON (param groups, scalars) and tensors (momentum buffers, moments)."""
+    tensors, scalars = {}, {}
+    for index, slots in state["state"].items():
+        for key, value in slots.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{prefix}{index}.{key}"] = value.detach().cpu().contiguous().clone()
+            elif value is not None:
+                scalars[f"{index}.{key}"] = value
+    return {"param_groups": state["param_groups"], "scalars": scalars}, tensors
+
+
+def optimizer_state(meta_optimizer: dict, state: dict, prefix: str = "_optim.") -> dict:
+    """The inverse of _flatten_optimizer, taking the tensors under `prefix` out of state."""
+    slots: dict[int, dict] = {}
+    for key in [k for k in state if k.startswith(prefix)]:
+        index, name = key[len(prefix):].split(".", 1)
+        slots.setdefault(int(index), {})[name] = state.pop(key)
+    for key, value in meta_optimizer["scalars"].items():
+        index, name = key.split(".", 1)
+        slots.setdefault(int(index), {})[name] = value
+    return {"state": slots, "param_groups": meta_optimizer["param_groups"]}
+
+
+def load(run_dir: Path, name: str | None = None, within: bool = False):
+    """The newest valid checkpoint (or the one named) as (state, masks, meta, problems); None when there is none.
+
+    `last` is tried first, then every other task directory from the newest down (a task's within-task
+    checkpoint counts as older than the task's own, and is considered only when `within`); a directory whose
+    files are missing or fail their checksum is skipped and named in `problems`."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    names = [d.name for d in root.iterdir() if d.name.startswith("task_") and d.is_dir()]
+    names = sorted((n for n in names if within or not n.endswith("_within")),
+                   key=lambda n: (n[:8], not n.endswith("_within")), reverse=True)
+    if name is not None:
+        names = [name] if name in names else []
+    last = (root / "last").read_text().strip() if (root / "last").is_file() else None
+    if last in names and not names[0].endswith("_within"):  # a task in flight is newer than the last whole one
+        names.remove(last)
+        names.insert(0, last)
+    problems = []
+    for name in names:
+        found = _read(root / name)
+        if isinstance(found, str):
+            problems.append(found)
+            continue
+        return (*found, problems)
+    return None if not problems else (None, None, None, problems)
+
+
+def _read(path: Path):
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        for f in FILES:
+            if _sha256(path / f) != meta["sha256"][f]:
+                return f"{path / f} fails its checksum"
+        state, masks = load_file(path / FILES[0]), load_file(path / FILES[1])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"{path} is unreadable ({type(e).__name__}: {e})"
+    for k, shape in meta["bits"].items():
+        n = int(np.prod(shape))
+        masks[k] = torch.from_numpy(np.unpackbits(masks[k].numpy())[:n].astype(bool).reshape(shape))
+    return state, masks, meta
+
+
+def split_rng(state: dict) -> tuple[dict, dict]:
+    """Separate the random-number states from the method's state."""
+    rng = {k[len("_rng."):]: state.pop(k) for k in [k for k in state if k.startswith("_rng.")]}
+    return state, rng
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())

@@ -1,0 +1,132 @@
+"""`cl-bench {train,eval,report,list}`: dispatch. `train` is the Hydra application of app.py; the other commands
+read run directories."""
+import json
+import os
+import sys
+from pathlib import Path
+
+from .errors import UserError
+
+USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) an experiment; see cl_bench/conf/
+       cl-bench train resume=RUN_DIR          continue an interrupted run from its last checkpoint
+       cl-bench train -sc install=bash        shell completion (eval "$(cl-bench train -sc install=bash)")
+       cl-bench eval RUN_DIR [--checkpoint task_003]   re-evaluate a checkpoint, write eval.json
+       cl-bench report PATH... [--out DIR]    mean ± std [95% CI] over seeds (report.md, report.csv), plots
+       cl-bench list                          methods, datasets and backbones
+       cl-bench data prepare cifar10 --from SRC --root DIR   CIFAR-10's canonical files from an archive,
+                                              an image folder or an .npz of encoded images"""
+COMPLETION = ("-sc", "--shell-completion")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command, args = (argv[0], argv[1:]) if argv else ("", [])
+    try:
+        if command == "train":
+            from . import app
+            return app.run(args)
+        if command in COMPLETION:  # Hydra's completion script asks the program itself, without `train`
+            return complete(argv)
+        if command == "list":
+            return list_all()
+        if command == "eval":
+            return evaluate(args)
+        if command == "report":
+            return report(args)
+        if command == "data":
+            return data(args)
+        if command in ("-h", "--help", "help"):
+            print(USAGE)
+            return 0
+        raise UserError(f"unknown command {command!r}\n{USAGE}" if command else USAGE)
+    except UserError as e:
+        print(f"cl-bench: error: {e}", file=sys.stderr)
+        return 2
+
+
+def complete(argv: list[str]) -> int:
+    """Answer a completion query for `cl-bench train ...`: Hydra completes the overrides after the command."""
+    from . import app
+    line = os.environ.get("COMP_LINE")
+    if line is not None:
+        words = line.split(" ")
+        os.environ["COMP_LINE"] = " ".join(words[:1] + words[2:] if words[1:2] == ["train"] else words)
+    return app.run(argv)
+
+
+def parse(command: str, args: list[str], configure):
+    import argparse
+    parser = argparse.ArgumentParser(prog=f"cl-bench {command}")
+    configure(parser)
+    try:
+        return parser.parse_args(args)
+    except SystemExit as e:  # argparse has printed its one-line usage error
+        raise SystemExit(2 if e.code else 0) from None
+
+
+def evaluate(args: list[str]) -> int:
+    opts = parse("eval", args, lambda p: (p.add_argument("run_dir", type=Path),
+                                          p.add_argument("--checkpoint", help="e.g. task_003; default: the newest")))
+    from . import app, config, train
+    config.register()
+    cfg = config.compose(app.run_overrides(opts.run_dir, "cl-bench eval"))
+    result = train.evaluate_checkpoint(cfg, opts.run_dir, opts.checkpoint)
+    from .recorders import write_json_atomic
+    write_json_atomic(opts.run_dir / "eval.json", result)
+    print(json.dumps(result))
+    return 0
+
+
+def report(args: list[str]) -> int:
+    opts = parse("report", args, lambda p: (p.add_argument("paths", nargs="+", type=Path),
+                                            p.add_argument("--out", type=Path, help="default: the first PATH"),
+                                            p.add_argument("--no-plots", action="store_true")))
+    missing = [str(p) for p in opts.paths if not p.exists()]
+    if missing:
+        raise UserError(f"no such run or sweep directory: {', '.join(missing)}")
+    if not opts.no_plots:
+        from .checks import require_extra
+        require_extra("matplotlib", "plots", "cl-bench report's plots", ", or pass --no-plots")
+    from . import report as report_module
+    if not report_module.report(opts.paths, opts.out, plots=not opts.no_plots):
+        raise UserError(f"no complete run (metrics.json) under {', '.join(map(str, opts.paths))}")
+    return 0
+
+
+def data(args: list[str]) -> int:
+    opts = parse("data", args, lambda p: (p.add_argument("action", choices=["prepare"]),
+                                          p.add_argument("dataset", choices=["cifar10"]),
+                                          p.add_argument("--from", dest="source", type=Path, required=True,
+                                                         help="cifar-10-python.tar.gz, an image folder or an .npz"),
+                                          p.add_argument("--root", type=Path, required=True,
+                                                         help="the data.root to write cifar-10-batches-py/ into")))
+    if not opts.source.exists():
+        raise UserError(f"no such file or folder: {opts.source}")
+    from .data.prepare import prepare_cifar10
+    print(f"{prepare_cifar10(opts.source, opts.root)} is ready: cl-bench train dataset=split_cifar10 "
+          f"data.root={opts.root}")
+    return 0
+
+
+def list_all() -> int:
+    from . import backbones, config, methods
+    print("methods:")
+    for name, cls in sorted(methods.METHODS.items()):
+        scenarios = ",".join(sorted(cls.scenarios))
+        print(f"  {name:<14} scenarios: {scenarios:<11} {first_line(sys.modules[cls.__module__])}")
+    print("datasets:")
+    for path in sorted((config.CONF / "dataset").glob("*.yaml")):
+        first = path.read_text().splitlines()[0]
+        print(f"  {path.stem:<20} {first.lstrip('# ').strip() if first.startswith('#') else ''}")
+    print("backbones:")
+    for name, (module, _) in sorted(backbones.BACKBONES.items()):
+        print(f"  {name:<20} {first_line(module)}")
+    return 0
+
+
+def first_line(obj) -> str:
+    return (obj.__doc__ or "").strip().splitlines()[0]
+
+
+def entry_point() -> None:
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Structured-config schemas, registered in Hydra's ConfigStore so that every YAML in cl_bench/conf/ is typed:
+an unknown key or a value of the wrong type is an error, not a silent no-op. Also the compose API that tests,
+`cl-bench eval` and the sweep checks use, with Hydra's errors as one line."""
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING, OmegaConf
+
+from . import backbones, methods
+from .checks import Checked, Choice, require_extra
+from .data.sources import SourceName
+from .errors import UserError
+
+CONF = Path(__file__).resolve().parent / "conf"  # the packaged config tree (pkg://cl_bench.conf)
+# What conf/hydra/ builds on from the plugins of the sweep extra.
+PLUGIN_CONFIGS = ("hydra/sweeper/optuna", "hydra/launcher/joblib", "hydra/launcher/submitit_slurm")
+
+
+# task: the task id is given at test time, a head per task; class: no task id, one head over every class seen.
+# (The functional form, since `class` cannot be a member's name in a class body.)
+Scenario = Choice("Scenario", {"task": "task", "class": "class"})
+
+
+class Kind(Choice):
+    split = "split"  # classes per task
+    superclass = "superclass"  # one task per CIFAR-100 superclass
+    permuted = "permuted"  # one pixel permutation per task, every class in each
+    rotated = "rotated"  # one rotation per task, every class in each
+
+
+class ClassOrder(Choice):
+    natural = "natural"
+    random = "random"  # drawn from the run's seed
+
+
+class Precision(Choice):
+    auto = "auto"  # bf16 on a GPU, fp32 on the CPU
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+class LoggerMode(Choice):
+    offline = "offline"
+    online = "online"
+
+
+class Objective(Choice):
+    val_avg_acc = "val_avg_acc"
+    test_avg_acc = "test_avg_acc"
+
+
+@dataclass
+class DataConfig(Checked):
+    prefix = "data."
+    root: str = "data"  # where the canonical dataset files live (torchvision's layout)
+    download: bool = False  # fetch missing files with torchvision's verified downloader
+    cache: bool = True  # keep decoded datasets under ~/.cache/cl-bench (or $CL_BENCH_CACHE): see data/cache.py
+    val_fraction: float = 0.1  # share of each task's training data held out for model selection
+    eval_batch_size: int = 1000
+
+    def checks(self):
+        return [("val_fraction", 0 <= self.val_fraction < 1, "a fraction in [0, 1)"),
+                ("eval_batch_size", self.eval_batch_size >= 1, "at least 1")]
+
+
+@dataclass
+class DatasetConfig(Checked):
+    prefix = "dataset."
+    name: str = MISSING
+    source: SourceName = MISSING
+    kind: Kind = Kind.split
+    num_tasks: int = 5
+    classes_per_task: int | None = None  # split: default is all classes / num_tasks
+    class_order: ClassOrder = ClassOrder.natural  # split
+    samples_per_task: int | None = None  # cap on each task's training samples (GEM: 1000)
+    augment: bool = False  # pad-crop and flip during training (32×32 colour data)
+
+    def checks(self):
+        return [("num_tasks", self.num_tasks >= 1, "at least 1"),
+                ("classes_per_task", self.classes_per_task is None or self.classes_per_task >= 1, "null or at least 1"),
+                ("samples_per_task", self.samples_per_task is None or self.samples_per_task >= 1,
+                 "null or at least 1")]
+
+
+@dataclass
+class HardwareConfig(Checked):
+    prefix = "hardware."
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    precision: Precision = Precision.auto
+    channels_last: bool | None = None  # NHWC activations for convs; null: on for GPUs
+    tf32: bool = True  # TF32 matmuls for what runs in fp32 on Ampere and newer
+    deterministic: bool = False  # PyTorch's deterministic algorithms (slower on GPU)
+    distributed: bool = False  # data-parallel over the processes torchrun starts (hardware=ddp)
+    threads: int | None = None  # CPU threads for torch ops; null keeps torch's default (one per core)
+    compile: bool = False  # torch.compile the backbone (minutes of compiling first; pays off on long GPU runs)
+
+    def checks(self):
+        return [("threads", self.threads is None or self.threads >= 1, "null or at least 1")]
+
+
+@dataclass
+class LoggerConfig:
+    console: bool = True  # live progress and the final table
+    wandb: bool = False
+    project: str = "cl-bench"
+    entity: str | None = None
+    mode: LoggerMode = LoggerMode.offline
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckpointConfig(Checked):
+    prefix = "checkpoint."
+    enabled: bool = True  # write checkpoints/task_<ttt>/ after every task
+    every_epochs: int = 0  # also write one within a task every N epochs (0: only after tasks); resume continues there
+
+    def checks(self):
+        return [("every_epochs", self.every_epochs >= 0, "0 (after tasks only) or more")]
+
+
+@dataclass
+class SweepConfig:
+    # What `cl-bench train` returns to Hydra's sweepers (Optuna maximises it): val_avg_acc, the average accuracy on
+    # the validation splits; test_avg_acc only to mirror a paper that selected on test data (runs record it, and
+    # `cl-bench report` labels them).
+    objective: Objective = Objective.val_avg_acc
+
+
+@dataclass
+class Config:
+    method: Any = MISSING
+    dataset: DatasetConfig = MISSING
+    backbone: Any = MISSING
+    hardware: HardwareConfig = MISSING
+    logger: LoggerConfig = MISSING
+    data: DataConfig = field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    seed: int = 0
+    scenario: Scenario = Scenario.task
+    eval_future: bool = False  # also evaluate tasks not yet learned (forward transfer, fwt)
+    resume: str | None = None  # a run directory to continue from its last complete checkpoint
+
+    def __post_init__(self) -> None:
+        """What holds across groups: the method supports the scenario (and DDP, and within-task checkpoints)."""
+        name = self.method.name
+        methods.check_scenario(name, self.scenario)
+        if self.hardware.distributed:
+            methods.check_distributed(name, self.scenario)
+        if self.eval_future and self.scenario == "class" and self.dataset.kind not in ("permuted", "rotated"):
+            raise UserError("eval_future=true in the class scenario needs tasks that share labels (permuted_mnist, "
+                            "rotated_mnist): a future task's classes have no outputs yet; use scenario=task")
+        check_within_task_checkpoints(self.checkpoint, methods.get(name))
+        if self.logger.wandb:
+            require_extra("wandb", "wandb", "logger=wandb")
+
+
+def register() -> None:
+    """Make the schemas and the run-directory resolver known to Hydra (the CLI calls this; nothing the task loop
+    runs needs Hydra). Methods and backbones are their dataclasses, one group option each; datasets, hardware
+    and loggers are YAML files over the schemas in /schemas."""
+    from hydra.core.config_store import ConfigStore
+
+    from .app import unique_dir
+    OmegaConf.register_new_resolver("unique_dir", unique_dir, replace=True)
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=Config)
+    for group, node in (("dataset", DatasetConfig), ("hardware", HardwareConfig), ("logger", LoggerConfig)):
+        cs.store(group="schemas", name=group, node=node)
+    for name, (_, schema) in backbones.BACKBONES.items():
+        cs.store(group="backbone", name=name, node=schema)
+    for name, cls in methods.METHODS.items():
+        cs.store(group="method", name=name, node=cls.Config(name=name))
+
+
+def validate(cfg):
+    """Every check of every config, beside its fields (Checked), and across groups (Config): the composed
+    config is built into its dataclasses once; returns cfg."""
+    _reject_added_keys(cfg)
+    Config(**{f.name: OmegaConf.to_object(cfg[f.name]) if OmegaConf.is_config(cfg[f.name]) else cfg[f.name]
+              for f in dataclasses.fields(Config)})  # Hydra's own node, when composed in, aside
+    return cfg
+
+
+def check_within_task_checkpoints(checkpoint: CheckpointConfig, method) -> None:
+    every = checkpoint.every_epochs
+    if every and not checkpoint.enabled:
+        raise UserError("checkpoint.every_epochs needs checkpoint.enabled=true")
+    if every and method.within_task_checkpoints is not True:
+        able = [m for m, cls in sorted(methods.METHODS.items()) if cls.within_task_checkpoints is True]
+        raise UserError(f"checkpoint.every_epochs is not supported by method={method.name}: "
+                        f"{method.within_task_checkpoints}; methods that support it: {', '.join(able)}")
+
+
+def _reject_added_keys(cfg, path: str = "") -> None:
+    """Keys appended with Hydra's `+key=value` bypass the schemas; none of them would be read, so refuse them."""
+    schema = OmegaConf.get_type(cfg)
+    keys = [k for k in cfg if path or k != "hydra"]  # Hydra's own node, when composed in, is Hydra's to check
+    if dataclasses.is_dataclass(schema):
+        known = {f.name for f in dataclasses.fields(schema)}
+        for key in keys:
+            if key not in known:
+                raise UserError(f"unknown key {path + key!r}: {path.rstrip('.') or 'the top level'} has "
+                                f"{', '.join(sorted(known))}")
+    for key in keys:
+        if OmegaConf.is_dict(cfg[key]):
+            _reject_added_keys(cfg[key], f"{path}{key}.")
+
+
+def compose(overrides: list[str]):
+    """The composed config, with Hydra's errors as one line."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+    try:
+        return hydra_compose(overrides)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise UserError(describe(e, overrides)) from None
+
+
+def hydra_compose(overrides: list[str]):
+    """Through Hydra's compose API: inside `cl-bench train` with its Hydra, elsewhere with the packaged configs."""
+    from hydra import compose as compose_config
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    if GlobalHydra.instance().is_initialized():
+        return compose_config("config", overrides=overrides)
+    with initialize_config_module("cl_bench.conf", version_base="1.3"):
+        return compose_config("config", overrides=overrides)
+
+
+def describe(e: Exception, overrides: list[str] = ()) -> str:
+    """Hydra's and OmegaConf's messages as one line: what is wrong, and what would be right."""
+    from hydra.errors import MissingConfigException
+    if isinstance(e, MissingConfigException) and e.missing_cfg_file in PLUGIN_CONFIGS:
+        return f"{e.missing_cfg_file}: install the sweep extra (pip install 'cl-bench[sweep]'), which brings " \
+               "Hydra's launcher and sweeper plugins"
+    if isinstance(e, MissingConfigException) and e.missing_cfg_file and e.options is not None:
+        group = Path(e.missing_cfg_file).parent.name
+        options = ", ".join(o for o in e.options if not o.startswith("schema"))
+        return f"unknown {group} {Path(e.missing_cfg_file).name!r}: choose one of {options}"
+    text = str(e)
+    if text.startswith("Could not override '"):  # an unknown key: name the keys that exist there
+        key = text.split("'")[1]
+        parent, _, _ = key.rpartition(".")
+        groups = [o for o in overrides if (CONF / o.split("=")[0]).is_dir()]  # the group choices alone
+        try:
+            node = hydra_compose(groups)
+        except Exception:  # the choices themselves are broken: name the key alone
+            node = None
+        for part in filter(None, parent.split(".")):
+            node = node.get(part) if hasattr(node, "get") else None
+        known = ", ".join(k for k in node) if hasattr(node, "keys") else ""
+        return f"unknown key {key!r}" + (f": {parent or 'the top level'} has {known}" if known else "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if e.__cause__ is not None:
+        lines += [line.strip() for line in str(e.__cause__).splitlines()[:1] if line.strip()]
+    lines = [line for line in lines if not line.startswith(("full_key:", "object_type=", "reference_type="))]
+    return "; ".join(dict.fromkeys(lines))

@@ -1,0 +1,45 @@
+"""From uint8 pixels to network inputs, batched on the device: normalisation and augmentation."""
+import torch
+import torch.nn.functional as F
+
+
+class View:
+    """How a batch of uint8 images becomes a float batch: per-channel normalisation, and for training on
+    32×32 colour data a random 4-pixel pad-crop and horizontal flip, all as batched tensor ops."""
+
+    def __init__(self, mean, std, augment: bool, device, channels_last: bool = False, pad: int = 4):
+        mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
+        std = torch.tensor(std, device=device).view(1, -1, 1, 1)
+        # (x / 255 - mean) / std as one multiply and one add, both in place
+        self.scale, self.shift = 1 / (255 * std), -mean / std
+        self.augment = augment
+        self.pad = pad
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    def eval(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float().mul_(self.scale).add_(self.shift)
+        return x.contiguous(memory_format=self.memory_format)
+
+    def train(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        x = self.eval(x)
+        if self.augment:
+            x = random_flip(random_crop(x, self.pad, generator), generator).contiguous(memory_format=self.memory_format)
+        return x
+
+
+def random_crop(x: torch.Tensor, pad: int, generator=None) -> torch.Tensor:
+    """Zero-pad by `pad` and cut each image at its own random offset, with one gather for the batch."""
+    n, c, h, w = x.shape
+    padded = F.pad(x, (pad, pad, pad, pad))
+    dy = torch.randint(0, 2 * pad + 1, (n, 1), device=x.device, generator=generator)
+    dx = torch.randint(0, 2 * pad + 1, (n, 1), device=x.device, generator=generator)
+    rows = (dy + torch.arange(h, device=x.device))[:, None, :, None]
+    cols = (dx + torch.arange(w, device=x.device))[:, None, None, :]
+    batch = torch.arange(n, device=x.device)[:, None, None, None]
+    chans = torch.arange(c, device=x.device)[None, :, None, None]
+    return padded[batch, chans, rows, cols]
+
+
+def random_flip(x: torch.Tensor, generator=None) -> torch.Tensor:
+    flip = torch.rand(x.shape[0], device=x.device, generator=generator) < 0.5
+    return torch.where(flip[:, None, None, None], x.flip(3), x)

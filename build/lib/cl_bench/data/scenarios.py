@@ -1,0 +1,177 @@
+"""Scenarios turn a source (images + labels) into a sequence of tasks held on the device.
+
+Labels live in one scenario-wide label space: task t owns outputs [offset_t, offset_t + size_t). Split
+datasets give each task fresh labels; permuted and rotated MNIST share the ten digit labels (offset 0)
+in the class scenario, the domain-incremental protocol of GEM and La-MAML, and get a head each in the
+task scenario.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from . import sources
+from .batches import View
+
+
+@dataclass
+class Split:
+    """One task's samples on the device: uint8 pixels, labels in the scenario's label space, task ids."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    t: torch.Tensor
+
+    def __len__(self):
+        return self.y.shape[0]
+
+    def batches(self, batch_size: int, generator: torch.Generator | None = None):
+        """Index batches over this split: a fresh on-device shuffle when a generator is given."""
+        n = len(self)
+        order = (torch.randperm(n, device=self.y.device, generator=generator) if generator is not None
+                 else torch.arange(n, device=self.y.device))
+        for idx in order.split(batch_size):  # index_select: several times cheaper than x[idx] per batch
+            yield self.x.index_select(0, idx), self.y.index_select(0, idx), self.t.index_select(0, idx)
+
+    @staticmethod
+    def cat(splits):
+        return Split(*(torch.cat(parts) for parts in zip(*((s.x, s.y, s.t) for s in splits))))
+
+
+@dataclass
+class Task:
+    """What a learner receives of one task. It has no test split: test data lives in Scenario.test, which
+    only train.py's evaluation reads, so no method can select (goals, ratios, relevance) on test data."""
+
+    id: int
+    classes: list[int]  # the source's class ids in this task
+    offset: int  # first output of this task in the scenario's label space
+    train: Split
+    val: Split  # data.val_fraction of the task's training data, held out for the method's own selection
+
+    @property
+    def num_classes(self):
+        return len(self.classes)
+
+
+@dataclass
+class Info:
+    """What a method may know about the scenario before seeing any data."""
+
+    dataset: str
+    scenario: str  # "task" or "class"
+    input_shape: tuple[int, int, int]
+    task_classes: list[list[int]]
+    offsets: list[int]
+    view: View = field(repr=False)
+
+    @property
+    def num_tasks(self):
+        return len(self.task_classes)
+
+    @property
+    def sizes(self):
+        return [len(c) for c in self.task_classes]
+
+    def seen_outputs(self, task_id: int) -> int:
+        """Outputs of the single head once tasks 0..task_id have been seen."""
+        return max(o + n for o, n in zip(self.offsets[: task_id + 1], self.sizes))
+
+    @property
+    def num_outputs(self):
+        return self.seen_outputs(self.num_tasks - 1)
+
+
+@dataclass
+class Scenario:
+    tasks: list[Task]
+    test: list[Split]  # test[j]: task j's test split, for train.py's evaluation alone
+    info: Info
+
+
+def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
+          channels_last: bool = False) -> Scenario:
+    """Read the dataset's source and cut it into tasks, all resident on `device`."""
+    src = sources.load(dataset_cfg.source, data_cfg.root, data_cfg.download, data_cfg.cache)
+    rng = np.random.default_rng(seed)
+    kind = dataset_cfg.kind
+    if kind == "split":
+        task_classes, shared_labels = _class_split(src, dataset_cfg, rng), False
+    elif kind == "superclass":
+        task_classes, shared_labels = _superclasses(src), False
+    elif kind in ("permuted", "rotated"):
+        labels = _labels_present(src.train_y)
+        task_classes, shared_labels = [labels] * dataset_cfg.num_tasks, True
+    else:
+        raise UserError(f"dataset.kind={kind!r} is unknown: use split, superclass, permuted or rotated")
+    offsets = _offsets(task_classes, shared_labels and scenario == "class")
+    view = View(src.mean, src.std, dataset_cfg.augment, device, channels_last)
+    info = Info(dataset_cfg.name, scenario, tuple(src.train_x.shape[1:]), task_classes, offsets, view)
+    tasks, test = zip(*(_task(src, t, task_classes[t], offsets[t], kind, dataset_cfg, data_cfg, rng, device)
+                        for t in range(len(task_classes))))
+    return Scenario(list(tasks), list(test), info)
+
+
+def _class_split(src, cfg, rng) -> list[list[int]]:
+    classes = _labels_present(src.train_y)
+    per_task = cfg.classes_per_task or len(classes) // cfg.num_tasks
+    if per_task * cfg.num_tasks > len(classes):
+        raise UserError(f"{cfg.name}: {cfg.num_tasks} tasks of {per_task} classes need more than the "
+                        f"{len(classes)} classes {cfg.source} has; lower dataset.num_tasks")
+    if cfg.class_order == "random":
+        classes = rng.permutation(classes).tolist()
+    return [sorted(classes[i * per_task:(i + 1) * per_task]) for i in range(cfg.num_tasks)]
+
+
+def _superclasses(src) -> list[list[int]]:
+    if src.train_coarse is None:
+        raise UserError(f"dataset.kind=superclass needs coarse labels, which {src.name} does not have")
+    fine, coarse = src.train_y, src.train_coarse
+    return [_labels_present(fine[coarse == c]) for c in _labels_present(coarse)]
+
+
+def _offsets(task_classes, shared: bool) -> list[int]:
+    if shared:
+        return [0] * len(task_classes)
+    return np.cumsum([0] + [len(c) for c in task_classes[:-1]]).tolist()
+
+
+def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device) -> tuple[Task, Split]:
+    """Task t as its learner sees it, and its test split apart."""
+    relabel = torch.full((int(src.train_y.max()) + 1,), -1, dtype=torch.long)
+    relabel[torch.tensor(classes)] = torch.arange(len(classes)) + offset
+    train_rows, test_rows = _rows(src.train_y, relabel), _rows(src.test_y, relabel)
+    transform = (_domain_transform(kind, t, cfg.num_tasks, src.train_x.shape[1:], rng)
+                 if kind in ("permuted", "rotated") else (lambda x: x))
+    order = torch.from_numpy(rng.permutation(len(train_rows)))
+    n_val = int(round(data_cfg.val_fraction * len(train_rows)))
+    val_idx, train_idx = order[:n_val], order[n_val:]
+    if cfg.samples_per_task is not None:
+        train_idx = train_idx[: cfg.samples_per_task]
+
+    def split(x, y, rows):  # one gather from the source per split: the data is copied once
+        return Split(transform(x[rows]).to(device), relabel[y[rows]].to(device),
+                     torch.full((len(rows),), t, dtype=torch.long, device=device))
+
+    task = Task(t, list(classes), offset, split(src.train_x, src.train_y, train_rows[train_idx]),
+                split(src.train_x, src.train_y, train_rows[val_idx]))
+    return task, split(src.test_x, src.test_y, test_rows)
+
+
+def _rows(y, relabel) -> torch.Tensor:
+    """Indices of the samples whose label belongs to the task, in the source's order."""
+    return torch.nonzero(relabel[y] >= 0).squeeze(1)
+
+
+def _labels_present(y: torch.Tensor) -> list[int]:
+    return torch.nonzero(torch.bincount(y)).squeeze(1).tolist()
+
+
+def _domain_transform(kind, t, num_tasks, shape, rng):
+    if kind == "permuted":
+        perm = torch.from_numpy(rng.permutation(int(np.prod(shape))))
+        return lambda x: x.flatten(1)[:, perm].reshape(x.shape)
+    angle = 180.0 * t / num_tasks  # evenly spaced in [0°, 180°)
+    from torchvision.transforms.v2 import functional as TF  # imported here: torchvision takes seconds to load
+    return lambda x: TF.rotate(x, angle, interpolation=TF.InterpolationMode.BILINEAR)

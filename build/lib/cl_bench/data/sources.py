@@ -1,0 +1,356 @@
+"""Read each dataset's canonical on-disk files straight into uint8 tensors.
+
+Files are only ever fetched by torchvision's own downloader (which verifies checksums); the pixels
+and labels always come from our readers below, which validate what they parse so that a truncated
+or foreign file surfaces as a one-line UserError rather than as silently wrong data.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import pickle
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cl_bench.checks import Choice
+from cl_bench.data import cache
+from cl_bench.errors import UserError
+
+
+class SourceName(Choice):
+    """The datasets whose canonical files a source reads (dataset.source)."""
+
+    digits = "digits"  # scikit-learn's bundled 8×8 digits
+    mnist = "mnist"
+    fashion_mnist = "fashion_mnist"
+    cifar10 = "cifar10"
+    cifar100 = "cifar100"
+    svhn = "svhn"
+
+
+@dataclass
+class Source:
+    name: str
+    train_x: torch.Tensor  # uint8, NxCxHxW, contiguous
+    train_y: torch.Tensor  # int64, N
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    mean: tuple[float, ...]  # per channel, of the train pixels scaled to [0, 1]
+    std: tuple[float, ...]
+    train_coarse: torch.Tensor | None = None  # CIFAR-100 superclass labels, int64
+    test_coarse: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class _Layout:
+    title: str  # the dataset's usual name, for messages
+    folder: str  # where torchvision's download leaves the files, relative to data.root
+    files: tuple[str, ...]
+    suffixes: tuple[str, ...]  # accepted endings of each file, preferred first
+    torchvision_class: str  # the torchvision.datasets class whose download=True fetches the files
+    splits: tuple[dict, ...]  # its keyword arguments for the train and the test split
+
+
+_IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+_TRAIN_TEST = ({"train": True}, {"train": False})
+_LAYOUTS = {
+    "mnist": _Layout("MNIST", "MNIST/raw", _IDX_FILES, ("", ".gz"), "MNIST", _TRAIN_TEST),
+    "fashion_mnist": _Layout("Fashion-MNIST", "FashionMNIST/raw", _IDX_FILES, ("", ".gz"), "FashionMNIST", _TRAIN_TEST),
+    "cifar10": _Layout(
+        "CIFAR-10",
+        "cifar-10-batches-py",
+        (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"),
+        ("",),
+        "CIFAR10",
+        _TRAIN_TEST,
+    ),
+    "cifar100": _Layout("CIFAR-100", "cifar-100-python", ("train", "test"), ("",), "CIFAR100", _TRAIN_TEST),
+    "svhn": _Layout(
+        "SVHN", "", ("train_32x32.mat", "test_32x32.mat"), ("",), "SVHN", ({"split": "train"}, {"split": "test"})
+    ),
+}
+
+
+def load(name: str, root: str | os.PathLike, download: bool = False, use_cache: bool = False) -> Source:
+    """The train and test split of dataset `name`, read from its canonical files under `root` (or from the
+    cache of decoded datasets, see data/cache.py, when `use_cache` and it holds these very files)."""
+    if name == "digits":
+        return _load_digits()
+    if name not in _LAYOUTS:  # the config names SourceName's values only; this guards direct calls
+        raise UserError(f"unknown data source '{name}': choose one of {', '.join(SourceName)}")
+    paths = _files(name, Path(root), download)
+    if use_cache:
+        return cache.cached(name, paths, lambda: _read(name, paths), Source)
+    return _read(name, paths)
+
+
+def _read(name: str, paths: list[Path]) -> Source:
+    if name == "cifar10":
+        return _load_cifar10(paths)
+    if name == "cifar100":
+        return _load_cifar100(paths)
+    if name == "svhn":
+        return _load_svhn(paths)
+    return _load_idx(name, paths)
+
+
+# --- locating and fetching files ---
+
+
+def _files(name: str, root: Path, download: bool) -> list[Path]:
+    """The dataset's files in the order of its layout, fetched first if missing and `download` is set."""
+    layout = _LAYOUTS[name]
+    folder = root / layout.folder
+    missing = _missing(folder, layout)
+    if missing and download:
+        _download(layout, root)
+        missing = _missing(folder, layout)
+        if missing:
+            raise UserError(f"{layout.title} was downloaded into {root} but {folder} still lacks {', '.join(missing)}")
+    if missing:
+        holder = f"contains {layout.folder}" if layout.folder else "holds them"
+        raise UserError(
+            f"{name} needs the {layout.title} files in {folder}, which lacks {', '.join(missing)}: put them there, "
+            f"set data.root to the folder that {holder}, or pass data.download=true to fetch them"
+        )
+    return [_first_existing(folder, stem, layout.suffixes) for stem in layout.files]
+
+
+def _first_existing(folder: Path, stem: str, suffixes: tuple[str, ...]) -> Path | None:
+    for suffix in suffixes:
+        if (folder / (stem + suffix)).is_file():
+            return folder / (stem + suffix)
+    return None
+
+
+def _missing(folder: Path, layout: _Layout) -> list[str]:
+    """The expected file names not found in `folder`, written as `name[.gz]` when several endings are accepted."""
+    endings = "".join(f"[{s}]" for s in layout.suffixes if s)
+    return [stem + endings for stem in layout.files if _first_existing(folder, stem, layout.suffixes) is None]
+
+
+def _download(layout: _Layout, root: Path) -> None:
+    # Imported here: torchvision takes seconds to import and only downloads need it.
+    import torchvision.datasets
+
+    dataset_class = getattr(torchvision.datasets, layout.torchvision_class)
+    try:
+        for split in layout.splits:
+            dataset_class(str(root), download=True, **split)
+    except Exception as error:  # network, checksum and archive failures all mean "could not fetch"
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise UserError(f"could not download {layout.title} into {root}: {reason}") from error
+
+
+# --- readers ---
+
+
+def _load_digits() -> Source:
+    """scikit-learn's bundled 8x8 digits (values 0..16), with a fixed stratified 20% test split."""
+    # Imported here: scikit-learn is slow to import and only this reader needs it.
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    images = np.rint(digits.images * (255 / 16)).astype(np.uint8)[:, None]
+    train_x, test_x, train_y, test_y = train_test_split(
+        images, digits.target, test_size=0.2, stratify=digits.target, random_state=0
+    )
+    return _source("digits", (train_x, train_y), (test_x, test_y))
+
+
+def _load_idx(name: str, paths: list[Path]) -> Source:
+    train_images, train_labels, test_images, test_labels = paths
+    return _source(name, _read_idx_split(train_images, train_labels), _read_idx_split(test_images, test_labels))
+
+
+def _read_idx_split(images_path: Path, labels_path: Path) -> tuple[np.ndarray, np.ndarray]:
+    images = _read_idx(images_path, ndim=3)
+    labels = _labels(_read_idx(labels_path, ndim=1), len(images), range(10), labels_path)
+    return images[:, None], labels
+
+
+def _read_idx(path: Path, ndim: int) -> np.ndarray:
+    """An IDX file of unsigned bytes: 0x00 0x00 0x08 ndim, then ndim big-endian int32 sizes, then the data."""
+    raw = _read_bytes(path)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise UserError(f"{path} is not an IDX file: it does not start with the magic bytes 00 00")
+    if raw[2] != 0x08:
+        raise UserError(f"{path} holds IDX data of type 0x{raw[2]:02x}, expected 0x08 (unsigned byte)")
+    if raw[3] != ndim:
+        raise UserError(f"{path} holds {raw[3]}-dimensional IDX data, expected {ndim} dimensions")
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise UserError(f"{path} is truncated: it ends inside the IDX header")
+    sizes = struct.unpack(f">{ndim}I", raw[4:header])
+    if len(raw) - header != math.prod(sizes):
+        raise UserError(
+            f"{path} is truncated or corrupt: its header announces {'x'.join(map(str, sizes))} = {math.prod(sizes)} "
+            f"bytes of data but it holds {len(raw) - header}"
+        )
+    return np.frombuffer(raw, np.uint8, offset=header).reshape(sizes)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        if path.suffix == ".gz":
+            return gzip.decompress(path.read_bytes())  # at once: several times faster than reading a stream
+        return path.read_bytes()
+    except (OSError, EOFError, zlib.error) as error:  # gzip reports damage through all three
+        raise UserError(f"cannot read {path}: {error}") from error
+
+
+def _load_cifar10(paths: list[Path]) -> Source:
+    *train_paths, test_path = paths
+    return _source("cifar10", _read_cifar(train_paths, {"labels": 10}), _read_cifar([test_path], {"labels": 10}))
+
+
+def _load_cifar100(paths: list[Path]) -> Source:
+    train_path, test_path = paths
+    classes = {"fine_labels": 100, "coarse_labels": 20}
+    train_x, train_fine, train_coarse = _read_cifar([train_path], classes)
+    test_x, test_fine, test_coarse = _read_cifar([test_path], classes)
+    return _source("cifar100", (train_x, train_fine), (test_x, test_fine), coarse=(train_coarse, test_coarse))
+
+
+def _read_cifar(paths: list[Path], classes: dict[str, int]) -> tuple[np.ndarray, ...]:
+    """Images (Nx3x32x32) then one label array per key of `classes`, concatenated over the batch files."""
+    batches = [_read_cifar_batch(path, classes) for path in paths]
+    return tuple(np.concatenate(parts) for parts in zip(*batches, strict=True))
+
+
+def _read_cifar_batch(path: Path, classes: dict[str, int]) -> tuple[np.ndarray, ...]:
+    batch = _unpickle(path)
+    if not isinstance(batch, dict):
+        raise UserError(f"{path} is not a CIFAR batch: it holds a {type(batch).__name__}, not a dict")
+    data = _entry(batch, "data", path)
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2 and data.shape[1] == 3072):
+        found = f"{data.dtype} array of shape {data.shape}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise UserError(f"{path}: 'data' must be a uint8 array of shape Nx3072, found a {found}")
+    labels = [_labels(_entry(batch, key, path), len(data), range(count), path) for key, count in classes.items()]
+    # Rows are channel-major (1024 red, then green, then blue values), so they reshape straight to 3x32x32.
+    return data.reshape(-1, 3, 32, 32), *labels
+
+
+def _entry(batch: dict, key: str, path: Path):
+    # The original files were pickled under Python 2 and load with bytes keys; re-pickled copies have str keys.
+    for candidate in (key.encode(), key):
+        if candidate in batch:
+            return batch[candidate]
+    raise UserError(f"{path} is not a CIFAR batch: it has no '{key}' entry")
+
+
+# numpy's array reconstructor, asked of numpy itself: files written by numpy 1 (all of CIFAR) name it
+# `numpy.core.multiarray._reconstruct`, numpy 2 names it `numpy._core.multiarray._reconstruct`.
+_reconstruct = np.zeros(0).__reduce__()[0]
+_ARRAY_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+}
+
+
+class _ArrayOnlyUnpickler(pickle.Unpickler):
+    """Resolves only the globals that pickled numpy arrays refer to, so a planted pickle cannot call anything else."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _ARRAY_GLOBALS:
+            raise pickle.UnpicklingError(f"it refers to {module}.{name}, which a data file has no business calling")
+        return _ARRAY_GLOBALS[module, name]
+
+
+def _unpickle(path: Path):
+    try:
+        with open(path, "rb") as stream:
+            return _ArrayOnlyUnpickler(stream, encoding="bytes").load()
+    except Exception as error:  # a damaged pickle can fail with almost any exception type
+        raise UserError(f"refusing to read {path} as a CIFAR pickle: {error}") from error
+
+
+def _load_svhn(paths: list[Path]) -> Source:
+    train_path, test_path = paths
+    return _source("svhn", _read_svhn_split(train_path), _read_svhn_split(test_path))
+
+
+def _read_svhn_split(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """SVHN's cropped-digits .mat: X is 32x32x3xN (height, width, channel, image), y is Nx1 with 10 for digit 0."""
+    # Imported here: only this reader needs scipy.
+    import scipy.io
+
+    try:
+        mat = scipy.io.loadmat(path)
+    except Exception as error:  # scipy signals a damaged .mat with several unrelated exception types
+        raise UserError(f"cannot read {path} as a MATLAB file: {error}") from error
+    images, labels = mat.get("X"), mat.get("y")
+    if isinstance(images, np.ndarray) and images.ndim == 3:  # MATLAB drops trailing singleton axes: N = 1
+        images = images[..., None]
+    if not (
+        isinstance(images, np.ndarray)
+        and images.dtype == np.uint8
+        and images.shape[:3] == (32, 32, 3)
+        and images.ndim == 4
+    ):
+        raise UserError(f"{path}: 'X' must be a uint8 array of shape 32x32x3xN")
+    if not isinstance(labels, np.ndarray):
+        raise UserError(f"{path} has no 'y' label array")
+    labels = _labels(labels.reshape(-1), images.shape[3], range(1, 11), path)
+    labels[labels == 10] = 0
+    return images.transpose(3, 2, 0, 1), labels
+
+
+# --- shared checks and assembly ---
+
+
+def _labels(values, count: int, valid: range, path: Path) -> np.ndarray:
+    """`values` as int64 after checking that there is one integer label per image, each within `valid`."""
+    labels = np.asarray(values)
+    if labels.dtype.kind not in "iu" or labels.shape != (count,):
+        raise UserError(f"{path}: expected {count} integer labels, found {labels.dtype} values of shape {labels.shape}")
+    if count and (labels.min() < valid.start or labels.max() >= valid.stop):
+        raise UserError(
+            f"{path}: labels must lie in {valid.start}..{valid.stop - 1}, found {labels.min()}..{labels.max()}"
+        )
+    return labels.astype(np.int64)
+
+
+def _source(name: str, train: tuple, test: tuple, coarse: tuple | None = None) -> Source:
+    train_x = _tensor(train[0])
+    mean, std = _channel_stats(train_x)
+    return Source(
+        name=name,
+        train_x=train_x,
+        train_y=_tensor(train[1]),
+        test_x=_tensor(test[0]),
+        test_y=_tensor(test[1]),
+        mean=mean,
+        std=std,
+        train_coarse=None if coarse is None else _tensor(coarse[0]),
+        test_coarse=None if coarse is None else _tensor(coarse[1]),
+    )
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    # A fresh C-ordered copy: the parsed arrays may be read-only views of file bytes or transposed.
+    return torch.from_numpy(np.array(array, order="C"))
+
+
+def _channel_stats(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and (population) std of uint8 images scaled to [0, 1]."""
+    # Pixels take only 256 values, so a histogram per channel gives exact float64 moments
+    # without materialising a float copy of the whole training set.
+    levels = torch.arange(256, dtype=torch.float64) / 255
+    means, stds = [], []
+    for channel in images.unbind(1):
+        counts = torch.bincount(channel.reshape(-1), minlength=256).double()
+        mean = counts @ levels / counts.sum()
+        means.append(mean.item())
+        stds.append((counts @ (levels - mean) ** 2 / counts.sum()).sqrt().item())
+    return tuple(means), tuple(stds)

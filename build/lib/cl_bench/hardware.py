@@ -1,0 +1,90 @@
+"""Device, precision and backend switches from the hardware config."""
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .errors import UserError
+
+
+@dataclass
+class Hardware:
+    device: torch.device
+    amp_dtype: torch.dtype | None  # autocast dtype, None for plain fp32
+    channels_last: bool
+    rank: int = 0
+    world_size: int = 1
+
+
+def rank() -> int:
+    """This process's rank under torchrun (0 when run alone): only rank 0 writes files or prints."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def setup(cfg) -> Hardware:
+    if cfg.distributed:
+        return _setup_distributed(cfg)
+    return _setup(cfg)
+
+
+def _setup_distributed(cfg) -> Hardware:
+    """One process per device under torchrun: NCCL between GPUs, gloo between CPU processes."""
+    import torch.distributed as dist
+    if "WORLD_SIZE" not in os.environ:
+        raise UserError("hardware=ddp runs under torchrun: torchrun --nproc_per_node=N -m cl_bench train "
+                        "hardware=ddp ...")
+    on_gpu = torch.cuda.is_available() and cfg.device in ("auto", "cuda")
+    if on_gpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if on_gpu else "gloo")
+    hw = _setup(cfg, torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"))
+    hw.rank, hw.world_size = dist.get_rank(), dist.get_world_size()
+    return hw
+
+
+def _device(cfg) -> torch.device:
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(cfg.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"hardware.device={cfg.device} but no CUDA GPU is visible: use hardware=cpu or hardware=auto")
+    return device
+
+
+def _setup(cfg, device: torch.device | None = None) -> Hardware:
+    device = device or _device(cfg)
+    if cfg.threads is not None:  # small batches on few shared cores often run faster on one thread
+        torch.set_num_threads(cfg.threads)
+    on_gpu = device.type == "cuda"
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and on_gpu)
+    channels_last = on_gpu if cfg.channels_last is None else cfg.channels_last
+    if on_gpu:
+        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+        torch.backends.cudnn.allow_tf32 = cfg.tf32
+        torch.backends.cudnn.benchmark = not cfg.deterministic
+    if cfg.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    return Hardware(device, torch.bfloat16 if bf16 else None, channels_last)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def rng_state(generator: torch.Generator, device: torch.device) -> dict[str, torch.Tensor]:
+    state = {"torch": torch.get_rng_state(), "data": generator.get_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, generator: torch.Generator, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    generator.set_state(state["data"])
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)

@@ -1,0 +1,328 @@
+"""The Method contract and the small helpers every method shares: heads, the epoch loop, optimisers."""
+import abc
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from omegaconf import MISSING
+from torch import nn
+
+from ..checks import Checked, Choice
+from ..data.scenarios import Info, Split, Task
+from ..errors import UserError
+
+
+class Optimizer(Choice):
+    sgd = "sgd"
+    adam = "adam"
+    adamw = "adamw"
+
+
+@dataclass
+class MethodConfig(Checked):
+    """Training knobs every method shares; a method's own dataclass extends this one and holds its defaults."""
+
+    prefix = "method."
+    name: str = MISSING
+    epochs: int = 5  # passes over each task's training data
+    batch_size: int = 64
+    lr: float = 0.01
+    optimizer: Optimizer = Optimizer.sgd
+    momentum: float = 0.9  # SGD only
+    nesterov: bool = False  # SGD only
+    weight_decay: float = 0.0
+    lr_milestones: list[int] = field(default_factory=list)  # epochs at which the lr is multiplied by lr_gamma
+    lr_gamma: float = 0.1
+    skip_nonfinite: bool = False  # skip steps whose loss is NaN/inf instead of stopping (a host sync per step)
+
+    def checks(self):
+        return [("epochs", self.epochs >= 1, "at least 1"), ("batch_size", self.batch_size >= 1, "at least 1"),
+                ("lr", self.lr > 0, "a positive number"), ("weight_decay", self.weight_decay >= 0, "0 or more")]
+
+
+@dataclass
+class Context:
+    """What the run lends a method: where to compute, in what precision, its random stream, its recorder."""
+
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    generator: torch.Generator
+    recorder: object
+    rank: int = 0  # this process's place among world_size data-parallel processes
+    world_size: int = 1
+    # Called by fit() after each epoch with (task, phase, epoch, optimizer, side optimizers): the run's
+    # within-task checkpoints.
+    epoch_done: Callable | None = None
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
+                              enabled=self.amp_dtype is not None)
+
+
+@dataclass
+class Batch:
+    raw: torch.Tensor  # uint8 pixels, as stored (what a memory keeps)
+    x: torch.Tensor  # network input: normalised, augmented in training
+    y: torch.Tensor  # labels in the scenario's label space
+    t: torch.Tensor  # task id of each sample
+    step: int = 0  # the step's index within its fit() call, counted across epochs
+
+
+class Heads(nn.Module):
+    """A linear head per task in the task scenario; one head over the outputs seen so far in the class one."""
+
+    def __init__(self, feature_dim: int, info: Info):
+        super().__init__()
+        self.info = info
+        self.per_task = info.scenario == "task"
+        if self.per_task:
+            self.heads = nn.ModuleList(nn.Linear(feature_dim, n) for n in info.sizes)
+            # Each task's output range, kept on the device so that mixed batches cost no host transfer.
+            self.register_buffer("first", torch.tensor(info.offsets), persistent=False)
+            self.register_buffer("end", torch.tensor(info.offsets) + torch.tensor(info.sizes), persistent=False)
+        else:
+            self.head = nn.Linear(feature_dim, info.num_outputs)
+        self.seen = info.seen_outputs(0)  # outputs seen so far (class scenario); set by Method.learn and on load
+
+    def forward(self, features: torch.Tensor, task_id: int | None) -> torch.Tensor:
+        if self.per_task:
+            return self.heads[task_id](features)
+        return self.head(features)[:, : self.seen]
+
+    def mixed(self, features: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Logits for a batch mixing tasks, over the whole label space (targets are the global labels):
+        in the task scenario each row keeps only its own task's outputs, the rest set to -inf."""
+        if not self.per_task:
+            return self.forward(features, None)
+        logits = torch.cat([h(features) for h in self.heads], dim=1)
+        col = torch.arange(logits.shape[1], device=t.device)
+        own = (col >= self.first[t, None]) & (col < self.end[t, None])
+        return logits.masked_fill(~own, float("-inf"))
+
+
+class Method(nn.Module, metaclass=abc.ABCMeta):
+    """A continual learner. Subclasses set name, scenarios and Config, and implement train_task."""
+
+    name: ClassVar[str]
+    scenarios: ClassVar[frozenset[str]]
+    Config: ClassVar[type] = MethodConfig
+    # Scenarios in which all training goes through fit(), so that hardware=ddp can shard its batches.
+    distributed_scenarios: ClassVar[frozenset[str]] = frozenset()
+    # Whether a task can be resumed from a checkpoint written within it (checkpoint.every_epochs): true where
+    # every phase of train_task is a fit() call and nothing between phases depends on how training went.
+    # Otherwise a string saying why not.
+    within_task_checkpoints: ClassVar[bool | str] = True
+
+    def __init__(self, cfg, backbone: nn.Module, info: Info, ctx: Context):
+        super().__init__()
+        self.cfg, self.info, self.ctx = cfg, info, ctx
+        self.backbone = backbone
+        self.heads = Heads(backbone.feature_dim, info)
+        self.register_buffer("tasks_learned", torch.zeros((), dtype=torch.long))
+        self._phase = 0  # fit() calls made so far in the current task
+        self._resume_at: ResumePoint | None = None
+
+    # --- the contract -------------------------------------------------------------------------------
+    def learn(self, task: Task) -> None:
+        """All of one task's training, every phase it needs."""
+        self.heads.seen = self.info.seen_outputs(task.id)
+        self._phase = 0
+        self.train_task(task)
+        if self._resume_at is not None:
+            raise RuntimeError(f"task {task.id} ended before reaching phase {self._resume_at.phase} of its "
+                               "within-task checkpoint: the method's phases are not reproducible")
+        self.tasks_learned.fill_(task.id + 1)
+
+    @abc.abstractmethod
+    def train_task(self, task: Task) -> None:
+        """Every phase of one task's training (the method's own procedure)."""
+
+    def forward(self, x: torch.Tensor, task_id: int | None) -> torch.Tensor:
+        return self.heads(self.backbone(x), task_id)
+
+    def predict(self, x: torch.Tensor, task_id: int | None) -> torch.Tensor:
+        """Logits: over task_id's classes in the task scenario, over every class seen when task_id is None."""
+        return self(x, task_id)
+
+    def task_aware_logits(self, x: torch.Tensor, task_id: int, logits: torch.Tensor) -> torch.Tensor:
+        """Class scenario, evaluation only: logits over task_id's classes when the task id is given (FACIL's
+        task-aware accuracy), with `logits` = predict(x, None). Here the class logits restricted to the task's
+        outputs; a method whose class logits depend on its own guess of the task (gated) predicts afresh."""
+        start = self.info.offsets[task_id]
+        return logits[:, start: start + self.info.sizes[task_id]]
+
+    def resumed(self, learned_tasks: list[Task]) -> None:
+        """Called after loading a checkpoint, with the tasks already learned (for methods that keep data)."""
+
+    def compile_backbone(self) -> None:
+        """hardware.compile: torch.compile the backbone in place (its state-dict keys unchanged)."""
+        self.backbone.compile()
+
+    def resume_within(self, point: "ResumePoint") -> None:
+        """Continue the next task from a checkpoint written within it: fit() phases before point.phase are
+        skipped (their result is in point.state), and point.phase continues after point.epoch."""
+        self._resume_at = point
+
+    def capacity(self) -> dict:
+        return {"params_total": sum(p.numel() for p in self.parameters())}
+
+    def mask_keys(self) -> set[str]:
+        """State-dict keys holding masks: checkpoints store them in masks.safetensors (bool ones as bits)."""
+        return set()
+
+    def load_state_dict(self, state, strict=True, assign=False):
+        result = super().load_state_dict(state, strict, assign)
+        learned = int(self.tasks_learned)
+        if learned:
+            self.heads.seen = self.info.seen_outputs(learned - 1)
+        return result
+
+    # --- shared helpers -----------------------------------------------------------------------------
+    def targets(self, y: torch.Tensor, task_id: int) -> torch.Tensor:
+        """Labels as indices into forward(x, task_id)'s logits."""
+        return y - self.info.offsets[task_id] if self.info.scenario == "task" else y
+
+    def loss(self, batch: Batch, task_id: int) -> torch.Tensor:
+        """Cross-entropy on a batch drawn from task task_id alone."""
+        return F.cross_entropy(self(batch.x, task_id), self.targets(batch.y, task_id))
+
+    def mixed_loss(self, batch: Batch) -> torch.Tensor:
+        """Cross-entropy on a batch mixing tasks (replay, joint training)."""
+        return F.cross_entropy(self.heads.mixed(self.backbone(batch.x), batch.t), batch.y)
+
+    def make_optimizer(self, params, lr: float | None = None, weight_decay: float | None = None):
+        cfg = self.cfg
+        lr = cfg.lr if lr is None else lr
+        wd = cfg.weight_decay if weight_decay is None else weight_decay
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=wd)
+        if cfg.optimizer == "adam":
+            return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+
+    def fit(self, task: Task, loss_fn, data: Split | None = None, params=None, epochs: int | None = None,
+            optimizer=None, after_backward=None, after_step=None, side_optimizers=()) -> None:
+        """The common epoch loop: on-device shuffled batches, one optimiser and lr schedule, and the loss
+        accumulated on the device and read once per epoch (no host sync per step). side_optimizers: those
+        the method steps itself in after_step; fit() only saves and restores them with within-task
+        checkpoints."""
+        data = task.train if data is None else data
+        epochs = self.cfg.epochs if epochs is None else epochs
+        params = [p for p in (self.parameters() if params is None else params) if p.requires_grad]
+        opt = optimizer or self.make_optimizer(params)
+        sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(self.cfg.lr_milestones), self.cfg.lr_gamma)
+        steps = -(-len(data) // self.cfg.batch_size)
+        phase, self._phase = self._phase, self._phase + 1
+        first_epoch = 0
+        if self._resume_at is not None:
+            if phase < self._resume_at.phase:  # finished before the stop: its result is in the saved state
+                return
+            first_epoch = self._resume_at.restore(self, opt, sched, side_optimizers)
+            self._resume_at = None
+        for epoch in range(first_epoch, epochs):
+            self.train()
+            self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
+            total = torch.zeros((), device=self.ctx.device)
+            first_bad = torch.full((), -1, device=self.ctx.device)  # first step with a non-finite loss
+            skipped = 0
+            for step, (raw, y, t) in enumerate(data.batches(self.cfg.batch_size, self.ctx.generator)):
+                x = self.info.view.train(raw, self.ctx.generator)
+                batch = self._shard(Batch(raw, x, y, t, epoch * steps + step))
+                with self.ctx.autocast():
+                    loss = loss_fn(batch)
+                if self.cfg.skip_nonfinite and not torch.isfinite(loss):
+                    skipped += 1
+                    continue
+                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if self.ctx.world_size > 1:  # the step's parameters and any the method steps itself (masks)
+                    average_gradients(dict.fromkeys([*params, *self.parameters()]), self.ctx.world_size)
+                if after_backward is not None:
+                    after_backward()
+                opt.step()
+                if after_step is not None:
+                    after_step(batch)
+                total += loss.detach()
+                self.ctx.recorder.step()
+            sched.step()
+            mean_loss, bad = torch.stack([total / max(steps - skipped, 1), first_bad.float()]).tolist()  # one sync
+            if bad >= 0:
+                raise NonFiniteLoss(f"the loss became {mean_loss} at task {task.id}, epoch {epoch}, step {int(bad)}: "
+                                    "lower method.lr, or pass method.skip_nonfinite=true to skip such steps; "
+                                    "earlier checkpoints are intact")
+            if skipped:
+                self.ctx.recorder.warning(f"task {task.id}, epoch {epoch}: skipped {skipped} non-finite steps")
+            self.ctx.recorder.epoch_end(task.id, epoch, mean_loss)
+            if self.ctx.epoch_done is not None:
+                self.ctx.epoch_done(task, phase, epoch, opt, side_optimizers)
+
+
+    def _shard(self, batch: Batch) -> Batch:
+        """Data-parallel: this rank's share of the global batch. Every rank draws the same order and the
+        same augmentation for the whole batch, so their random streams never drift apart."""
+        if self.ctx.world_size == 1:
+            return batch
+        r, w = self.ctx.rank, self.ctx.world_size
+        return Batch(batch.raw[r::w], batch.x[r::w], batch.y[r::w], batch.t[r::w], batch.step)
+
+
+@dataclass
+class ResumePoint:
+    """Where a within-task checkpoint was written: after `epoch` of the task's fit() call number `phase`,
+    with the method's state, the optimisers' states and the random-number states as they were then."""
+
+    phase: int
+    epoch: int
+    state: dict
+    optimizer: dict
+    rng: dict
+    set_rng: Callable
+    side_optimizers: list = field(default_factory=list)
+
+    def restore(self, method: "Method", opt, sched, side_optimizers=()) -> int:
+        """Put everything back as it was after `epoch`; returns the epoch to continue with."""
+        if len(side_optimizers) != len(self.side_optimizers):
+            raise RuntimeError(f"the within-task checkpoint holds {len(self.side_optimizers)} side optimisers, "
+                               f"the phase it resumes has {len(side_optimizers)}")
+        method.load_state_dict(self.state)
+        opt.load_state_dict(self.optimizer)
+        for side, saved in zip(side_optimizers, self.side_optimizers, strict=True):
+            side.load_state_dict(saved)
+        sched.last_epoch = self.epoch + 1  # the schedule stepped once per finished epoch
+        sched._last_lr = [group["lr"] for group in opt.param_groups]
+        self.set_rng(self.rng)
+        return self.epoch + 1
+
+
+class NonFiniteLoss(UserError):
+    """Training diverged: the run stops before anything is checkpointed from the diverged weights."""
+
+
+def average_gradients(params, world_size: int) -> None:
+    """All-reduce the gradients so that every rank steps with the gradient of the global batch."""
+    import torch.distributed as dist
+    for p in params:
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            p.grad.div_(world_size)
+
+
+def fresh_copy(module: nn.Module) -> nn.Module:
+    """A deep copy that runs on its own weights: a compiled module's copy would otherwise keep calling the
+    original's compiled forward, so the copy is compiled afresh."""
+    clone = copy.deepcopy(module)
+    if getattr(module, "_compiled_call_impl", None) is not None:
+        clone._compiled_call_impl = None
+        clone.compile()
+    return clone
+
+
+def reset_parameters(module: nn.Module) -> None:
+    """Re-draw every layer's initial weights, as at construction."""
+    for m in module.modules():
+        if hasattr(m, "reset_parameters"):
+            m.reset_parameters()

@@ -1,0 +1,73 @@
+"""Experience replay: a memory of past samples, and a replay batch beside every new batch.
+
+The memory is a reservoir over the stream by default (Chaudhry et al. 2019; Mammoth's ER), written after every
+step, so that it also holds the current task's samples; memory_policy=balanced keeps Avalanche's default instead:
+written at the end of each task, an equal share per task seen, so that replay draws from past tasks only."""
+from dataclasses import dataclass
+
+import torch
+
+from ..checks import Choice
+from ..errors import UserError
+from .base import Batch, Method, MethodConfig
+from .memory import Memory
+
+
+class ReplayPolicy(Choice):
+    reservoir = "reservoir"  # every step, uniform over the whole stream (Mammoth's ER)
+    balanced = "balanced"  # at each task's end, an equal share per task (Avalanche's default)
+
+
+@dataclass
+class ERConfig(MethodConfig):
+    name: str = "er"
+    memory_size: int = 500  # samples kept over the whole stream
+    replay_batch_size: int = 0  # memory samples per step; 0 means batch_size
+    memory_policy: ReplayPolicy = ReplayPolicy.reservoir
+
+    def checks(self):
+        return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1"),
+                ("replay_batch_size", self.replay_batch_size >= 0, "0 (batch_size) or more")]
+
+
+def check_memory_holds_every_class(memory_size: int, info) -> None:
+    """A rehearsal memory smaller than the label space cannot hold one sample of each class."""
+    if memory_size < info.num_outputs:
+        raise UserError(f"method.memory_size={memory_size} is below the {info.num_outputs} classes of "
+                        f"{info.dataset} ({info.scenario} scenario): use at least {info.num_outputs}")
+
+
+class ER(Method):
+    name = "er"
+    scenarios = frozenset({"task", "class"})
+    Config = ERConfig
+
+    def __init__(self, cfg, backbone, info, ctx):
+        super().__init__(cfg, backbone, info, ctx)
+        check_memory_holds_every_class(cfg.memory_size, info)
+        self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device, cfg.memory_policy,
+                             num_tasks=info.num_tasks)
+
+    def train_task(self, task):
+        replay = task.id > 0  # the memory holds only the current task's samples during task 0
+        m = self.cfg.replay_batch_size or self.cfg.batch_size
+
+        def loss(batch: Batch):
+            if replay:
+                raw, y, t, _ = self.memory.sample(m, self.ctx.generator)
+                x = self.info.view.train(raw, self.ctx.generator)
+                batch = Batch(None, torch.cat([batch.x, x]), torch.cat([batch.y, y]), torch.cat([batch.t, t]))
+            return self.mixed_loss(batch)
+
+        def store(batch: Batch):
+            self.memory.add(batch.raw, batch.y, batch.t, generator=self.ctx.generator)
+
+        if self.cfg.memory_policy == "balanced":
+            self.fit(task, loss)
+            self.memory.add_task(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
+        else:
+            self.fit(task, loss, after_step=store)
+
+    def capacity(self):
+        mem = sum(b.numel() * b.element_size() for b in self.memory.buffers())
+        return {**super().capacity(), "memory_size": self.memory.size, "memory_bytes": mem}

@@ -1,0 +1,11 @@
+"""Finetune: train each task in turn with nothing protecting the old ones. The lower bound."""
+from .base import Method
+
+
+class Finetune(Method):
+    name = "finetune"
+    scenarios = frozenset({"task", "class"})
+    distributed_scenarios = frozenset({"task", "class"})
+
+    def train_task(self, task):
+        self.fit(task, lambda batch: self.loss(batch, task.id))

@@ -1,0 +1,253 @@
+"""Conditional channel gated networks (Abati et al., CVPR 2020).
+
+Every conv of the backbone is shared by all tasks; each task has, per conv, a gating module that picks per
+sample which kernels run, a batch norm and a head (nn/gated.py). Task t trains its gates, batch norms and head
+and the shared kernels, with an L1 sparsity term on its gates. Afterwards the kernels its gates fire for on
+the validation split are frozen and the rest re-initialised; task t's gates keep only kernels frozen by then,
+so its path never reads a weight a later task may change: old tasks are bit-for-bit unchanged.
+
+Without a task id (class scenario), every seen task's path runs over the input, stacked along the batch
+dimension; a task classifier (an MLP over the concatenated pooled features of all paths, trained with
+rehearsal on an episodic memory) picks the task, whose head then gives the class.
+"""
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data.scenarios import Split
+from ..nn import gated
+from .base import Heads, Method, MethodConfig, Optimizer
+from .memory import Memory
+
+EVAL_BATCH = 1000  # samples per forward when measuring relevance and task-prediction accuracy
+
+
+@dataclass
+class GatedConfig(MethodConfig):
+    name: str = "gated"
+    optimizer: Optimizer = Optimizer.adam
+    lr: float = 0.001
+    sparsity: float = 0.5  # λ_s, weight of the gates' L1 term λ_s/L Σ_l ‖G_t^l‖₁ / c_out^l
+    sparsity_warmup_epochs: int = 0  # first epochs of each task trained on cross-entropy alone
+    tau: float = 2 / 3  # temperature of the Gumbel-sigmoid gate sampling in training
+    gate_hidden: int = 16  # hidden units of each gating module
+    gate_open_bias: float = 1.0  # initial gate logit bias: kernels start firing with probability sigmoid(it)
+    freeze_threshold: float = 0.01  # a kernel is frozen when its gate fires on more than this fraction of val
+    memory_size: int = 500  # class scenario: samples kept over the stream for the task classifier's rehearsal
+    task_classifier_hidden: int = 64  # class scenario: hidden ReLU units of the task classifier
+    task_classifier_epochs: int = 5  # class scenario: passes over the task's data plus the memory, per task
+    task_classifier_lr: float = 0.001  # class scenario: learning rate of the task classifier
+
+    def checks(self):
+        return [*super().checks(), ("sparsity", self.sparsity >= 0, "0 or more"),
+                ("sparsity_warmup_epochs", self.sparsity_warmup_epochs >= 0, "0 or more"),
+                ("tau", self.tau > 0, "a positive number"), ("gate_hidden", self.gate_hidden >= 1, "at least 1"),
+                ("freeze_threshold", 0 <= self.freeze_threshold < 1, "a fraction in [0, 1)"),
+                ("memory_size", self.memory_size >= 1, "at least 1"),
+                ("task_classifier_hidden", self.task_classifier_hidden >= 1, "at least 1"),
+                ("task_classifier_epochs", self.task_classifier_epochs >= 1, "at least 1"),
+                ("task_classifier_lr", self.task_classifier_lr > 0, "a positive number")]
+
+
+class Gated(Method):
+    name = "gated"
+    scenarios = frozenset({"task", "class"})
+    distributed_scenarios = frozenset({"task"})  # the class scenario's task classifier replays a memory
+    Config = GatedConfig
+
+    def __init__(self, cfg, backbone, info, ctx):
+        layers = gated.convert(backbone, info.num_tasks, cfg.gate_hidden, cfg.tau, cfg.gate_open_bias)
+        super().__init__(cfg, backbone, info, ctx)
+        self.layers = layers
+        self.layer_names = [n for n, m in backbone.named_modules() if isinstance(m, gated.GatedConv2d)]
+        # A head per task in both scenarios: without a task id, the predicted task's head gives the class.
+        self.heads = Heads(backbone.feature_dim, replace(info, scenario="task"))
+        # Mean number of kernels each task's path runs per sample, per layer (measured on its validation split).
+        self.register_buffer("active", torch.zeros(info.num_tasks, len(layers)))
+        if info.scenario == "class":
+            self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device)
+            self.task_classifier = nn.Sequential(
+                nn.Linear(info.num_tasks * backbone.feature_dim, cfg.task_classifier_hidden), nn.ReLU(),
+                nn.Linear(cfg.task_classifier_hidden, info.num_tasks))
+        self.seen_tasks = []  # tasks learned so far; their validation splits give capacity()'s task_accuracy
+        self.to(ctx.device)
+        self._probe()
+
+    @torch.no_grad()
+    def _probe(self):
+        """One forward of a blank input, so that every layer knows its output size for FLOP counts."""
+        self.eval()
+        gated.route(self.layers, [0])
+        self.backbone(torch.zeros(1, *self.info.input_shape, device=self.ctx.device))
+
+    # --- training -----------------------------------------------------------------------------------
+    def train_task(self, task):
+        self.seen_tasks.append(task)
+        self._fit_path(task)
+        self._consolidate(task)
+        if self.info.scenario == "class":
+            self._fit_task_classifier(task)
+            self._remember(task)
+
+    def resumed(self, learned_tasks):
+        self.seen_tasks = list(learned_tasks)
+
+    def _fit_path(self, task):
+        for layer in self.layers:
+            layer.start_task()
+        steps = -(-len(task.train) // self.cfg.batch_size)
+
+        def loss(batch):
+            ce = F.cross_entropy(self(batch.x, task.id), batch.y - task.offset)
+            if batch.step < self.cfg.sparsity_warmup_epochs * steps:
+                return ce
+            return ce + self.cfg.sparsity * self.gate_density()
+
+        self.fit(task, loss, params=self._path_params(task.id), after_backward=self._mask_frozen_grads,
+                 after_step=lambda _: self._restore_frozen())
+
+    def gate_density(self) -> torch.Tensor:
+        """1/L Σ_l ‖G^l‖₁ / c_out^l of the last forward, averaged over its samples."""
+        return torch.stack([layer.last_gates.mean() for layer in self.layers]).mean()
+
+    def _path_params(self, task_id: int) -> list[nn.Parameter]:
+        """The shared kernels (their frozen rows are guarded step by step), task_id's gates, batch norms and head,
+        and, for the first task only, the layers no gate guards (VGG's fully connected body): they fire for every
+        sample, so the first task finds all of them relevant and freezes them."""
+        own = [*self.heads.heads[task_id].parameters()]
+        for layer in self.layers:
+            own += [*layer.kernel_params(), *layer.gates[task_id].parameters(), *layer.bns[task_id].parameters()]
+        in_layers = {id(p) for layer in self.layers for p in layer.parameters()}
+        ungated = [p for p in self.backbone.parameters() if id(p) not in in_layers]
+        return own + (ungated if task_id == 0 else [])
+
+    def _mask_frozen_grads(self):
+        for layer in self.layers:
+            layer.mask_frozen_grads()
+
+    def _restore_frozen(self):
+        for layer in self.layers:
+            layer.restore_frozen()
+
+    def _consolidate(self, task):
+        """Freeze the kernels relevant to the task, re-initialise those no task holds, and measure the path's cost."""
+        data = task.val if len(task.val) else task.train  # with data.val_fraction=0 the training split stands in
+        for layer, relevance in zip(self.layers, self._firing(data, task.id)):
+            layer.freeze(relevance, self.cfg.freeze_threshold, task.id)
+            layer.reinit_unfrozen()
+        self.active[task.id] = torch.stack([f.sum() for f in self._firing(data, task.id)])
+
+    @torch.no_grad()
+    def _firing(self, data: Split, task_id: int) -> list[torch.Tensor]:
+        """Per layer, the fraction of samples for which each kernel's gate fires on task_id's path."""
+        self.eval()
+        counts = [torch.zeros(layer.conv.out_channels, device=self.ctx.device) for layer in self.layers]
+        for raw, _, _ in data.batches(EVAL_BATCH):
+            with self.ctx.autocast():
+                self(self.info.view.eval(raw), task_id)
+            for count, layer in zip(counts, self.layers):
+                count += layer.last_gates.sum(0).float()
+        return [count / len(data) for count in counts]
+
+    # --- class scenario: the task classifier --------------------------------------------------------
+    def _fit_task_classifier(self, task):
+        """Rehearsal: the task's training data and the memory of earlier tasks, with the cross-entropy weighted
+        so that every task counts alike however many samples it has there."""
+        if task.id == 0:
+            return  # one task: nothing to tell apart
+        count = task.id + 1
+        filled = int(self.memory.filled())
+        data = Split.cat([task.train, Split(self.memory.x[:filled], self.memory.y[:filled], self.memory.t[:filled])])
+        per_task = torch.bincount(data.t, minlength=count).float()
+        weight = per_task.sum() / (count * per_task)
+
+        def loss(batch):
+            self.backbone.eval()  # the paths are settled: hard gates, batch norms on their running statistics
+            with torch.no_grad():
+                features = self._paths(batch.x, count)
+            return F.cross_entropy(self._task_logits(features), batch.t, weight=weight)
+
+        params = list(self.task_classifier.parameters())
+        self.fit(task, loss, data=data, params=params, epochs=self.cfg.task_classifier_epochs,
+                 optimizer=self.make_optimizer(params, lr=self.cfg.task_classifier_lr, weight_decay=0.0))
+
+    def _remember(self, task):
+        for raw, y, t in task.train.batches(self.cfg.batch_size):
+            self.memory.add(raw, y, t, generator=self.ctx.generator)
+
+    def _paths(self, x: torch.Tensor, count: int) -> torch.Tensor:
+        """Features of the first `count` tasks' paths, as count × N × feature_dim, in one stacked forward."""
+        gated.route(self.layers, list(range(count)))
+        return self.backbone(x.repeat(count, 1, 1, 1)).view(count, x.shape[0], -1)
+
+    def _task_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Task classifier over the concatenated path features; paths not learned yet enter as zeros."""
+        count, n, dim = features.shape
+        inputs = features.new_zeros(n, self.info.num_tasks, dim)
+        inputs[:, :count] = features.transpose(0, 1)
+        return self.task_classifier(inputs.flatten(1))[:, :count]
+
+    # --- prediction ---------------------------------------------------------------------------------
+    def forward(self, x, task_id):
+        if task_id is None:
+            return self._predict_class(x)
+        gated.route(self.layers, [task_id])
+        return self.heads(self.backbone(x), task_id)
+
+    def task_aware_logits(self, x, task_id, logits):
+        """With the task id given, its own path and head: the class logits above are -inf outside the predicted
+        task, so slicing them would count a mispredicted sample as its task's first class."""
+        return self(x, task_id)
+
+    def _predict_class(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits over every class seen: the predicted task's head in its range of the label space, -inf elsewhere.
+        Before any task is learned (eval_future's reference) the first task's path is the only candidate."""
+        count, n = max(len(self.seen_tasks), 1), x.shape[0]
+        features = self._paths(x, count)
+        task_pred = self._task_logits(features).argmax(1)
+        logits = features.new_full((count, n, self.info.seen_outputs(count - 1)), float("-inf"), dtype=torch.float)
+        for t in range(count):
+            start = self.info.offsets[t]
+            logits[t, :, start:start + self.info.sizes[t]] = self.heads(features[t], t).float()
+        return logits[task_pred, torch.arange(n, device=x.device)]
+
+    # --- cost ---------------------------------------------------------------------------------------
+    def capacity(self):
+        seen = len(self.seen_tasks)
+        flops = [sum(layer.flops(a) for layer, a in zip(self.layers, self.active[t])).item() for t in range(seen)]
+        out = {
+            "params_total": sum(p.numel() for p in self.parameters()),
+            "kernels_frozen": sum(int(layer.frozen.sum()) for layer in self.layers),
+            "kernels_total": sum(layer.conv.out_channels for layer in self.layers),
+            "frozen_fraction": {n: layer.frozen.float().mean().item()
+                                for n, layer in zip(self.layer_names, self.layers)},
+            "active_channels_per_sample": self.active[:seen].sum(1).tolist(),
+            "flops_per_sample": flops,  # each task's path, gated convs and gating modules
+            "flops_dense_per_sample": sum(layer.flops(layer.conv.out_channels) for layer in self.layers),
+        }
+        if self.info.scenario == "class" and seen:
+            classifier = sum(2 * m.weight.numel() for m in self.task_classifier if isinstance(m, nn.Linear))
+            out["inference_flops_per_sample"] = sum(flops) + classifier  # every seen path, then the task classifier
+            out["val_task_accuracy"] = self.task_accuracy()  # on validation: capacity() is the method's own report
+            out["memory_size"] = self.cfg.memory_size
+        return out
+
+    @torch.no_grad()
+    def task_accuracy(self) -> list[float | None]:
+        """Per seen task, the fraction of its validation samples whose task the task classifier names (None for
+        a task without validation data)."""
+        self.eval()
+        count = len(self.seen_tasks)
+        hits = torch.zeros(count, dtype=torch.long, device=self.ctx.device)
+        for task in self.seen_tasks:
+            for raw, _, t in task.val.batches(EVAL_BATCH):
+                with self.ctx.autocast():
+                    logits = self._task_logits(self._paths(self.info.view.eval(raw), count))
+                hits[task.id] += (logits.argmax(1) == t).sum()
+        sizes = [len(task.val) for task in self.seen_tasks]
+        return [h / n if n else None for h, n in zip(hits.cpu().tolist(), sizes)]
+
+    def mask_keys(self):
+        return {f"backbone.{n}.{key}" for n in self.layer_names for key in ("frozen", "usable")}

@@ -1,0 +1,20 @@
+"""Joint: at task t train on the union of tasks 0..t, continuing from the current weights. The upper bound."""
+from ..data.scenarios import Split
+from .base import Method
+
+
+class Joint(Method):
+    name = "joint"
+    scenarios = frozenset({"task", "class"})
+    distributed_scenarios = frozenset({"task", "class"})
+
+    def __init__(self, cfg, backbone, info, ctx):
+        super().__init__(cfg, backbone, info, ctx)
+        self.seen_train: list[Split] = []  # training data of every task so far, already on the device
+
+    def resumed(self, learned_tasks):
+        self.seen_train = [t.train for t in learned_tasks]
+
+    def train_task(self, task):
+        self.seen_train.append(task.train)
+        self.fit(task, self.mixed_loss, data=Split.cat(self.seen_train))

@@ -1,0 +1,193 @@
+"""What PackNet, Piggyback and CPG share: the conversion to masked layers (nn/masked.py), the per-task forward,
+training that touches only the task's trainable weights (gradients of other tasks' weights zeroed after backward,
+weight decay added by hand to the trainable ones), the picking-mask optimiser, validation accuracy for model
+selection, snapshots, and the capacity report. Their shared defaults are the CIFAR-100 schedule of CPG's code
+base (ivclab/CPG), in MaskedConfig; PickingConfig adds the picking masks of Piggyback and CPG."""
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from ..nn import masked
+from .base import Method, MethodConfig
+
+
+@dataclass
+class MaskedConfig(MethodConfig):
+    epochs: int = 100  # passes over each task's data (CPG's CIFAR-100 schedule)
+    batch_size: int = 32  # CPG's CIFAR-100 scripts
+    lr: float = 1e-2  # SGD lr of the task's trainable weights, biases, batch norms and head
+    nesterov: bool = True  # the CPG code base's SGD
+    weight_decay: float = 4e-5  # added by hand to the task's trainable conv/linear weights only
+    lr_milestones: list[int] = field(default_factory=lambda: [50, 80])  # lr ×lr_gamma at these epochs
+
+
+@dataclass
+class PickingConfig(MaskedConfig):
+    mask_lr: float = 5e-4  # Adam lr of the real-valued picking scores
+    mask_lr_milestones: list[int] = field(default_factory=lambda: [50])  # mask lr ×mask_lr_gamma at these epochs
+    mask_lr_gamma: float = 0.2
+    mask_lr_stop: int = 70  # epoch from which the mask lr is 0 (masks settle while the heads keep training)
+    mask_init: float = 1e-2  # initial score of every weight: all picked at the start
+    mask_threshold: float = 5e-3  # a weight is picked while its score is above this
+
+    def checks(self):
+        return [*super().checks(), ("mask_lr", self.mask_lr >= 0, "0 or more"),
+                ("mask_init", self.mask_init > self.mask_threshold,
+                 f"a score above method.mask_threshold={self.mask_threshold}, or no weight is picked at the start")]
+
+
+class MaskedMethod(Method):
+    """Base of the methods whose tasks own subsets of one network's weights."""
+
+    scenarios = frozenset({"task"})
+    distributed_scenarios = frozenset({"task"})
+    picking: ClassVar[bool] = False  # whether tasks learn picking masks over earlier tasks' weights
+
+    def __init__(self, cfg, backbone, info, ctx):
+        picking = (cfg.mask_init, cfg.mask_threshold) if self.uses_picking(cfg) else None
+        masked.convert(backbone, info.num_tasks, picking)
+        super().__init__(cfg, backbone, info, ctx)
+        self.layers = masked.masked_layers(self.backbone)
+        self.initial_shared = sum(layer.weight.numel() for layer in self.layers)
+        self.register_buffer("sparsity", torch.zeros(info.num_tasks))  # share of its claimed weights each task released
+
+    @classmethod
+    def uses_picking(cls, cfg) -> bool:
+        return cls.picking
+
+    def forward(self, x, task_id):
+        masked.set_task(self.backbone, task_id)
+        return self.heads(self.backbone(x), task_id)
+
+    # --- one task's phases ------------------------------------------------------------------------------
+    def begin_task(self, task_id: int) -> None:
+        """Claim every free weight for the task and start its picking mask."""
+        for layer in self.layers:
+            layer.claim(task_id)
+            layer.start_picking(task_id)
+
+    def finish_task(self, task_id: int) -> None:
+        for layer in self.layers:
+            layer.freeze_picking(task_id)
+        # Every free weight now is one the task claimed (at its start or by growth) and released again.
+        owned = sum(int(layer.trainable(task_id).sum()) for layer in self.layers)
+        free = sum(int((layer.owner == 0).sum()) for layer in self.layers)
+        self.sparsity[task_id] = free / (owned + free) if owned + free else 0.0
+
+    def release(self, task_id: int, sparsity: float) -> None:
+        for layer in self.layers:
+            layer.release(task_id, sparsity)
+
+    def task_params(self, task_id: int) -> list[torch.nn.Parameter]:
+        """What training task_id may change besides picking scores: its weights, biases, batch norms, head."""
+        params = [layer.weight for layer in self.layers if layer.weight.requires_grad]
+        params += [layer.biases[task_id] for layer in self.layers if layer.biases is not None]
+        for m in self.backbone.modules():
+            if isinstance(m, masked.TaskBatchNorm):
+                params += list(m.bns[task_id].parameters())
+        return params + list(self.heads.heads[task_id].parameters())
+
+    def protect(self, task_id: int) -> None:
+        """After backward: no gradient reaches weights the task does not own; weight decay only on its own."""
+        for layer in self.layers:
+            grad = layer.weight.grad
+            if grad is None:
+                continue
+            # A product, not a fill, for speed: a NaN gradient would pass it, but a step whose loss is not finite
+            # is skipped (skip_nonfinite) or ends the run before any checkpoint is written.
+            trainable = layer.trainable_mask(task_id)
+            grad.mul_(trainable)
+            if self.cfg.weight_decay:
+                grad.addcmul_(layer.weight.detach(), trainable, value=self.cfg.weight_decay)
+
+    def train_weights(self, task, epochs: int, lr: float, mask_lr: float = 0.0, after_step=None) -> None:
+        """Train the task's weights (SGD) and, when mask_lr > 0, its picking scores (Adam) jointly."""
+        params = self.task_params(task.id)
+        scores = [layer.score for layer in self.layers if layer.score is not None]
+        for score in scores:
+            score.requires_grad_(mask_lr > 0)
+        mask_opt = torch.optim.Adam(scores, lr=mask_lr) if scores and mask_lr > 0 else None
+        steps_per_epoch = -(-len(task.train) // self.cfg.batch_size)
+
+        def on_step(batch):
+            # Counted from the batch, not here: a resumed phase continues its schedules where they were.
+            if mask_opt is not None:
+                for group in mask_opt.param_groups:
+                    group["lr"] = self.mask_lr_at(batch.step // steps_per_epoch, mask_lr)
+                mask_opt.step()
+                mask_opt.zero_grad(set_to_none=True)
+            if after_step is not None:
+                after_step(batch.step + 1)
+
+        self.fit(task, lambda batch: self.loss(batch, task.id), params=params, epochs=epochs,
+                 optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0),
+                 after_backward=lambda: self.protect(task.id), after_step=on_step,
+                 side_optimizers=(mask_opt,) if mask_opt is not None else ())
+
+    def mask_lr_at(self, epoch: int, base: float) -> float:
+        """The picking masks' step schedule: ×mask_lr_gamma at each milestone, 0 from mask_lr_stop on."""
+        if epoch >= self.cfg.mask_lr_stop:
+            return 0.0
+        return base * self.cfg.mask_lr_gamma ** sum(epoch >= m for m in self.cfg.mask_lr_milestones)
+
+    # --- model selection ------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def accuracy(self, split, task_id: int, model=None) -> float:
+        """Accuracy on split (validation data) of this method for task_id, or of another model of the task."""
+        self.eval()
+        model = model or (lambda x: self(x, task_id))
+        correct = torch.zeros((), dtype=torch.long, device=self.ctx.device)
+        for raw, y, _ in split.batches(1000):
+            with self.ctx.autocast():
+                logits = model(self.info.view.eval(raw))
+            correct += (logits.argmax(1) == self.targets(y, task_id)).sum()
+        return int(correct) / max(len(split), 1)
+
+    def snapshot(self) -> dict:
+        """Everything training the current task may change (earlier tasks' picking masks cannot change)."""
+        return {k: v.detach().clone() for k, v in self.state_dict().items() if ".pick_" not in k}
+
+    def restore(self, snapshot: dict) -> None:
+        self.load_state_dict(snapshot, strict=False)
+
+    # --- the contract -------------------------------------------------------------------------------------
+    def mask_keys(self):
+        return {k for k in self.state_dict() if k.endswith(".owner") or ".pick_" in k}
+
+    def capacity(self):
+        learned = int(self.tasks_learned)
+        shared = sum(layer.weight.numel() for layer in self.layers)
+        free = sum(int((layer.owner == 0).sum()) for layer in self.layers)
+        picks = [p for layer in self.layers for n, p in layer.named_buffers() if n.startswith("pick_")]
+        cap = {
+            "params_total": sum(p.numel() for p in self.parameters()),
+            "params_used": shared - free + sum(self.task_specific_params(t) for t in range(learned)),
+            "params_shared": shared,
+            "params_owned_per_task": [sum(int(layer.trainable(t).sum()) for layer in self.layers)
+                                      for t in range(learned)],
+            "free_fraction": free / shared,
+            "growth": shared / self.initial_shared,
+            "sparsity_per_task": [round(float(s), 6) for s in self.sparsity[:learned]],
+            "mask_bytes": sum(layer.owner.numel() for layer in self.layers) + sum(math.ceil(p.numel() / 8)
+                                                                                  for p in picks),
+        }
+        if self.uses_picking(self.cfg):
+            cap["picking_density_per_task"] = [self.picking_density(t) for t in range(1, learned)]
+        return cap
+
+    def task_specific_params(self, task_id: int) -> int:
+        n = sum(layer.biases[task_id].numel() for layer in self.layers if layer.biases is not None)
+        n += sum(p.numel() for m in self.backbone.modules() if isinstance(m, masked.TaskBatchNorm)
+                 for p in m.bns[task_id].parameters())
+        return n + sum(p.numel() for p in self.heads.heads[task_id].parameters())
+
+    def picking_density(self, task_id: int) -> float:
+        """Share of the weights earlier tasks own that task_id's picking mask keeps."""
+        kept = total = 0
+        for layer in self.layers:
+            earlier = (layer.owner > 0) & (layer.owner <= task_id)
+            total += int(earlier.sum())
+            kept += int((earlier & layer.pick(task_id)).sum())
+        return round(kept / total, 6) if total else 0.0

@@ -1,0 +1,141 @@
+"""The online protocol shared by nccl, agem and lamaml: each task's training data arrives once, as a stream
+of small batches (10, as in GEM, La-MAML and NCCL); the learner may take `inner_steps` glances at each batch
+before the next arrives, and keeps an episodic memory (reservoir or per-task ring) of what it has seen.
+Every update is a plain SGD step taken by hand, so no optimiser state needs saving for a resume."""
+import abc
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from ..checks import Choice
+from ..errors import UserError
+from .base import Batch, Method, MethodConfig, NonFiniteLoss
+from .er import check_memory_holds_every_class
+from .memory import Memory
+
+
+class OnlinePolicy(Choice):
+    reservoir = "reservoir"  # uniform over the stream
+    ring = "ring"  # GEM's episodic memory: a share per task, its newest samples
+
+
+@dataclass
+class OnlineConfig(MethodConfig):
+    epochs: int = 1  # online: each training sample arrives once (glances repeat a batch, not the stream)
+    batch_size: int = 10  # samples per incoming batch (GEM, La-MAML, NCCL)
+    momentum: float = 0.0  # online methods take plain SGD steps
+    inner_steps: int = 5  # glances at each incoming batch (La-MAML's MNIST setting)
+    memory_size: int = 200  # samples in the episodic memory (La-MAML's MNIST setting)
+    replay_batch_size: int = 10  # memory samples per step (La-MAML's MNIST setting)
+    memory_policy: OnlinePolicy = OnlinePolicy.reservoir
+
+    # Shared knobs the online protocol has no use for (and `unused`, those a method adds): setting one is an
+    # error, not a silent no-op.
+    fixed: ClassVar[tuple[str, ...]] = ("epochs", "optimizer", "momentum", "nesterov", "weight_decay",
+                                        "lr_milestones", "skip_nonfinite")
+    unused: ClassVar[tuple[str, ...]] = ()
+
+    def checks(self):
+        defaults = {f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+                    for f in dataclasses.fields(self)}
+        return [*super().checks(),
+                *((key, getattr(self, key) == defaults[key],
+                   f"{defaults[key]!r}: {self.name} runs the online protocol (one pass, plain SGD steps, "
+                   f"method.inner_steps glances per batch) and does not read it") for key in self.fixed + self.unused),
+                *((key, getattr(self, key) >= 1, "at least 1") for key in ("inner_steps", "memory_size",
+                                                                            "replay_batch_size"))]
+
+
+class OnlineMethod(Method):
+    """Subclasses implement glance(batch, task) -> detached loss; observe() may wrap the glances."""
+
+    scenarios = frozenset({"task", "class"})
+    Config = OnlineConfig
+    within_task_checkpoints = "it learns each task in one pass over the stream, not in epochs"
+    soft_targets = False  # whether the memory keeps the logits each sample got when it was stored
+
+    def __init__(self, cfg, backbone, info, ctx):
+        super().__init__(cfg, backbone, info, ctx)
+        if ctx.world_size > 1:
+            raise UserError(f"{self.name} runs on one device: its stream of batches of {cfg.batch_size} has "
+                            "nothing to share between data-parallel processes; run it without torchrun")
+        check_memory_holds_every_class(cfg.memory_size, info)
+        if cfg.memory_policy == "ring" and cfg.memory_size < info.num_tasks:
+            raise UserError(f"method.memory_size={cfg.memory_size} leaves no ring slot for some of the "
+                            f"{info.num_tasks} tasks: use at least {info.num_tasks}, or memory_policy=reservoir")
+        self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device,
+                             cfg.memory_policy, info.num_tasks)
+        self.replay_ready = False  # whether the memory holds anything yet (false only for the very first batch)
+
+    def train_task(self, task):
+        steps = -(-len(task.train) // self.cfg.batch_size)
+        self.ctx.recorder.epoch_start(task.id, 0, 1, steps)
+        total = torch.zeros((), device=self.ctx.device)
+        for i, batch in enumerate(self.stream(task)):
+            self.replay_ready = task.id > 0 or i > 0
+            self.train()
+            total += self.observe(batch, task)
+            self.remember(batch)
+            self.ctx.recorder.step()
+        mean_loss = float(total / steps)  # the one host sync of a task
+        if not math.isfinite(mean_loss):
+            raise NonFiniteLoss(f"the loss became {mean_loss} during task {task.id}: lower the method's learning "
+                                "rates (or nccl's beta); earlier checkpoints are intact")
+        self.ctx.recorder.epoch_end(task.id, 0, mean_loss)
+
+    def stream(self, task):
+        """The task's training data, once, in shuffled batches of batch_size."""
+        for raw, y, t in task.train.batches(self.cfg.batch_size, self.ctx.generator):
+            yield Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t)
+
+    def observe(self, batch: Batch, task) -> torch.Tensor:
+        for _ in range(self.cfg.inner_steps):
+            loss = self.glance(batch, task)
+        return loss
+
+    @abc.abstractmethod
+    def glance(self, batch: Batch, task) -> torch.Tensor:
+        """One step on the incoming batch (and the memory); returns the detached loss."""
+
+    @torch.no_grad()
+    def remember(self, batch: Batch) -> None:
+        logits = None
+        if self.soft_targets:
+            self.eval()  # the prediction as it stands, on the plain images, without moving batch-norm statistics
+            with self.ctx.autocast():
+                logits = self.mixed_logits(self.info.view.eval(batch.raw), batch.t)
+            logits = F.pad(logits, (0, self.info.num_outputs - logits.shape[1]), value=float("-inf"))
+        self.memory.add(batch.raw, batch.y, batch.t, logits, self.ctx.generator)
+
+    def replay(self, before_task: int | None = None) -> tuple[Batch, torch.Tensor]:
+        """A memory batch (of tasks before before_task, if given) and its stored logits."""
+        raw, y, t, logits = self.memory.sample(self.cfg.replay_batch_size, self.ctx.generator, before_task)
+        return Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t), logits
+
+    def mixed_logits(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Logits over the label space seen so far; in the task scenario -inf outside each row's task."""
+        return self.heads.mixed(self.backbone(x), t)
+
+    def capacity(self):
+        mem = sum(b.numel() * b.element_size() for b in self.memory.buffers())
+        return {**super().capacity(), "memory_size": self.memory.size, "memory_bytes": mem}
+
+
+@torch.no_grad()
+def sgd_step(params, grads, lr) -> None:
+    for p, g in zip(params, grads):
+        p.sub_(g, alpha=lr)
+
+
+def soft_kl(logits: torch.Tensor, stored: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL(stored ‖ current) of the outputs softened by T, over the outputs both have (finite), batch mean:
+    -inf marks outputs a row does not own (another task's head, or classes unseen when it was stored)."""
+    logits, stored = logits.float(), stored[:, : logits.shape[1]]
+    own = torch.isfinite(stored) & torch.isfinite(logits)
+    p = F.softmax(stored.masked_fill(~own, float("-inf")) / temperature, dim=1)
+    log_q = F.log_softmax(logits.masked_fill(~own, float("-inf")) / temperature, dim=1)
+    return (torch.xlogy(p, p) - p * log_q.masked_fill(~own, 0)).sum(1).mean()

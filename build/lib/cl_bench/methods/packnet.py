@@ -1,0 +1,29 @@
+"""PackNet (Mallya & Lazebnik 2018): train the free weights, prune a share of them by magnitude back to the
+free pool, retrain the survivors and freeze them as the task's own. Zero forgetting by construction."""
+from dataclasses import dataclass
+
+from .masking import MaskedConfig, MaskedMethod
+
+
+@dataclass
+class PackNetConfig(MaskedConfig):
+    name: str = "packnet"
+    prune_ratio: float = 0.6  # share of the task's weights released by magnitude after training
+    retrain_epochs: int = 30  # retraining of the survivors after pruning
+    retrain_lr: float = 1e-3  # lr of that retraining
+
+    def checks(self):
+        return [*super().checks(), ("prune_ratio", 0 <= self.prune_ratio < 1, "a fraction in [0, 1)"),
+                ("retrain_epochs", self.retrain_epochs >= 0, "0 or more")]
+
+
+class PackNet(MaskedMethod):
+    name = "packnet"
+    Config = PackNetConfig
+
+    def train_task(self, task):
+        self.begin_task(task.id)
+        self.train_weights(task, self.cfg.epochs, self.cfg.lr)
+        self.release(task.id, self.cfg.prune_ratio)
+        self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr)
+        self.finish_task(task.id)

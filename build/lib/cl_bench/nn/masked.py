@@ -1,0 +1,351 @@
+"""Masked conv and linear layers for PackNet, Piggyback and CPG: one shared weight tensor of which each task
+sees its own subset.
+
+Every weight has an owner in a uint8 mask: 0 = free, k = task k-1. Task t computes with the weights it owns
+(owner t+1) plus the weights of earlier tasks (owner 1..t), all of them (PackNet) or those its binary
+picking mask keeps (Piggyback, CPG). While task t is learned its picking mask is a real-valued score,
+binarised in the forward pass with a straight-through gradient; afterwards only the bits are kept.
+
+`convert(backbone, num_tasks, ...)` swaps every Conv2d and Linear for its masked twin, with a bias per task,
+and every batch norm for a TaskBatchNorm holding one batch norm per task. `set_task` names the task the next
+forward computes for. CPG's growth widens layers by appending output channels (and the next layer's input
+channels); each task remembers the output widths it was learned at and computes on that leading slice, so
+old tasks run the very same arithmetic after any growth.
+"""
+import copy
+import itertools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import UserError
+
+
+class _BinarizeSTE(torch.autograd.Function):
+    """Forward: 1 where the score is above the threshold, else 0. Backward: the gradient unchanged."""
+
+    @staticmethod
+    def forward(ctx, score, threshold):
+        return (score > threshold).to(score.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def binarize(score: torch.Tensor, threshold: float) -> torch.Tensor:
+    """The straight-through binariser of Piggyback's real-valued masks."""
+    return _BinarizeSTE.apply(score, threshold)
+
+
+def _versions(*tensors) -> tuple:
+    """Which tensors these are and how often each was changed in place: a cache key that goes stale with them."""
+    return tuple((id(x), x._version) for x in tensors if x is not None)
+
+
+class MaskedLayer(nn.Module):
+    """What MaskedConv2d and MaskedLinear share: the weight, its owners, the picking masks, per-task biases."""
+
+    def __init__(self, layer: nn.Module, num_tasks: int, picking: tuple[float, float] | None):
+        super().__init__()
+        self.weight = nn.Parameter(layer.weight.detach().clone())
+        self.register_buffer("owner", torch.zeros_like(self.weight, dtype=torch.uint8))
+        # The output width each task computes at: growth widens the tasks not yet learned.
+        self.register_buffer("task_out", torch.full((num_tasks,), self.weight.shape[0], dtype=torch.long,
+                                                      device=self.weight.device))
+        self.biases = (nn.ParameterList(nn.Parameter(layer.bias.detach().clone()) for _ in range(num_tasks))
+                       if layer.bias is not None else None)
+        self.register_parameter("score", None)  # the picking mask of the task being learned, while it is
+        # picking: (initial score, threshold) of the picking masks, or None for a method without them
+        self.picking = picking is not None
+        self.mask_init, self.mask_threshold = picking or (0.0, 0.0)
+        self.initial_out = self.weight.shape[0]
+        self.task = 0  # the task the next forward computes for
+        self.learning = None  # the task being learned, whose picking mask is still a real-valued score
+        self._widths = self.task_out.tolist()  # task_out on the host: read every forward without a sync
+        self._folded = None  # (key, masked weight) of the last task evaluated
+        self._masks = None  # (key, masks) of the task being computed: see constant_masks
+        self._trainable = None  # (key, mask) of the weights the task being learned may change
+
+    # --- the forward weight ---------------------------------------------------------------------------
+    def pick(self, task_id: int) -> torch.Tensor | None:
+        return getattr(self, f"pick_{task_id}", None)
+
+    def masked_weight(self, in_width: int) -> torch.Tensor:
+        w = self.weight[: self._widths[self.task], :in_width]
+        masks = self.constant_masks(in_width)
+        if len(masks) == 2:  # the task being learned: its own weights, and the earlier ones its score picks
+            own, earlier = masks
+            score = self.score[: self._widths[self.task], :in_width]
+            return w * (own + earlier * binarize(score, self.mask_threshold))
+        return w * masks[0]
+
+    def constant_masks(self, in_width: int) -> tuple[torch.Tensor, ...]:
+        """The parts of the task's mask that change only with ownership or picking, as float tensors: built
+        once and reused by every step, so that a training step multiplies by the mask instead of comparing the
+        owner tensor afresh (on small layers those comparisons cost as much as the matmul). (mask,) for a task
+        computing with fixed weights; (own, earlier) for the task being learned with a picking score."""
+        t, k = self.task, self.task + 1
+        learning = self.score is not None and t == self.learning
+        pick = None if learning or not self.picking else self.pick(t)
+
+        def build() -> tuple[torch.Tensor, ...]:
+            own, dtype = self.owner[: self._widths[t], :in_width], self.weight.dtype
+            if learning:
+                return (own == k).to(dtype), ((own > 0) & (own < k)).to(dtype)
+            if pick is None:
+                return (((own > 0) & (own <= k)).to(dtype),)
+            return (((own == k) | ((own > 0) & (own < k) & pick[: self._widths[t], :in_width])).to(dtype),)
+
+        if torch.compiler.is_compiling():  # a compiled graph fuses the comparisons anyway
+            return build()
+        key = (t, in_width, learning, self._widths[t], self.weight.dtype, *_versions(self.owner, pick))
+        return self._memo("_masks", key, build)
+
+    def weight_for(self, in_width: int) -> torch.Tensor:
+        """The task's masked weight; in evaluation folded once per task rather than recomputed per batch."""
+        if self.training or torch.is_grad_enabled():
+            return self.masked_weight(in_width)
+        key = (self.task, in_width, *_versions(self.weight, self.owner, self.score, self.pick(self.task)))
+        return self._memo("_folded", key, lambda: self.masked_weight(in_width).contiguous())
+
+    def _memo(self, slot: str, key: tuple, make):
+        """make(), kept in attribute `slot` as (key, value) and made again only when key changes."""
+        held = getattr(self, slot)
+        if held is None or held[0] != key:
+            held = (key, make())
+            setattr(self, slot, held)
+        return held[1]
+
+    def bias_for(self) -> torch.Tensor | None:
+        return None if self.biases is None else self.biases[self.task]
+
+    def train(self, mode: bool = True):
+        self._folded = None  # weights may change in training: the fold lives from one mode switch to the next
+        return super().train(mode)
+
+    # --- ownership --------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def claim(self, task_id: int) -> None:
+        """Give every free weight to task_id, to be trained and partly released again."""
+        self.owner.masked_fill_(self.owner == 0, task_id + 1)
+        self.weight.requires_grad_(bool((self.owner == task_id + 1).any()))
+
+    def trainable(self, task_id: int) -> torch.Tensor:
+        return self.owner == task_id + 1
+
+    def trainable_mask(self, task_id: int) -> torch.Tensor:
+        """trainable(task_id) as 0/1 in the weight's dtype, kept while ownership is unchanged: every training
+        step multiplies the gradient by it (on CPUs a product is ~20× faster than a boolean fill or compare)."""
+        key = (task_id, self.weight.dtype, *_versions(self.owner))
+        return self._memo("_trainable", key, lambda: self.trainable(task_id).to(self.weight.dtype))
+
+    @torch.no_grad()
+    def release(self, task_id: int, sparsity: float) -> None:
+        """Prune task_id's weights by magnitude until `sparsity` of the weights it claimed (its own and those
+        already released, which are zero) are free again: they leave the forward pass with value 0."""
+        pool = (self.owner == task_id + 1) | (self.owner == 0)
+        n_release = round(sparsity * int(pool.sum()))
+        if n_release < 1:
+            return
+        magnitude = self.weight.abs().masked_fill(~pool, float("inf")).masked_fill(self.owner == 0, -1.0)
+        idx = torch.topk(magnitude.flatten(), n_release, largest=False, sorted=False).indices
+        # Flat indices count in logical order, whatever the memory format (channels_last on GPUs).
+        drop = torch.zeros(self.owner.numel(), dtype=torch.bool, device=idx.device)
+        drop[idx] = True
+        self.owner.masked_fill_(drop.view(self.owner.shape), 0)
+        self.zero_released()
+
+    @torch.no_grad()
+    def zero_released(self) -> None:
+        self.weight.masked_fill_(self.owner == 0, 0.0)
+
+    def start_picking(self, task_id: int) -> None:
+        """A real-valued picking mask for task_id over the weights earlier tasks own (Piggyback's init)."""
+        self._masks = None
+        self.learning = task_id
+        if self.picking and task_id > 0:
+            self.score = nn.Parameter(torch.full_like(self.weight, self.mask_init))
+
+    @torch.no_grad()
+    def freeze_picking(self, task_id: int) -> None:
+        """Keep task_id's picking mask as bits and drop its score."""
+        if self.score is not None:
+            self.register_buffer(f"pick_{task_id}", self.score > self.mask_threshold)
+        self.score = None
+        self.learning = None
+        self._masks = None
+
+    # --- growth -----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def widen(self, out_width: int | None, in_width: int | None, from_task: int) -> None:
+        """Append output and/or input channels, owned by from_task (the task being learned) and freshly
+        initialised; the tasks from from_task on compute at the new output width."""
+        old = self.weight
+        o0, i0 = old.shape[:2]
+        o1, i1 = max(o0, out_width or o0), max(i0, in_width or i0)
+        if (o1, i1) == (o0, i0):
+            return
+        shape = (o1, i1, *old.shape[2:])
+        weight = torch.empty(shape, dtype=old.dtype, device=old.device)
+        nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # PyTorch's default for conv and linear layers
+        weight[:o0, :i0] = old
+        self.weight = nn.Parameter(weight)  # trainable: the new weights are from_task's
+        self.owner = _padded(self.owner, shape, from_task + 1)
+        if self.score is not None:
+            self.score = nn.Parameter(_padded(self.score, shape, self.mask_init))
+        for name, pick in list(self._buffers.items()):
+            if name.startswith("pick_"):
+                self._buffers[name] = _padded(pick, shape, False)
+        if o1 > o0:
+            for j in range(from_task, len(self._widths)):
+                if self.biases is not None:
+                    self.biases[j] = nn.Parameter(_padded(self.biases[j].detach(), (o1,), 0.0))
+            self.task_out[from_task:] = o1
+            self._widths = self.task_out.tolist()
+        self._folded = self._masks = self._trainable = None
+
+    # --- loading: take the shapes of the state first (a grown checkpoint into a freshly built layer) -------
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        for name in ("weight", "score"):
+            value = state_dict.get(prefix + name)
+            current = getattr(self, name)
+            if value is not None and (current is None or current.shape != value.shape):
+                setattr(self, name, nn.Parameter(value.new_empty(value.shape).to(self.owner.device),
+                                                 requires_grad=True))
+        for key, value in state_dict.items():
+            name = key[len(prefix):]
+            if key.startswith(prefix) and (name == "owner" or name.startswith("pick_")):
+                if getattr(self, name, None) is None or getattr(self, name).shape != value.shape:
+                    self.register_buffer(name, torch.empty(value.shape, dtype=value.dtype, device=self.owner.device))
+        if self.biases is not None:
+            for j in range(len(self.biases)):
+                value = state_dict.get(f"{prefix}biases.{j}")
+                if value is not None and value.shape != self.biases[j].shape:
+                    self.biases[j] = nn.Parameter(value.new_empty(value.shape).to(self.owner.device))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
+        self._widths = self.task_out.tolist()
+        self._folded = self._masks = self._trainable = None
+
+
+class MaskedConv2d(MaskedLayer):
+    def __init__(self, conv: nn.Conv2d, *args):
+        if conv.groups != 1:
+            raise UserError("masked layers support ungrouped convolutions only (groups=1)")
+        super().__init__(conv, *args)
+        self.stride, self.padding, self.dilation = conv.stride, conv.padding, conv.dilation
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight_for(x.shape[1]), self.bias_for(), self.stride, self.padding, self.dilation)
+
+
+class MaskedLinear(MaskedLayer):
+    def forward(self, x):
+        return F.linear(x, self.weight_for(x.shape[-1]), self.bias_for())
+
+
+class TaskBatchNorm(nn.Module):
+    """One batch norm per task; growth widens those of the tasks not yet learned."""
+
+    def __init__(self, bn: nn.modules.batchnorm._BatchNorm, num_tasks: int):
+        super().__init__()
+        self.bns = nn.ModuleList(copy.deepcopy(bn) for _ in range(num_tasks))
+        self.task = 0
+
+    def forward(self, x):
+        return self.bns[self.task](x)
+
+    @torch.no_grad()
+    def widen(self, width: int, from_task: int) -> None:
+        for j in range(from_task, len(self.bns)):
+            old = self.bns[j]
+            if old.num_features < width:
+                new = _like_bn(old, width)
+                for name, value in (*old.named_parameters(), *old.named_buffers()):
+                    if value.dim() == 1:
+                        getattr(new, name)[: old.num_features] = value
+                    else:
+                        getattr(new, name).copy_(value)
+                self.bns[j] = new
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        for j, bn in enumerate(self.bns):
+            value = state_dict.get(f"{prefix}bns.{j}.running_mean", state_dict.get(f"{prefix}bns.{j}.weight"))
+            if value is not None and value.shape[0] != bn.num_features:
+                self.bns[j] = _like_bn(bn, value.shape[0])
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
+
+
+def _like_bn(bn, width):
+    device = next(itertools.chain(bn.parameters(), bn.buffers())).device
+    return type(bn)(width, eps=bn.eps, momentum=bn.momentum, affine=bn.affine,
+                    track_running_stats=bn.track_running_stats).to(device)
+
+
+def _padded(x: torch.Tensor, shape, fill) -> torch.Tensor:
+    """x in the leading corner of a tensor of `shape` filled with `fill` (x is cut where it is larger: a
+    picking mask widened by an attempt that a restore has since narrowed the layer back from)."""
+    out = torch.full(shape, fill, dtype=x.dtype, device=x.device)
+    corner = tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape))
+    out[corner] = x[corner]
+    return out
+
+
+# --- whole networks ---------------------------------------------------------------------------------------
+def convert(module: nn.Module, num_tasks: int, picking: tuple[float, float] | None = None) -> nn.Module:
+    """Swap, in place, every Conv2d / Linear for its masked twin and every batch norm for a TaskBatchNorm.
+    picking: (initial score, threshold) of per-task picking masks (Piggyback, CPG), None for none (PackNet)."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.Conv2d):
+            setattr(module, name, MaskedConv2d(child, num_tasks, picking))
+        elif isinstance(child, nn.Linear):
+            setattr(module, name, MaskedLinear(child, num_tasks, picking))
+        elif isinstance(child, nn.modules.batchnorm._BatchNorm):
+            setattr(module, name, TaskBatchNorm(child, num_tasks))
+        else:
+            convert(child, num_tasks, picking)
+    return module
+
+
+def masked_layers(module: nn.Module) -> list[MaskedLayer]:
+    return [m for m in module.modules() if isinstance(m, MaskedLayer)]
+
+
+def set_task(module: nn.Module, task_id: int) -> None:
+    for m in module.modules():
+        if isinstance(m, (MaskedLayer, TaskBatchNorm)):
+            m.task = task_id
+
+
+def growth_groups(module: nn.Module) -> list[tuple[MaskedLayer, TaskBatchNorm | None, MaskedLayer]]:
+    """(producer, its batch norm, consumer) triples whose shared width growth may widen.
+
+    A residual block (conv1, bn1, conv2) widens only inside, so the shortcut keeps its shape. A plain
+    chain (mlp, convnet, vgg: layers registered in data-flow order) widens every layer's output but the
+    last one's, whose width is what the heads read."""
+    blocks = [m for m in module.modules() if isinstance(getattr(m, "conv1", None), MaskedConv2d)
+              and isinstance(getattr(m, "bn1", None), TaskBatchNorm) and isinstance(getattr(m, "conv2", None),
+                                                                                     MaskedConv2d)]
+    if blocks:
+        return [(b.conv1, b.bn1, b.conv2) for b in blocks]
+    groups, producer, bn = [], None, None
+    for m in module.modules():
+        if isinstance(m, TaskBatchNorm):
+            bn = m
+        elif isinstance(m, MaskedLayer):
+            if producer is not None:
+                groups.append((producer, bn, m))
+            producer, bn = m, None
+    return groups
+
+
+def widen(module: nn.Module, multiplier: float, from_task: int) -> None:
+    """Grow the shared widths to their initial size times sqrt(multiplier) (multiplier counts parameters)."""
+    for producer, bn, consumer in growth_groups(module):
+        width = math.ceil(producer.initial_out * math.sqrt(multiplier) - 1e-9)
+        producer.widen(width, None, from_task)
+        if bn is not None:
+            bn.widen(width, from_task)
+        consumer.widen(None, width, from_task)

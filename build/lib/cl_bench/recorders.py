@@ -1,0 +1,231 @@
+"""Run events fanned out to the console (rich), JSON files and Weights & Biases. Recorders never touch
+models: they receive numbers and the metrics record that train.py assembles."""
+import json
+import os
+import time
+from pathlib import Path
+
+from . import metrics
+
+
+class Recorder:
+    """Every event a run emits; each recorder overrides the ones it cares about."""
+
+    def run_start(self, cfg, info, run_dir: Path, start_task: int): ...
+    def task_start(self, task): ...
+    def epoch_start(self, task_id: int, epoch: int, epochs: int, steps: int): ...
+    def step(self): ...
+    def epoch_end(self, task_id: int, epoch: int, loss: float): ...
+    def task_end(self, task_id: int, record: dict): ...
+    def run_end(self, record: dict): ...
+    def warning(self, message: str): ...
+    def close(self): ...
+
+
+class Recorders:
+    """The fan-out of every event to every recorder."""
+
+    def __init__(self, recorders: list[Recorder]):
+        self.recorders = recorders
+
+    def __getattr__(self, event):
+        def fan_out(*args, **kwargs):
+            for r in self.recorders:
+                getattr(r, event)(*args, **kwargs)
+        return fan_out
+
+
+SUMMARY = ("avg_acc", "val_avg_acc", "task_aware_avg_acc", "forgetting", "bwt", "bti", "la")
+
+
+def step_metrics(record: dict) -> dict:
+    """The per-task numbers, under the same names in events.jsonl and W&B: per seen task j its test accuracy,
+    forgetting, validation accuracy and (class scenario) task-aware accuracy, then the summary figures."""
+    acc = record["acc"]
+    out = {f"acc/task_{j}": a for j, a in enumerate(acc[-1][: len(acc)])}
+    out.update({f"forgetting/task_{j}": f for j, f in enumerate(metrics.task_forgetting(acc))})
+    out.update({f"val_acc/task_{j}": a for j, a in enumerate(record["val_acc"][-1])})
+    if "task_aware_acc" in record:
+        out.update({f"task_aware_acc/task_{j}": a for j, a in enumerate(record["task_aware_acc"][-1][: len(acc)])})
+    out.update({k: record[k] for k in SUMMARY if k in record})
+    return out
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+class JSONRecorder(Recorder):
+    """metrics.json, rewritten after every task, and events.jsonl, one line per event."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.events = open(self.run_dir / "events.jsonl", "a")
+
+    def _event(self, kind, **fields):
+        self.events.write(json.dumps({"event": kind, "time": time.time(), **fields}) + "\n")
+        self.events.flush()
+
+    def task_start(self, task):
+        self._event("task_start", task=task.id, classes=task.classes)
+
+    def epoch_end(self, task_id, epoch, loss):
+        self._event("epoch_end", task=task_id, epoch=epoch, loss=loss)
+
+    def task_end(self, task_id, record):
+        rows = {k: record[k][-1] for k in ("acc", "val_acc", "task_aware_acc") if k in record}
+        self._event("eval", task=task_id, step=len(record["acc"]), **rows)
+        self._event("task_end", task=task_id, step=len(record["acc"]), **step_metrics(record),
+                    capacity=record["capacity"])
+        write_json_atomic(self.run_dir / "metrics.json", record)
+
+    def warning(self, message):
+        self._event("warning", message=message)
+
+    def run_end(self, record):
+        self._event("run_end", **{k: record[k] for k in (*SUMMARY, "objective", "time_s") if k in record})
+        write_json_atomic(self.run_dir / "metrics.json", record)
+
+    def close(self):
+        self.events.close()
+
+
+class ConsoleRecorder(Recorder):
+    """A live progress bar (task, epoch, loss) and, at the end, the accuracy matrix as a table."""
+
+    def __init__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        self.console = Console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=self.console, transient=True)
+        self.bar = None
+        self.loss = float("nan")
+
+    def run_start(self, cfg, info, run_dir, start_task):
+        self.info, self.run_dir = info, run_dir
+        self.console.print(f"[bold]cl-bench[/] {cfg.method.name} on {cfg.dataset.name} ({cfg.scenario} scenario, "
+                           f"{cfg.backbone.name}, {info.num_tasks} tasks) -> {run_dir}")
+        if start_task:
+            self.console.print(f"resuming after task {start_task - 1}")
+        self.progress.start()
+
+    def epoch_start(self, task_id, epoch, epochs, steps):
+        description = f"task {task_id + 1}/{self.info.num_tasks} · epoch {epoch + 1}/{epochs} · loss {self.loss:.4f}"
+        if self.bar is None:
+            self.bar = self.progress.add_task(description, total=steps)
+        self.progress.reset(self.bar, total=steps, description=description)
+
+    def step(self):
+        if self.bar is not None:  # online methods stream without epochs
+            self.progress.advance(self.bar)
+
+    def epoch_end(self, task_id, epoch, loss):
+        self.loss = loss
+
+    def task_end(self, task_id, record):
+        self.progress.console.print(f"task {task_id + 1}: acc " + " ".join(f"{a:.3f}" for a in record["acc"][-1])
+                                    + f" · avg {record['avg_acc']:.4f} · val avg {_num(record['val_avg_acc'])}")
+
+    def warning(self, message):
+        self.console.print(f"[yellow]warning:[/] {message}")
+
+    def run_end(self, record):
+        from rich.table import Table
+        self.progress.stop()
+        acc = record["acc"]
+        table = Table(title=f"accuracy after each task ({record['method']}, {record['dataset']}, {record['scenario']})")
+        table.add_column("after")
+        for j in range(record["num_tasks"]):
+            table.add_column(f"T{j + 1}", justify="right")
+        for i, row in enumerate(acc):
+            table.add_row(f"T{i + 1}", *(f"{a:.3f}" if j <= i else "" for j, a in enumerate(row)))
+        last = len(acc) - 1
+        table.add_row(f"val, T{last + 1}", *(_num(a, 3) for a in record["val_acc"][-1]), style="dim")
+        if "task_aware_acc" in record:
+            table.add_row(f"task-aware, T{last + 1}", *(_num(a, 3) for a in record["task_aware_acc"][-1][: last + 1]),
+                          style="dim")
+        self.console.print(table)
+        aware = f"task-aware {record['task_aware_avg_acc']:.4f} · " if "task_aware_avg_acc" in record else ""
+        self.console.print(f"avg_acc (RA) {record['avg_acc']:.4f} · val {_num(record['val_avg_acc'])} · {aware}"
+                           f"BTI {record['bti']:+.4f} · LA {record['la']:.4f} · forgetting {record['forgetting']:.4f}"
+                           f" · bwt {record['bwt']:+.4f} · {record['time_s']:.1f} s")
+        self.console.print(f"run directory: {self.run_dir}")
+
+    def close(self):
+        self.progress.stop()
+
+
+class LogRecorder(Recorder):
+    """The run's story in Python logging: under `cl-bench train` Hydra sends it to train.log in the run
+    directory, where a failed run's traceback lands too (app.task)."""
+
+    def __init__(self):
+        import logging
+        self.log = logging.getLogger("cl_bench")
+
+    def run_start(self, cfg, info, run_dir, start_task):
+        self.log.info(f"{cfg.method.name} on {cfg.dataset.name} ({cfg.scenario} scenario, {cfg.backbone.name}, "
+                      f"{info.num_tasks} tasks, seed {cfg.seed}) in {run_dir}"
+                      + (f"; resuming at task {start_task}" if start_task else ""))
+
+    def task_end(self, task_id, record):
+        self.log.info(f"task {task_id}: acc {_row(record['acc'][-1])} · val {_row(record['val_acc'][-1])} · "
+                      f"avg_acc {record['avg_acc']:.4f} · val_avg_acc {_num(record['val_avg_acc'])}")
+
+    def warning(self, message):
+        self.log.warning(message)
+
+    def run_end(self, record):
+        self.log.info("done: " + ", ".join(f"{k} {record[k]}" for k in (*SUMMARY, "time_s") if k in record))
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _row(values: list[float | None]) -> str:
+    return " ".join(_num(v) for v in values)
+
+
+class WandbRecorder(Recorder):
+    """Weights & Biases: per-task metrics with the number of tasks learned as the step, the accuracy matrix
+    as a table and the summary at the end. The run lives in <run_dir>/wandb; offline unless asked."""
+
+    def __init__(self, cfg, run_dir: Path):
+        import wandb
+        from omegaconf import OmegaConf
+        self.wandb = wandb
+        self.run = wandb.init(project=cfg.logger.project, entity=cfg.logger.entity, mode=cfg.logger.mode,
+                              dir=str(run_dir), name=Path(run_dir).name, tags=list(cfg.logger.tags),
+                              config=OmegaConf.to_container(cfg, resolve=True))
+
+    def task_end(self, task_id, record):
+        self.run.log(step_metrics(record), step=len(record["acc"]))
+
+    def run_end(self, record):
+        columns = ["after_task"] + [f"task_{j}" for j in range(record["num_tasks"])]
+        tables = {}
+        for name in ("acc", "val_acc", "task_aware_acc"):
+            if name in record:
+                rows = [[i] + [row[j] if j <= i else None for j in range(record["num_tasks"])]
+                        for i, row in enumerate(record[name])]
+                tables[f"{name}_matrix"] = self.wandb.Table(columns=columns, data=rows)
+        self.run.log(tables, step=len(record["acc"]))
+        for key in (*SUMMARY, "objective", "time_s", "complete"):
+            if key in record:
+                self.run.summary[key] = record[key]
+
+    def close(self):
+        self.run.finish()
+
+
+def build(cfg, run_dir: Path) -> Recorders:
+    recorders = [JSONRecorder(run_dir), LogRecorder()]
+    if cfg.logger.console:
+        recorders.append(ConsoleRecorder())
+    if cfg.logger.wandb:
+        recorders.append(WandbRecorder(cfg, run_dir))
+    return Recorders(recorders)

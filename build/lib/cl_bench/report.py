@@ -1,0 +1,305 @@
+"""Runs -> a paper-style table (mean ± std over seeds) and plots. Reads only run directories' files."""
+import csv
+import json
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+
+GROUP = ("method", "dataset", "scenario", "backbone")
+# metrics.json key -> its column, under the name the papers print (RA, BTI, LA: GEM, MER, La-MAML; task-aware:
+# FACIL). A metric a run does not record (task-aware in the task scenario) is left out of its mean.
+METRICS = {
+    "avg_acc": "RA % (test avg_acc)",
+    "val_avg_acc": "val RA %",
+    "task_aware_avg_acc": "task-aware RA %",
+    "bti": "BTI %",
+    "la": "LA %",
+    "forgetting": "forgetting %",
+    "bwt": "bwt %",
+}
+COLUMNS = (*METRICS, "params", "time_s")
+MASK_METHODS = ("packnet", "piggyback", "cpg")
+TEST_SELECTION = "test_avg_acc"
+
+
+def find_runs(paths: list[Path]) -> list[dict]:
+    """Every run under the given run or sweep directories, as its metrics.json plus where it lives."""
+    runs = []
+    for path in paths:
+        for metrics_file in sorted(Path(path).rglob("metrics.json")):
+            run = json.loads(metrics_file.read_text())
+            run["run_dir"] = str(metrics_file.parent)
+            runs.append(run)
+    return runs
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single run)."""
+    n = len(values)
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return mean, std
+
+
+def t_quantile_975(df: int) -> float:
+    """The 97.5% quantile of Student's t with df degrees of freedom (two-sided 95%), by bisection on the exact
+    finite-series CDF for integer df (Abramowitz & Stegun 26.7.3-4)."""
+    def central(t: float) -> float:  # P(|T| < t)
+        theta = math.atan(t / math.sqrt(df))
+        c2, term, total = math.cos(theta) ** 2, 1.0, 1.0
+        if df % 2:
+            for k in range(2, df - 1, 2):  # 1 + (2/3)c^2 + (2*4)/(3*5)c^4 + ... up to c^(df-3)
+                term *= c2 * k / (k + 1)
+                total += term
+            return 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0))
+        for k in range(1, df - 2, 2):  # 1 + (1/2)c^2 + (1*3)/(2*4)c^4 + ... up to c^(df-2)
+            term *= c2 * k / (k + 1)
+            total += term
+        return math.sin(theta) * total
+
+    lo, hi = 0.0, 1e3
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if central(mid) < 0.95 else (lo, mid)
+    return (lo + hi) / 2
+
+
+def ci95(std: float, n: int) -> float:
+    """Half-width of the 95% confidence interval of a mean over n runs (Student's t); NaN for a single run."""
+    return t_quantile_975(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """One row per method × dataset × scenario × backbone over complete runs, in a stable order."""
+    groups = defaultdict(list)
+    for run in runs:
+        if run["complete"]:
+            groups[tuple(run[k] for k in GROUP)].append(run)
+    rows = []
+    for key in sorted(groups):
+        members = groups[key]
+        row = dict(zip(GROUP, key))
+        row["seeds"] = len(members)
+        row["objective"] = ",".join(sorted({r.get("objective", "unrecorded") for r in members}))
+        for column in COLUMNS:
+            values = [v for v in (_value(r, column) for r in members) if v is not None]
+            mean, std = mean_std(values) if values else (math.nan, math.nan)
+            row[column], row[f"{column}_std"], row[f"{column}_ci95"] = mean, std, ci95(std, len(values))
+        rows.append(row)
+    return rows
+
+
+def _value(run: dict, column: str) -> float | None:
+    if column == "params":
+        return run["capacity"].get("params_total", math.nan)
+    return run.get(column)
+
+
+def fmt(row: dict, column: str) -> str:
+    mean, std, half = row[column], row[f"{column}_std"], row[f"{column}_ci95"]
+    if math.isnan(mean):
+        return "–"
+    if column == "params":
+        return f"{mean / 1e6:.3f}M"
+    scale, digits = (100, 2) if column in METRICS else (1, 1)
+    text = f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
+    if not math.isnan(half):
+        text += f" [{scale * (mean - half):.{digits}f}, {scale * (mean + half):.{digits}f}]"
+    return text
+
+
+def selection(row: dict) -> str:
+    """What the row's runs returned to a sweeper, with test selection named as such."""
+    return " ".join(f"{o} (TEST selection)" if o == TEST_SELECTION else o for o in row["objective"].split(","))
+
+
+def headers() -> list[str]:
+    return [*GROUP, "seeds", *METRICS.values(), "params", "time_s", "sweep objective"]
+
+
+def cells(row: dict) -> list[str]:
+    return [*(str(row[k]) for k in GROUP), str(row["seeds"]), *(fmt(row, c) for c in COLUMNS), selection(row)]
+
+
+def optimised(paths: list[Path], runs: list[dict]) -> list[dict]:
+    """The Optuna sweeps under paths (Hydra's optimization_results.yaml) with the objective their jobs returned."""
+    import yaml
+    found = []
+    for path in paths:
+        for results in sorted(Path(path).rglob("optimization_results.yaml")):
+            best = yaml.safe_load(results.read_text()) or {}
+            inside = [r for r in runs if Path(r["run_dir"]).is_relative_to(results.parent)]
+            found.append({"sweep": str(results.parent), "trials": len(inside), "best_value": best.get("best_value"),
+                          "best_params": best.get("best_params"),
+                          "objective": ",".join(sorted({r.get("objective", "unrecorded") for r in inside}))})
+    return found
+
+
+def sweep_lines(sweeps: list[dict]) -> list[str]:
+    lines = []
+    for s in sweeps:
+        warn = " (TEST selection: the chosen settings were picked on test data)" if TEST_SELECTION in s["objective"] \
+            else ""
+        lines.append(f"- {s['sweep']}: Optuna maximised {s['objective']}{warn} over {s['trials']} runs; "
+                     f"best {s['best_value']} with {s['best_params']}")
+    return lines
+
+
+def write_tables(rows: list[dict], incomplete: list[dict], sweeps: list[dict], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["Accuracies in %: mean ± sample std over runs [95% confidence interval, Student's t]. RA is the test "
+             "average accuracy, BTI the mean over all tasks of final minus just-learned accuracy, LA the mean "
+             "just-learned accuracy; val RA is on the validation splits that methods and sweeps select on.", ""]
+    lines += ["| " + " | ".join(headers()) + " |", "|" + "---|" * len(headers())]
+    lines += ["| " + " | ".join(cells(r)) + " |" for r in rows]
+    if sweeps:
+        lines += ["", "Sweeps that optimised an objective:", "", *sweep_lines(sweeps)]
+    if incomplete:
+        lines += ["", "Incomplete runs (not averaged):", ""]
+        lines += [f"- {r['run_dir']}: {r['method']} on {r['dataset']}, {len(r['acc'])}/{r['num_tasks']} tasks"
+                  for r in incomplete]
+    _atomic_text(out / "report.md", "\n".join(lines) + "\n")
+    fields = [*GROUP, "seeds", *(f for c in COLUMNS for f in (c, f"{c}_std", f"{c}_ci95")), "objective"]
+    tmp = out / f".report.csv.tmp{os.getpid()}"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows({k: r[k] for k in fields} for r in rows)
+    os.replace(tmp, out / "report.csv")
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    """Write through a private temporary file, so that concurrent reports never interleave."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title="cl-bench report (accuracies in %, mean ± std over runs [95% CI])")
+    for column in headers():
+        table.add_column(column, justify="left" if column in GROUP else "right")
+    for r in rows:
+        table.add_row(*cells(r))
+    console = Console()
+    console.print(table)
+    for line in sweep_lines(sweeps):
+        console.print(line)
+    for r in incomplete:
+        console.print(f"[yellow]incomplete[/] {r['run_dir']} ({len(r['acc'])}/{r['num_tasks']} tasks)")
+
+
+def plot_all(runs: list[dict], out: Path) -> list[Path]:
+    """The accuracy matrix of each run, average accuracy over tasks per setting, capacity over tasks for
+    the mask methods, and gate usage per layer for gated."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    made = []
+    for run in runs:
+        made.append(_acc_heatmap(plt, run, plots))
+        if run["method"] in MASK_METHODS:
+            made += _capacity_over_tasks(plt, run, plots)
+        if run["method"] == "gated" and "frozen_fraction" in run["capacity"]:
+            made.append(_gate_usage(plt, run, plots))
+    made += _avg_acc_curves(plt, [r for r in runs if r["complete"]], plots)
+    return [p for p in made if p is not None]
+
+
+def _name(run: dict) -> str:
+    return Path(run["run_dir"]).name if not Path(run["run_dir"]).name.isdigit() else \
+        f"{Path(run['run_dir']).parent.name}_{Path(run['run_dir']).name}"
+
+
+def _acc_heatmap(plt, run, plots) -> Path:
+    import numpy as np
+    t = run["num_tasks"]
+    matrix = np.full((len(run["acc"]), t), np.nan)
+    for i, row in enumerate(run["acc"]):
+        matrix[i, : i + 1] = row[: i + 1]
+    fig, ax = plt.subplots(figsize=(1 + 0.45 * t, 1 + 0.4 * len(run["acc"])))
+    image = ax.imshow(100 * matrix, vmin=0, vmax=100, cmap="viridis")
+    ax.set(xlabel="evaluated on task", ylabel="after learning task",
+           title=f"{run['method']} · {run['dataset']} · {run['scenario']} (seed {run['seed']})")
+    ax.set_xticks(range(t), [str(j + 1) for j in range(t)])
+    ax.set_yticks(range(len(run["acc"])), [str(i + 1) for i in range(len(run["acc"]))])
+    if t <= 10:
+        for i in range(len(run["acc"])):
+            for j in range(i + 1):
+                ax.text(j, i, f"{100 * matrix[i, j]:.0f}", ha="center", va="center", color="w", fontsize=7)
+    fig.colorbar(image, ax=ax, label="accuracy %")
+    return _save(plt, fig, plots / f"acc_{_name(run)}.png")
+
+
+def _avg_acc_curves(plt, runs, plots) -> list[Path]:
+    import numpy as np
+    settings = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        curve = [sum(row[: i + 1]) / (i + 1) for i, row in enumerate(run["acc"])]
+        settings[(run["dataset"], run["scenario"], run["backbone"])][run["method"]].append(curve)
+    made = []
+    for (dataset, scenario, backbone), by_method in sorted(settings.items()):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for method, curves in sorted(by_method.items()):
+            curves = np.array(curves) * 100
+            x = np.arange(1, curves.shape[1] + 1)
+            mean, std = curves.mean(0), curves.std(0, ddof=1) if len(curves) > 1 else np.zeros(curves.shape[1])
+            ax.plot(x, mean, marker="o", label=f"{method} (n={len(curves)})")
+            ax.fill_between(x, mean - std, mean + std, alpha=0.2)
+        ax.set(xlabel="tasks learned", ylabel="average accuracy on seen tasks %",
+               title=f"{dataset} · {scenario} scenario · {backbone}", xticks=x)
+        ax.legend()
+        ax.grid(alpha=0.3)
+        made.append(_save(plt, fig, plots / f"avg_acc_{dataset}_{scenario}_{backbone}.png"))
+    return made
+
+
+def _capacity_over_tasks(plt, run, plots) -> list[Path]:
+    """From the capacity each task_end event carries: parameters and the free fraction over tasks."""
+    events = Path(run["run_dir"]) / "events.jsonl"
+    caps = [e["capacity"] for e in map(json.loads, events.read_text().splitlines())
+            if e.get("event") == "task_end" and "capacity" in e] if events.is_file() else []
+    if not caps:
+        return []
+    keys = [k for k in ("params_total", "free_fraction", "growth_factor") if k in caps[-1]]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        ax.plot(range(1, len(caps) + 1), [c.get(key) for c in caps], marker="o")
+        ax.set(xlabel="tasks learned", title=key, xticks=range(1, len(caps) + 1))
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{run['method']} capacity · {run['dataset']}")
+    return [_save(plt, fig, plots / f"capacity_{_name(run)}.png")]
+
+
+def _gate_usage(plt, run, plots) -> Path:
+    usage = run["capacity"]["frozen_fraction"]
+    fig, ax = plt.subplots(figsize=(1.5 + 0.5 * len(usage), 3.5))
+    ax.bar(range(len(usage)), [100 * v for v in usage.values()])
+    ax.set_xticks(range(len(usage)), list(usage), rotation=60, ha="right", fontsize=7)
+    ax.set(ylabel="kernels frozen %", title=f"gated · {run['dataset']} · {run['scenario']}")
+    return _save(plt, fig, plots / f"gates_{_name(run)}.png")
+
+
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def report(paths: list[Path], out: Path | None = None, plots: bool = True) -> list[dict]:
+    runs = find_runs(paths)
+    rows = summarise(runs)
+    incomplete = [r for r in runs if not r["complete"]]
+    sweeps = optimised(paths, runs)
+    out = Path(out or paths[0])
+    write_tables(rows, incomplete, sweeps, out)
+    print_table(rows, incomplete, sweeps)
+    if plots:
+        plot_all(runs, out)
+    return rows

@@ -1,0 +1,312 @@
+"""run(cfg): THE task loop. The only place that orchestrates data, model, method, evaluation, recorders
+and checkpoints."""
+import contextlib
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import backbones, checkpoint, config, hardware, methods, metrics, recorders
+from .data import scenarios
+from .errors import UserError
+from .methods.base import ResumePoint
+
+SCHEMA = 1
+
+
+def build(cfg, recorder):
+    """Hardware, scenario and method for cfg, seeded, before any training."""
+    config.validate(cfg)
+    import torch._dynamo  # noqa: F401  torch.optim imports it on first use (~1 s): here, so time_s times learning
+    hw = hardware.setup(cfg.hardware)
+    seed_everything(cfg.seed)
+    scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last)
+    generator = torch.Generator(hw.device).manual_seed(cfg.seed)
+    ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size)
+    method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
+    if hw.channels_last:
+        method.to(memory_format=torch.channels_last)
+    if cfg.hardware.compile:
+        method.compile_backbone()
+    return scenario, method, ctx
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived: the run stops, its last complete checkpoint intact."""
+
+
+@contextlib.contextmanager
+def graceful_stop():
+    """Turn SIGINT and SIGTERM into Interrupted at once (the step in flight is discarded), except while a
+    checkpoint is being written: that is finished first. Yields the guard to wrap writes in."""
+    state = {"writing": False, "pending": None}
+
+    def handler(signum, frame):
+        if state["writing"]:
+            state["pending"] = signum
+        else:
+            raise Interrupted(signal.Signals(signum).name)
+
+    @contextlib.contextmanager
+    def guard():
+        state["writing"] = True
+        try:
+            yield
+        finally:
+            state["writing"] = False
+        if state["pending"] is not None:
+            raise Interrupted(signal.Signals(state["pending"]).name)
+
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield contextlib.nullcontext
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield guard
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run(cfg, run_dir: Path) -> float:
+    """Learn every task of the scenario in turn, evaluating after each; returns the sweep objective (validation
+    accuracy by default, see OBJECTIVES): what Hydra's sweepers optimise."""
+    writer = hardware.rank() == 0  # under torchrun, rank 0 alone prints and writes
+    recorder = recorders.build(cfg, run_dir) if writer else recorders.Recorders([])
+    with graceful_stop() as guard:
+        try:
+            return _run(cfg, run_dir, recorder, writer, guard)
+        except Interrupted as stop:
+            recorder.warning(f"stopped by {stop}; the last complete checkpoint is intact")
+            raise
+        finally:
+            recorder.close()
+
+
+def _run(cfg, run_dir, recorder, writer, guard) -> float:
+    """The task loop proper: build, resume, then learn, evaluate, record and checkpoint each task."""
+    scenario, method, ctx = build(cfg, recorder)
+    tasks, batch = scenario.tasks, cfg.data.eval_batch_size
+    results, start, elapsed = Results.empty(cfg.scenario), 0, 0.0
+    random_init = accuracy_on_test(method, scenario, tasks, ctx, batch) if cfg.eval_future else None
+    if cfg.resume:
+        results, start, elapsed = resume(method, run_dir, tasks, ctx.generator, ctx.device, recorder)
+    recorder.run_start(cfg, scenario.info, run_dir, start)
+    t0 = time.perf_counter() - elapsed
+    if cfg.checkpoint.every_epochs and writer:
+        ctx.epoch_done = within_task_saver(cfg.checkpoint.every_epochs, run_dir, method, results, ctx, guard, t0)
+    for task in tasks[start:]:
+        recorder.task_start(task)
+        method.learn(task)
+        results.add(*evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
+        record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx.device, random_init)
+        recorder.task_end(task.id, record)
+        if cfg.checkpoint.enabled and writer:
+            with guard():
+                checkpoint.save(run_dir, task.id, method, results.matrices(),
+                                hardware.rng_state(ctx.generator, ctx.device), record["time_s"])
+    if start == len(tasks):
+        record = make_record(cfg, scenario.info, results, method, elapsed, ctx.device, random_init)
+    recorder.run_end(record)
+    return objective(record, cfg.sweep.objective)
+
+
+def objective(record: dict, name: str) -> float:
+    """What `cl-bench train` returns to Hydra's sweeper: validation accuracy unless a test objective is asked for."""
+    return record[OBJECTIVES[name]]
+
+
+def within_task_saver(every: int, run_dir, method, results: "Results", ctx, guard, t0: float):
+    """fit()'s epoch hook for checkpoint.every_epochs: a checkpoint within the task every `every` epochs."""
+    def save(task, phase: int, epoch: int, optimizer, side_optimizers=()) -> None:
+        if (epoch + 1) % every:
+            return
+        with guard():
+            checkpoint.save(run_dir, task.id, method, results.matrices(), hardware.rng_state(ctx.generator, ctx.device),
+                            time.perf_counter() - t0,
+                            within={"phase": phase, "epoch": epoch, "optimizer": optimizer.state_dict(),
+                                    "side_optimizers": [o.state_dict() for o in side_optimizers]})
+    return save
+
+
+def evaluate_checkpoint(cfg, run_dir: Path, name: str | None = None) -> dict:
+    """Rebuild the run's model from one of its checkpoints (default: the newest valid one) and evaluate every
+    task it has learned, as the run did after that task (test, validation, and task-aware in the class scenario)."""
+    scenario, method, ctx = build(cfg, recorders.Recorders([]))
+    found = checkpoint.load(run_dir, name)
+    if found is None or found[0] is None:
+        problems = "; ".join(found[3]) if found else "none written"
+        raise UserError(f"no valid checkpoint {name or ''} in {run_dir}/checkpoints ({problems})")
+    state, masks, meta, _ = found
+    state, _ = checkpoint.split_rng(state)
+    method.load_state_dict({**state, **masks})
+    test, val, aware = evaluate(method, scenario, meta["task_id"], False, ctx, cfg.data.eval_batch_size)
+    result = {"checkpoint": f"task_{meta['task_id']:03d}", "scenario": cfg.scenario, "acc": test,
+              "avg_acc": sum(test) / len(test), "val_acc": val}
+    if aware is not None:
+        result["task_aware_acc"] = aware
+    return result
+
+
+def resume(method, run_dir, tasks, generator, device, recorder):
+    """Load the newest valid checkpoint of run_dir into method; returns (results, first task to learn, elapsed).
+
+    A checkpoint written within task t is resumed from the state at t's start (the checkpoint of task t-1,
+    or the initial one): train_task then runs again, its fit() phases already done are skipped, and the
+    phase in flight continues from the saved state after its saved epoch (Method.resume_within)."""
+    found = checkpoint.load(run_dir, within=True)
+    if found is None:  # stopped before its first checkpoint: from the start
+        return Results.empty(method.info.scenario), 0, 0.0
+    state, masks, meta, problems = found
+    for problem in problems:
+        recorder.warning(f"skipping a damaged checkpoint: {problem}")
+    if state is None:
+        raise UserError(f"no valid checkpoint in {run_dir}/checkpoints: " + "; ".join(problems))
+    set_rng = lambda rng: hardware.set_rng_state(rng, generator, device)  # noqa: E731
+    results = Results.from_meta(meta, run_dir)
+    start = meta["task_id"] + 1
+    if "within" in meta:
+        start = meta["task_id"]
+        optimizer = checkpoint.optimizer_state(meta["within"]["optimizer"], state)
+        side = [checkpoint.optimizer_state(part, state, prefix=f"_optim_side{j}.")
+                for j, part in enumerate(meta["within"].get("side_optimizers", []))]
+        state, rng = checkpoint.split_rng(state)
+        method.resume_within(ResumePoint(meta["within"]["phase"], meta["within"]["epoch"], {**state, **masks},
+                                         optimizer, rng, set_rng, side))
+        if start == 0:  # within the first task: from the initial state, as built
+            return results, 0, meta["elapsed_s"]
+        state, masks = task_start_state(run_dir, start)
+    state, rng = checkpoint.split_rng(state)
+    method.load_state_dict({**state, **masks})
+    set_rng(rng)
+    method.resumed(tasks[:start])
+    return results, start, meta["elapsed_s"]
+
+
+def task_start_state(run_dir, task_id: int) -> tuple[dict, dict]:
+    """(state, masks) of the checkpoint of the task before task_id: where task_id's learning began."""
+    name = f"task_{task_id - 1:03d}"
+    found = checkpoint.load(run_dir, name)
+    if found is None or found[0] is None:
+        raise UserError(f"{run_dir}/checkpoints/{name} is missing or damaged: the checkpoint within task {task_id} "
+                        f"cannot be resumed without it; delete checkpoints/task_{task_id:03d}_within to resume "
+                        "from an earlier task")
+    return found[0], found[1]
+
+
+@dataclass
+class Results:
+    """The accuracy matrices so far; row i: after learning task i. acc is on test data (task-agnostic in the class
+    scenario), val_acc on the methods' validation splits (seen tasks only; None where a task has none), and
+    task_aware_acc (class scenario only) on test data with the task id given."""
+
+    acc: list[list[float]]
+    val_acc: list[list[float | None]]
+    task_aware_acc: list[list[float]] | None
+
+    @classmethod
+    def empty(cls, scenario: str) -> "Results":
+        return cls([], [], [] if scenario == "class" else None)
+
+    @classmethod
+    def from_meta(cls, meta: dict, run_dir) -> "Results":
+        if "val_acc" not in meta:
+            raise UserError(f"{run_dir} was checkpointed by an older cl-bench that recorded no validation "
+                            "accuracy: it cannot be resumed; start it again")
+        return cls(meta["acc"], meta["val_acc"], meta.get("task_aware_acc"))
+
+    def add(self, test: list[float], val: list[float | None], aware: list[float] | None) -> None:
+        self.acc.append(test)
+        self.val_acc.append(val)
+        if self.task_aware_acc is not None:
+            self.task_aware_acc.append(aware)
+
+    def matrices(self) -> dict:
+        return {"acc": self.acc, "val_acc": self.val_acc, "task_aware_acc": self.task_aware_acc}
+
+
+# sweep.objective -> the metrics.json key `cl-bench train` returns to Hydra's sweeper
+OBJECTIVES = {"val_avg_acc": "val_avg_acc", "test_avg_acc": "avg_acc"}
+
+
+def evaluate(method, scenario, task_id: int, future: bool, ctx, batch_size: int):
+    """After learning task task_id: accuracy on the test split of every seen task (every task when future), on
+    the validation split of every seen task, and (class scenario) on test with the task id given; counted on
+    the device and read back in one transfer. Returns (test, val, task_aware or None)."""
+    info, seen = scenario.info, scenario.tasks[: task_id + 1]
+    tested = scenario.tasks if future else seen
+    aware = info.scenario == "class"
+    test_hits, aware_hits = count_correct(method, tested, scenario.test, info, ctx, batch_size, aware)
+    val_hits, _ = count_correct(method, seen, [t.val for t in seen], info, ctx, batch_size)
+    test_sizes, val_sizes = [len(s) for s in scenario.test[: len(tested)]], [len(t.val) for t in seen]
+    parts = [(test_hits, test_sizes), (val_hits, val_sizes)] + ([(aware_hits, test_sizes)] if aware else [])
+    counts = torch.cat([hits for hits, _ in parts]).cpu().tolist()  # the one host sync
+    rows, start = [], 0
+    for hits, sizes in parts:
+        rows.append(fractions(counts[start: start + len(hits)], sizes))
+        start += len(hits)
+    return rows[0], rows[1], (rows[2] if aware else None)
+
+
+def accuracy_on_test(method, scenario, tasks, ctx, batch_size: int) -> list[float]:
+    """Accuracy on the test split of each of tasks (the random-initialisation reference of fwt)."""
+    hits, _ = count_correct(method, tasks, scenario.test, scenario.info, ctx, batch_size)
+    return fractions(hits.cpu().tolist(), [len(s) for s in scenario.test[: len(tasks)]])
+
+
+def fractions(counts: list[int], sizes: list[int]) -> list[float | None]:
+    """Counts over split sizes; None for an empty split (no validation data with data.val_fraction=0)."""
+    return [c / n if n else None for c, n in zip(counts, sizes)]
+
+
+@torch.inference_mode()
+def count_correct(method, tasks, splits, info, ctx, batch_size: int, task_aware: bool = False):
+    """Correct predictions on splits[j] of each task j, as one device tensor (no host sync); task_aware (class
+    scenario): also those with the task id given, through the method itself (Method.task_aware_logits)."""
+    method.eval()
+    hits = torch.zeros(len(tasks), dtype=torch.long, device=ctx.device)
+    aware_hits = torch.zeros_like(hits)
+    for j, (task, split) in enumerate(zip(tasks, splits)):
+        task_id = task.id if info.scenario == "task" else None
+        for raw, y, _ in split.batches(batch_size):
+            x = info.view.eval(raw)
+            with ctx.autocast():
+                logits = method.predict(x, task_id)
+                if task_aware:
+                    aware_hits[j] += (method.task_aware_logits(x, task.id, logits).argmax(1) == y - task.offset).sum()
+            hits[j] += (logits.argmax(1) == method.targets(y, task.id)).sum()
+    return hits, (aware_hits if task_aware else None)
+
+
+def make_record(cfg, info, results: Results, method, time_s, device, random_init=None) -> dict:
+    """The metrics.json record (schema in docs/architecture.md)."""
+    acc = results.acc
+    record = {
+        "schema": SCHEMA, "method": cfg.method.name, "dataset": cfg.dataset.name, "backbone": cfg.backbone.name,
+        "scenario": cfg.scenario, "seed": cfg.seed, "num_tasks": info.num_tasks,
+        "tasks": [{"id": t, "classes": c} for t, c in enumerate(info.task_classes)],
+        "acc": acc, "val_acc": results.val_acc, **metrics.summary(acc),
+        "val_avg_acc": metrics.avg_acc(results.val_acc) if None not in results.val_acc[-1] else None,
+    }
+    if results.task_aware_acc is not None:
+        record["task_aware_acc"] = results.task_aware_acc
+        record["task_aware_avg_acc"] = metrics.avg_acc(results.task_aware_acc)
+    record.update({
+        "objective": cfg.sweep.objective, "capacity": method.capacity(), "time_s": time_s,
+        "peak_mem_mb": hardware.peak_memory_mb(device), "complete": len(acc) == info.num_tasks,
+    })
+    if random_init is not None:
+        record["fwt"] = metrics.fwt(acc, random_init)
+        record["random_init_acc"] = random_init
+    return record
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
