@@ -3,6 +3,7 @@ import csv
 import json
 import math
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -96,7 +97,7 @@ def _value(run: dict, column: str) -> float | None:
     return run.get(column)
 
 
-def fmt(row: dict, column: str) -> str:
+def fmt(row: dict, column: str, interval: bool = True) -> str:
     mean, std, half = row[column], row[f"{column}_std"], row[f"{column}_ci95"]
     if math.isnan(mean):
         return "–"
@@ -104,7 +105,7 @@ def fmt(row: dict, column: str) -> str:
         return f"{mean / 1e6:.3f}M"
     scale, digits = (100, 2) if column in METRICS else (1, 1)
     text = f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
-    if not math.isnan(half):
+    if interval and not math.isnan(half):
         text += f" [{scale * (mean - half):.{digits}f}, {scale * (mean + half):.{digits}f}]"
     return text
 
@@ -176,16 +177,22 @@ def _atomic_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict]) -> None:
+CONSOLE = ("avg_acc", "val_avg_acc", "task_aware_avg_acc", "bti", "la")  # the rest is in report.md
+
+
+def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict], out: Path) -> None:
+    """The papers' figures, mean ± std, narrow enough for a terminal; confidence intervals and the rest are in
+    report.md and report.csv."""
     from rich.console import Console
     from rich.table import Table
-    table = Table(title="cl-bench report (accuracies in %, mean ± std over runs [95% CI])")
-    for column in headers():
-        table.add_column(column, justify="left" if column in GROUP else "right")
+    table = Table(title="cl-bench report (accuracies in %, mean ± std over runs)")
+    for column in [*GROUP, "n", *(METRICS[c].replace(" (test avg_acc)", "") for c in CONSOLE)]:
+        table.add_column(column, justify="left" if column in GROUP else "right", no_wrap=True)
     for r in rows:
-        table.add_row(*cells(r))
-    console = Console()
+        table.add_row(*(str(r[k]) for k in GROUP), str(r["seeds"]), *(fmt(r, c, interval=False) for c in CONSOLE))
+    console = Console(width=None if sys.stdout.isatty() else 160)  # piped into a file or a log: not cut at 80
     console.print(table)
+    console.print(f"95% confidence intervals, forgetting, bwt, params, time and the sweep objective: {out}/report.md")
     for line in sweep_lines(sweeps):
         console.print(line)
     for r in incomplete:
@@ -299,7 +306,7 @@ def report(paths: list[Path], out: Path | None = None, plots: bool = True) -> li
     sweeps = optimised(paths, runs)
     out = Path(out or paths[0])
     write_tables(rows, incomplete, sweeps, out)
-    print_table(rows, incomplete, sweeps)
+    print_table(rows, incomplete, sweeps, out)
     if plots:
         plot_all(runs, out)
     return rows
