@@ -1,3 +1,0 @@
-from .cli import entry_point
-
-entry_point()
