@@ -18,6 +18,7 @@ from .errors import UserError
 log = logging.getLogger("cl_bench")
 RUN_RECORD = "run.json"
 MAX_CHECKED_JOBS = 1000  # a larger sweep is checked job by job as it runs
+_jobs_started = 0  # once a job has run, a ValueError is the run's own (a bug, with its traceback), not Hydra's
 
 
 def run(args: list[str]) -> int:
@@ -43,8 +44,10 @@ def run(args: list[str]) -> int:
     except (HydraException, OmegaConfBaseException) as e:
         GlobalHydra.instance().clear()
         raise UserError(config.describe(e, args)) from None
-    except ValueError as e:  # Hydra's own command-line checks
-        raise UserError(str(e)) from None
+    except ValueError as e:
+        if _jobs_started:
+            raise
+        raise UserError(str(e)) from None  # Hydra's own command-line checks
     finally:
         sys.argv = saved_argv
         if full_error is None:
@@ -180,6 +183,8 @@ def task(cfg) -> float:
 
     from . import hardware
     from . import train as train_module
+    global _jobs_started
+    _jobs_started += 1
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
