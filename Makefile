@@ -49,9 +49,11 @@ REPRO := outputs/sweeps
 
 .PHONY: need-data repro-cpg repro-gated repro-nccl repro-smoke
 
-repro-cpg: $(VENV_STAMP)  ## CPG, PAE, PackNet, independent, finetune on cifar100_20 with VGG16-BN (GPU)
+repro-cpg: $(VENV_STAMP)  ## CPG, PAE, PackNet, independent, finetune on cifar100_20 (VGG16-BN, GPU), honest and official
 	$(CL) train -m experiment=cpg_cifar100_20,pae_cifar100_20,packnet_cifar100_20,independent_cifar100_20,finetune_cifar100_20 \
-	    seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-cpg
+	    seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-cpg/honest
+	$(CL) train -m experiment=cpg_cifar100_20,pae_cifar100_20 method.protocol=official \
+	    seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-cpg/official
 	$(CL) report $(REPRO)/repro-cpg
 
 repro-gated: $(VENV_STAMP)  ## gated against finetune, ewc and er on Split MNIST, SVHN, CIFAR-10, both scenarios (GPU)

@@ -7,7 +7,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-GROUP = ("method", "dataset", "scenario", "backbone")
+GROUP = ("method", "dataset", "scenario", "backbone", "protocol")  # runs of the official protocol are never
+# averaged with honest ones
 # metrics.json key -> its column, under the name the papers print (RA, BTI, LA: GEM, MER, La-MAML; task-aware:
 # FACIL). A metric a run does not record (task-aware in the task scenario) is left out of its mean.
 METRICS = {
@@ -19,7 +20,7 @@ METRICS = {
     "forgetting": "forgetting %",
     "bwt": "bwt %",
 }
-COLUMNS = (*METRICS, "params", "time_s")
+COLUMNS = (*METRICS, "params", "in_use", "time_s")  # in_use: shared weights in use over the initial network's
 MASK_METHODS = ("packnet", "piggyback", "cpg")
 TEST_SELECTION = "test_avg_acc"
 
@@ -31,6 +32,7 @@ def find_runs(paths: list[Path]) -> list[dict]:
         for metrics_file in sorted(Path(path).rglob("metrics.json")):
             run = json.loads(metrics_file.read_text())
             run["run_dir"] = str(metrics_file.parent)
+            run.setdefault("protocol", "honest")  # runs from before the official protocol existed
             runs.append(run)
     return runs
 
@@ -94,6 +96,8 @@ def summarise(runs: list[dict]) -> list[dict]:
 def _value(run: dict, column: str) -> float | None:
     if column == "params":
         return run["capacity"].get("params_total", math.nan)
+    if column == "in_use":  # the mask methods' figure (CPG's "1.09×")
+        return run["capacity"].get("in_use_over_initial")
     return run.get(column)
 
 
@@ -103,6 +107,8 @@ def fmt(row: dict, column: str, interval: bool = True) -> str:
         return "–"
     if column == "params":
         return f"{mean / 1e6:.3f}M"
+    if column == "in_use":
+        return f"{mean:.3f}×"
     scale, digits = (100, 2) if column in METRICS else (1, 1)
     text = f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
     if interval and not math.isnan(half):
@@ -116,11 +122,15 @@ def selection(row: dict) -> str:
 
 
 def headers() -> list[str]:
-    return [*GROUP, "seeds", *METRICS.values(), "params", "time_s", "sweep objective"]
+    return [*GROUP, "seeds", *METRICS.values(), "params", "weights in use", "time_s", "sweep objective"]
 
 
 def cells(row: dict) -> list[str]:
-    return [*(str(row[k]) for k in GROUP), str(row["seeds"]), *(fmt(row, c) for c in COLUMNS), selection(row)]
+    return [*(group_cell(row, k) for k in GROUP), str(row["seeds"]), *(fmt(row, c) for c in COLUMNS), selection(row)]
+
+
+def group_cell(row: dict, key: str) -> str:
+    return "official (selects on TEST)" if key == "protocol" and row[key] == "official" else str(row[key])
 
 
 def optimised(paths: list[Path], runs: list[dict]) -> list[dict]:
@@ -189,7 +199,8 @@ def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict], ou
     for column in [*GROUP, "n", *(METRICS[c].replace(" (test avg_acc)", "") for c in CONSOLE)]:
         table.add_column(column, justify="left" if column in GROUP else "right", no_wrap=True)
     for r in rows:
-        table.add_row(*(str(r[k]) for k in GROUP), str(r["seeds"]), *(fmt(r, c, interval=False) for c in CONSOLE))
+        table.add_row(*(group_cell(r, k) for k in GROUP), str(r["seeds"]),
+                      *(fmt(r, c, interval=False) for c in CONSOLE))
     console = Console(width=None if sys.stdout.isatty() else 160)  # piped into a file or a log: not cut at 80
     console.print(table)
     console.print(f"95% confidence intervals, forgetting, bwt, params, time and the sweep objective: {out}/report.md")
@@ -273,7 +284,7 @@ def _capacity_over_tasks(plt, run, plots) -> list[Path]:
             if e.get("event") == "task_end" and "capacity" in e] if events.is_file() else []
     if not caps:
         return []
-    keys = [k for k in ("params_total", "free_fraction", "growth_factor") if k in caps[-1]]
+    keys = [k for k in ("in_use_over_initial", "growth", "free_fraction") if k in caps[-1]]
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.2), squeeze=False)
     for ax, key in zip(axes[0], keys):
         ax.plot(range(1, len(caps) + 1), [c.get(key) for c in caps], marker="o")

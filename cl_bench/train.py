@@ -25,7 +25,8 @@ def build(cfg, recorder):
     import torch._dynamo  # noqa: F401  torch.optim imports it on first use (~1 s): here, so time_s times learning
     hw = hardware.setup(cfg.hardware)
     seed_everything(cfg.seed)
-    scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last)
+    scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last,
+                               select_on_test=cfg.method.protocol == "official")
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
     ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size)
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
@@ -297,7 +298,8 @@ def make_record(cfg, info, results: Results, method, time_s, device, random_init
         record["task_aware_acc"] = results.task_aware_acc
         record["task_aware_avg_acc"] = metrics.avg_acc(results.task_aware_acc)
     record.update({
-        "objective": cfg.sweep.objective, "capacity": method.capacity(), "time_s": time_s,
+        "objective": cfg.sweep.objective, "protocol": cfg.method.protocol, "capacity": method.capacity(),
+        "time_s": time_s,
         "peak_mem_mb": hardware.peak_memory_mb(device), "complete": len(acc) == info.num_tasks,
     })
     if random_init is not None:

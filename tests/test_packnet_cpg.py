@@ -100,7 +100,10 @@ def test_cpg_grows_keeps_old_tasks_and_checkpoints(tmp_path):
     method.cfg.goal, method.cfg.max_multiplier = 1.01, 2.0  # unreachable: task 1 grows to the limit
     method.learn(tasks[1])
     grown = [layer.weight.shape for layer in method.layers]
-    assert grown[0][0] == 12 > widths[0][0] and grown[1][1] == 12 and grown[1][0] == widths[1][0]
+    # every shared width to int(w·√2), as ivclab/CPG sizes its layers: the last one (the features) too, so the
+    # heads of task 1 on read 22 features while task 0's still reads its 16
+    assert widths[0][0] == 8 and grown[0][0] == 11 and grown[1][1] == 11 and grown[1][0] == 22
+    assert [h.in_features for h in method.heads.heads[:3]] == [16, 22, 22]
     cap = method.capacity()
     assert cap["param_multiplier"] == 2.0 and cap["growth"] > 1.0
     assert torch.equal(logits(method, tasks[:1])[0], before[0])
@@ -136,7 +139,7 @@ def test_residual_blocks_widen_inside_only():
         assert torch.equal(method.predict(x, 0), before)
         assert method.predict(x, 1).shape == before.shape
     block = method.backbone.layers[2]
-    assert block.conv1.weight.shape[0] == block.conv2.weight.shape[1] == 6  # 4 channels × √2, rounded up
+    assert block.conv1.weight.shape[0] == block.conv2.weight.shape[1] == 5  # int(4 channels × √2), as the official
     assert block.conv2.weight.shape[0] == 4 and block.shortcut[0].weight.shape[:2] == (4, 2)
 
 
@@ -183,7 +186,7 @@ def test_presets_compose(preset):
 
 def test_vgg_grows_across_the_conv_to_linear_boundary():
     """The cifar100_20 preset's network (classifier body narrowed to keep the test light): growth widens every
-    conv and the first linear layer's output, and a learned task computes exactly as before."""
+    conv and linear layer, the last one and the later tasks' heads too, and a learned task computes as before."""
     cfg = compose_cfg("experiment=cpg_cifar100_20", "backbone.hidden=64")
     device = torch.device("cpu")
     info = scenarios.Info("cifar100_20", "task", (3, 32, 32), [list(range(5))] * 20, [5 * t for t in range(20)],
@@ -197,9 +200,34 @@ def test_vgg_grows_across_the_conv_to_linear_boundary():
     method.eval()
     with torch.no_grad():
         before = method.predict(x, 0)
-        masked.widen(method.backbone, 1.5, from_task=1)
+        method.widen(1.5, 1)
         assert torch.equal(method.predict(x, 0), before)
         assert method.predict(x, 1).shape == (4, 5)
     shapes = [tuple(layer.weight.shape[:2]) for layer in method.layers]
-    assert shapes[0] == (79, 3) and shapes[1] == (79, 79) and shapes[12] == (628, 628)  # ⌈64·√1.5⌉, ⌈512·√1.5⌉
-    assert shapes[13] == (79, 628) and shapes[14] == (64, 79)  # the heads still read 64 features
+    assert shapes[0] == (78, 3) and shapes[1] == (78, 78) and shapes[12] == (627, 627)  # int(64·√1.5), int(512·√1.5)
+    assert shapes[13] == (78, 627) and shapes[14] == (78, 78)  # int(64·√1.5): the last layer widens too
+    assert method.heads.heads[0].in_features == 64 and method.heads.heads[1].in_features == 78
+
+
+def official_vgg_weights(multiplier: float) -> int:
+    """The conv and linear weights of ivclab/CPG's custom_vgg_cifar100 at a width multiplier, counted as its
+    make_layers_cifar100 sizes them: int(v × √multiplier) channels, 3 input channels, 512-4096-4096 body."""
+    width = lambda v: int(v * multiplier ** 0.5)  # noqa: E731
+    count, c_in = 0, 3
+    for v in (64, 64, 128, 128, 256, 256, 256, 512, 512, 512, 512, 512, 512):
+        count += width(v) * c_in * 9
+        c_in = width(v)
+    return count + width(512) * width(4096) + width(4096) * width(4096)
+
+
+def test_growth_to_1_5_gives_the_official_vgg16_bn_weights():
+    """mul_1.5 of the official script: 1.499× the weights of VGG16-BN, every shared layer widened alike."""
+    cfg = compose_cfg("experiment=cpg_cifar100_20")
+    info = scenarios.Info("cifar100_20", "task", (3, 32, 32), [list(range(5))] * 2, [0, 5],
+                          View((0.5,) * 3, (0.25,) * 3, True, torch.device("cpu")))
+    ctx = methods.Context(torch.device("cpu"), None, torch.Generator().manual_seed(0), recorders.Recorder())
+    method = methods.build(cfg.method, backbones.build(cfg.backbone, info.input_shape), info, ctx)
+    assert method.initial_shared == official_vgg_weights(1.0)
+    method.widen(1.5, 1)
+    shared = sum(layer.weight.numel() for layer in method.layers)
+    assert shared == official_vgg_weights(1.5) and round(shared / method.initial_shared, 3) == 1.499

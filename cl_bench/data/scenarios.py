@@ -91,8 +91,10 @@ class Scenario:
 
 
 def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
-          channels_last: bool = False) -> Scenario:
-    """Read the dataset's source and cut it into tasks, all resident on `device`."""
+          channels_last: bool = False, select_on_test: bool = False) -> Scenario:
+    """Read the dataset's source and cut it into tasks, all resident on `device`. select_on_test (the official
+    protocol of reference code that selected on test data): nothing is held out, and the split a learner
+    selects on (Task.val) is the task's test split."""
     src = sources.load(dataset_cfg.source, data_cfg.root, data_cfg.download, data_cfg.cache)
     rng = np.random.default_rng(seed)
     kind = dataset_cfg.kind
@@ -108,15 +110,15 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
     offsets = _offsets(task_classes, shared_labels and scenario == "class")
     view = View(src.mean, src.std, dataset_cfg.augment, device, channels_last)
     info = Info(dataset_cfg.name, scenario, tuple(src.train_x.shape[1:]), task_classes, offsets, view)
-    tasks, test = zip(*(_task(src, t, task_classes[t], offsets[t], kind, dataset_cfg, data_cfg, rng, device)
-                        for t in range(len(task_classes))))
+    tasks, test = zip(*(_task(src, t, task_classes[t], offsets[t], kind, dataset_cfg, data_cfg, rng, device,
+                              select_on_test) for t in range(len(task_classes))))
     return Scenario(list(tasks), list(test), info)
 
 
 def _class_split(src, cfg, rng) -> list[list[int]]:
     classes = _labels_present(src.train_y)
     per_task = cfg.classes_per_task or len(classes) // cfg.num_tasks
-    if per_task * cfg.num_tasks > len(classes):
+    if per_task < 1 or per_task * cfg.num_tasks > len(classes):
         raise UserError(f"{cfg.name}: {cfg.num_tasks} tasks of {per_task} classes need more than the "
                         f"{len(classes)} classes {cfg.source} has; lower dataset.num_tasks")
     if cfg.class_order == "random":
@@ -137,7 +139,7 @@ def _offsets(task_classes, shared: bool) -> list[int]:
     return np.cumsum([0] + [len(c) for c in task_classes[:-1]]).tolist()
 
 
-def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device) -> tuple[Task, Split]:
+def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device, select_on_test) -> tuple[Task, Split]:
     """Task t as its learner sees it, and its test split apart."""
     relabel = torch.full((int(src.train_y.max()) + 1,), -1, dtype=torch.long)
     relabel[torch.tensor(classes)] = torch.arange(len(classes)) + offset
@@ -145,7 +147,7 @@ def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device) -> tuple[Ta
     transform = (_domain_transform(kind, t, cfg.num_tasks, src.train_x.shape[1:], rng)
                  if kind in ("permuted", "rotated") else (lambda x: x))
     order = torch.from_numpy(rng.permutation(len(train_rows)))
-    n_val = int(round(data_cfg.val_fraction * len(train_rows)))
+    n_val = 0 if select_on_test else int(round(data_cfg.val_fraction * len(train_rows)))
     val_idx, train_idx = order[:n_val], order[n_val:]
     if cfg.samples_per_task is not None:
         train_idx = train_idx[: cfg.samples_per_task]
@@ -154,9 +156,9 @@ def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device) -> tuple[Ta
         return Split(transform(x[rows]).to(device), relabel[y[rows]].to(device),
                      torch.full((len(rows),), t, dtype=torch.long, device=device))
 
-    task = Task(t, list(classes), offset, split(src.train_x, src.train_y, train_rows[train_idx]),
-                split(src.train_x, src.train_y, train_rows[val_idx]))
-    return task, split(src.test_x, src.test_y, test_rows)
+    test = split(src.test_x, src.test_y, test_rows)
+    val = test if select_on_test else split(src.train_x, src.train_y, train_rows[val_idx])
+    return Task(t, list(classes), offset, split(src.train_x, src.train_y, train_rows[train_idx]), val), test
 
 
 def _rows(y, relabel) -> torch.Tensor:

@@ -21,6 +21,14 @@ class Optimizer(Choice):
     adamw = "adamw"
 
 
+class Protocol(Choice):
+    # honest: every choice a method makes (goals, pruning ratios, relevance) uses held-out validation data;
+    # official: as reference code that selected on test data (ivclab/CPG): each task's whole training data is
+    # trained on and the method's choices are made on its test split; runs say so in metrics.json and the report.
+    honest = "honest"
+    official = "official"
+
+
 @dataclass
 class MethodConfig(Checked):
     """Training knobs every method shares; a method's own dataclass extends this one and holds its defaults."""
@@ -37,6 +45,7 @@ class MethodConfig(Checked):
     lr_milestones: list[int] = field(default_factory=list)  # epochs at which the lr is multiplied by lr_gamma
     lr_gamma: float = 0.1
     skip_nonfinite: bool = False  # skip steps whose loss is NaN/inf instead of stopping (a host sync per step)
+    protocol: Protocol = Protocol.honest  # what the method selects on: see Protocol
 
     def checks(self):
         return [("epochs", self.epochs >= 1, "at least 1"), ("batch_size", self.batch_size >= 1, "at least 1"),
@@ -91,6 +100,28 @@ class Heads(nn.Module):
         if self.per_task:
             return self.heads[task_id](features)
         return self.head(features)[:, : self.seen]
+
+    @torch.no_grad()
+    def widen(self, in_features: int, from_task: int, init=None) -> None:
+        """CPG's growth widened the features that from_task and the tasks after it read: their heads take the
+        new inputs, the old columns kept and the new ones drawn by init (PyTorch's default when None)."""
+        for j in range(from_task, len(self.heads)):
+            old = self.heads[j]
+            if old.in_features < in_features:
+                new = nn.Linear(in_features, old.out_features, device=old.weight.device, dtype=old.weight.dtype)
+                if init is not None:
+                    init(new)
+                new.weight[:, : old.in_features] = old.weight
+                new.bias.copy_(old.bias)
+                self.heads[j] = new
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        if self.per_task:  # a grown checkpoint into freshly built heads: take its shapes first
+            for j, head in enumerate(self.heads):
+                weight = state_dict.get(f"{prefix}heads.{j}.weight")
+                if weight is not None and weight.shape != head.weight.shape:
+                    self.heads[j] = nn.Linear(weight.shape[1], weight.shape[0], device=head.weight.device)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
 
     def mixed(self, features: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Logits for a batch mixing tasks, over the whole label space (targets are the global labels):
@@ -204,16 +235,19 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
 
     def fit(self, task: Task, loss_fn, data: Split | None = None, params=None, epochs: int | None = None,
-            optimizer=None, after_backward=None, after_step=None, side_optimizers=()) -> None:
-        """The common epoch loop: on-device shuffled batches, one optimiser and lr schedule, and the loss
-        accumulated on the device and read once per epoch (no host sync per step). side_optimizers: those
-        the method steps itself in after_step; fit() only saves and restores them with within-task
-        checkpoints."""
+            optimizer=None, after_backward=None, after_step=None, side_optimizers=(), milestones=None,
+            after_epoch=None) -> None:
+        """The common epoch loop: on-device shuffled batches, one optimiser and lr schedule (×lr_gamma at
+        `milestones`, by default method.lr_milestones), and the loss accumulated on the device and read once per
+        epoch (no host sync per step). side_optimizers: those the method steps itself in after_step; fit() only
+        saves and restores them with within-task checkpoints. after_epoch(epoch) returning True ends the phase
+        early (a method's own stopping rule)."""
         data = task.train if data is None else data
         epochs = self.cfg.epochs if epochs is None else epochs
         params = [p for p in (self.parameters() if params is None else params) if p.requires_grad]
         opt = optimizer or self.make_optimizer(params)
-        sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(self.cfg.lr_milestones), self.cfg.lr_gamma)
+        milestones = self.cfg.lr_milestones if milestones is None else milestones
+        sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(milestones), self.cfg.lr_gamma)
         steps = -(-len(data) // self.cfg.batch_size)
         phase, self._phase = self._phase, self._phase + 1
         first_epoch = 0
@@ -259,6 +293,8 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
             self.ctx.recorder.epoch_end(task.id, epoch, mean_loss)
             if self.ctx.epoch_done is not None:
                 self.ctx.epoch_done(task, phase, epoch, opt, side_optimizers)
+            if after_epoch is not None and after_epoch(epoch):
+                break
 
 
     def _shard(self, batch: Batch) -> Batch:

@@ -1,29 +1,34 @@
-"""CPG, Compacting, Picking and Growing (Hung et al. 2019): zero forgetting in one network that grows on demand.
-
-Per task:
+"""CPG, Compacting, Picking and Growing (Hung et al. 2019): zero forgetting in one network that grows on demand,
+run as ivclab/CPG's scripts run it (CPG_cifar100_scratch_mul_1.5.sh with its main and tools). Per task:
 
 1. pick and train: a picking mask over earlier tasks' frozen weights, learned jointly with the free weights;
-2. grow: while validation accuracy misses the task's goal, restart the task on a wider network (the
-   parameter multiplier steps by grow_step up to max_multiplier; new channels start free);
-3. compact: prune the task's weights gradually on the cubic schedule of Zhu & Gupta (2017) toward rising
-   sparsity targets, retraining as it goes, and keep the sparsest model whose validation accuracy still
-   meets the goal (or, where growth could not reach the goal, the accuracy reached); the released weights
-   return to the free pool;
-4. optionally retrain the picking mask with the final weights, kept only if validation accuracy improves.
+2. grow: unless the last epoch's training accuracy tops train_acc_bar (0.95) and the selection accuracy meets
+   the task's goal, restart the task on a wider network: the parameter multiplier steps by grow_step up to
+   max_multiplier, and every shared layer (the last feature layer and the heads' input too) widens to
+   int(width × √multiplier), the new weights free;
+3. compact: prune the task's weights gradually (Zhu & Gupta's cubic schedule) through every sparsity target
+   in turn, recording the selection accuracy at each while the training accuracy stays above the bar; keep
+   the highest recorded ratio that meets the goal. A task that misses its goal at full width is pruned all
+   the same, to the highest recorded ratio up to 1 - round(1/(tasks left + 1), 1), so that later tasks find
+   room; a task that found no free weight is not pruned;
+4. refit the picking mask (restarted at mask_init) with the compacted weights for up to retrain_epochs,
+   stopping after refit_patience epochs without gain; its best epoch is kept if it beats the restarted mask.
 
-With picking=false it is PAE, CPG without picking. All model selection uses the validation split.
+With picking=false it is PAE, CPG without picking (and without step 4). Selection data is each task's
+validation split, or with method.protocol=official, as the official code does, its test split.
 """
 import copy
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..checks import Choice
 from ..errors import UserError
 from ..nn import masked
 from .base import reset_parameters
-from .masking import MaskedMethod, PickingConfig
+from .masking import MaskedMethod, PickingConfig, init_head
 
 
 class GoalSource(Choice):
@@ -47,9 +52,12 @@ class CPGConfig(PickingConfig):
     prune_frequency: int = 10  # steps between pruning updates on the ramp
     prune_lr: float = 1e-3  # SGD lr while compacting (the picking mask is frozen then)
     retrain_picking: bool = True  # refit the picking mask after compacting, kept only if it helps
-    retrain_epochs: int = 30
+    retrain_epochs: int = 30  # at most, in that refit
     retrain_lr: float = 1e-3  # weights' lr in that refit
     retrain_mask_lr: float = 1e-4  # picking scores' lr in that refit
+    refit_patience: int = 5  # the refit stops after this many epochs without a better selection accuracy
+    train_acc_bar: float = 0.95  # a phase counts only when its last epoch's training accuracy is above this:
+    # below it the task grows (if it can), and compacting stops (the official scripts' fixed 0.95)
 
     def checks(self):
         targets = list(self.prune_targets)
@@ -63,7 +71,16 @@ class CPGConfig(PickingConfig):
                 ("prune_epochs", self.prune_epochs >= 1, "at least 1"),
                 ("prune_ramp_epochs", 0 <= self.prune_ramp_epochs <= self.prune_epochs, "0 to method.prune_epochs"),
                 ("prune_frequency", self.prune_frequency >= 1, "at least 1"),
-                ("retrain_epochs", self.retrain_epochs >= 0, "0 or more")]
+                ("retrain_epochs", self.retrain_epochs >= 0, "0 or more"),
+                ("refit_patience", self.refit_patience >= 1, "at least 1"),
+                ("train_acc_bar", 0 <= self.train_acc_bar < 1, "a fraction in [0, 1)")]
+
+
+def must_ratio(tasks_left: int) -> float:
+    """The ratio the official code prunes a task to when growth could not reach its goal: it keeps about a
+    1/(tasks left + 1) share of what it claimed, rounded to tenths as Python rounds (0.9 for most tasks, 0.5 for
+    the second-to-last, 0 for the last)."""
+    return 1.0 - round(1.0 / (tasks_left + 1), 1)
 
 
 def cubic_sparsity(step: int, begin: int, end: int, initial: float, target: float) -> float:
@@ -95,57 +112,82 @@ class CPG(MaskedMethod):
 
     def train_task(self, task):
         if len(task.val) == 0:
-            raise UserError("cpg selects models on validation data: set data.val_fraction above 0")
+            raise UserError("cpg selects models on validation data: set data.val_fraction above 0, or "
+                            "method.protocol=official to select on the test split as the official code does")
         goal = self.task_goal(task)
         self.begin_task(task.id)
-        reached = self.pick_and_grow(task, goal)
-        # Compacting may lose no validation accuracy below the goal, nor below what the task reached where
-        # growth is exhausted short of it: else one hard task would keep every weight it claimed, leaving
-        # later tasks no free weights (the official selection prunes such a task to its highest ratio).
-        target = reached if goal is None else min(goal, reached)
-        acc = self.compact(task, target, reached)
-        if self.picking_on(task.id) and self.cfg.retrain_picking:
-            acc = self.refit_picking(task, acc)
-        self.goal[task.id], self.val_acc[task.id] = target if goal is None else goal, acc
+        acc, exhausted = self.pick_and_grow(task, goal)
+        criterion = acc if goal is None else goal  # without a goal compacting may lose nothing
+        if self.owns_weights(task.id):  # else nothing of its own to prune, nor a mask worth refitting
+            acc = self.compact(task, criterion, acc, exhausted)
+            if self.picking_on(task.id) and self.cfg.retrain_picking:
+                acc = self.refit_picking(task, acc)
+        self.goal[task.id], self.val_acc[task.id] = criterion, acc
         self.finish_task(task.id)
 
     def picking_on(self, task_id: int) -> bool:
         return self.cfg.picking and task_id > 0
 
-    def pick_and_train(self, task) -> float:
-        mask_lr = self.cfg.mask_lr if self.picking_on(task.id) else 0.0
-        self.train_weights(task, self.cfg.epochs, self.cfg.lr, mask_lr=mask_lr)
-        return self.accuracy(task.val, task.id)
+    def train_measured(self, task, epochs: int, lr: float, **kwargs) -> float:
+        """train_weights, returning the last epoch's training accuracy (counted on the device, read once)."""
+        hits, seen = torch.zeros((), dtype=torch.long, device=self.ctx.device), 0
+        last = (epochs - 1) * -(-len(task.train) // self.cfg.batch_size)
 
-    def pick_and_grow(self, task, goal: float | None) -> float:
-        """Steps 1 and 2: train; while short of the goal and allowed to grow, restart wider."""
+        def loss(batch):
+            nonlocal seen
+            logits = self(batch.x, task.id)
+            target = self.targets(batch.y, task.id)
+            if batch.step >= last:
+                hits.add_((logits.argmax(1) == target).sum())
+                seen += target.shape[0]
+            return F.cross_entropy(logits, target)
+
+        self.train_weights(task, epochs, lr, loss_fn=loss, **kwargs)
+        return int(hits) / max(seen, 1)
+
+    def pick_and_train(self, task) -> tuple[float, float]:
+        """(selection accuracy, last epoch's training accuracy)."""
+        mask_lr = self.cfg.mask_lr if self.picking_on(task.id) else 0.0
+        train_acc = self.train_measured(task, self.cfg.epochs, self.cfg.lr, mask_lr=mask_lr)
+        return self.accuracy(task.val, task.id), train_acc
+
+    def pick_and_grow(self, task, goal: float | None) -> tuple[float, bool]:
+        """Steps 1 and 2: train; unless training accuracy tops the bar and the goal is met, restart wider while
+        growth is allowed. Returns the selection accuracy and whether growth ran out short of the goal."""
         start = self.snapshot()
-        acc = self.pick_and_train(task)
+        acc, train_acc = self.pick_and_train(task)
         multiplier = float(self.param_multiplier)
-        while (goal is not None and acc < goal
+        while (goal is not None and not (train_acc > self.cfg.train_acc_bar and acc >= goal)
                and multiplier + self.cfg.grow_step <= self.cfg.max_multiplier + 1e-9):
             multiplier += self.cfg.grow_step
             self.restore(start)
             self.param_multiplier.fill_(multiplier)
-            masked.widen(self.backbone, multiplier, task.id)
-            acc = self.pick_and_train(task)
-        return acc
+            self.widen(multiplier, task.id)
+            acc, train_acc = self.pick_and_train(task)
+        return acc, goal is not None and acc < goal
 
-    def compact(self, task, goal: float, acc: float) -> float:
-        """Step 3: prune toward each target in turn; keep the sparsest model still meeting the goal."""
-        best, best_acc, sparsity = self.snapshot(), acc, 0.0
+    def compact(self, task, criterion: float, acc: float, exhausted: bool) -> float:
+        """Step 3: prune through every target in turn; keep the highest recorded ratio whose selection
+        accuracy meets the criterion, or, when exhausted (growth ran out short of the goal), the highest
+        recorded one, the sweep ending at must_ratio. Nothing chosen: the unpruned model stays."""
+        chosen, chosen_acc, sparsity = self.snapshot(), acc, 0.0
+        must = must_ratio(self.info.num_tasks - (task.id + 1)) if exhausted else None
         for target in self.cfg.prune_targets:
-            self.gradual_prune(task, sparsity, target)
-            sparsity = target
-            acc = self.accuracy(task.val, task.id)
-            if acc < goal:
+            if must is not None and sparsity >= must:
                 break
-            best, best_acc = self.snapshot(), acc
-        self.restore(best)
-        return best_acc
+            train_acc = self.gradual_prune(task, sparsity, target)
+            sparsity = target
+            if train_acc <= self.cfg.train_acc_bar:  # the official script stops compacting here
+                break
+            acc = self.accuracy(task.val, task.id)
+            if exhausted or acc >= criterion:
+                chosen, chosen_acc = self.snapshot(), acc
+        self.restore(chosen)
+        return chosen_acc
 
-    def gradual_prune(self, task, initial: float, target: float) -> None:
-        """Retrain for prune_epochs, releasing weights every prune_frequency steps on the cubic ramp."""
+    def gradual_prune(self, task, initial: float, target: float) -> float:
+        """Retrain for prune_epochs (no lr drops), releasing weights every prune_frequency steps on the cubic
+        ramp from the initial to the target sparsity; returns the last epoch's training accuracy."""
         end = self.cfg.prune_ramp_epochs * -(-len(task.train) // self.cfg.batch_size)
         if end == 0:  # no ramp: prune to the target at once, then retrain
             self.release(task.id, target)
@@ -156,17 +198,31 @@ class CPG(MaskedMethod):
             for layer in self.layers:  # momentum would move released weights off zero
                 layer.zero_released()
 
-        self.train_weights(task, self.cfg.prune_epochs, self.cfg.prune_lr, after_step=after_step)
+        return self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, after_step=after_step,
+                                   milestones=[])
 
     def refit_picking(self, task, acc: float) -> float:
-        """Step 4: retrain the picking mask with the compacted weights; keep it only if it helps."""
+        """Step 4 (the official --finetune_again): restart the picking mask at mask_init and train it with the
+        compacted weights; keep the best epoch if it beats the restarted mask's accuracy, else the compacted
+        model as it was."""
         before = self.snapshot()
-        self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr, mask_lr=self.cfg.retrain_mask_lr)
-        refit = self.accuracy(task.val, task.id)
-        if refit > acc:
-            return refit
-        self.restore(before)
-        return acc
+        for layer in self.layers:
+            layer.start_picking(task.id)
+        best, best_acc, stale = None, self.accuracy(task.val, task.id), 0
+
+        def after_epoch(epoch: int) -> bool:
+            nonlocal best, best_acc, stale
+            epoch_acc = self.accuracy(task.val, task.id)
+            if epoch_acc > best_acc:
+                best, best_acc, stale = self.snapshot(), epoch_acc, 0
+            else:
+                stale += 1
+            return stale >= self.cfg.refit_patience
+
+        self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr, mask_lr=self.cfg.retrain_mask_lr,
+                           milestones=[], after_epoch=after_epoch)
+        self.restore(before if best is None else best)
+        return acc if best is None else best_acc
 
     def task_goal(self, task) -> float | None:
         if self.cfg.goal_source == "independent":
@@ -174,17 +230,37 @@ class CPG(MaskedMethod):
         return self.cfg.goal if self.cfg.goal_source == "fixed" else None
 
     def independent_goal(self, task) -> float:
-        """The validation accuracy of a fresh, unconverted network trained on the task alone, same budget."""
+        """The selection accuracy of a fresh, unconverted network trained on the task alone with the same
+        schedule, as the official baseline script trains its goal models: weight decay added by hand to the conv
+        and linear weights of the network only (not to batch norms, biases or the head)."""
         net = copy.deepcopy(self.template)
         reset_parameters(net)
-        model = nn.Sequential(net, nn.Linear(net.feature_dim, task.num_classes)).to(self.ctx.device).train()
-        self.fit(task, lambda b: nn.functional.cross_entropy(model(b.x), self.targets(b.y, task.id)),
-                 params=model.parameters())
+        head = nn.Linear(net.feature_dim, task.num_classes)
+        if self.cfg.init == "official":
+            with torch.no_grad():
+                for m in net.modules():
+                    if isinstance(m, (nn.Conv2d, nn.Linear)):
+                        masked.init_weight_(m.weight, True)
+                        if m.bias is not None:
+                            m.bias.zero_()
+            init_head(head)
+        model = nn.Sequential(net, head).to(self.ctx.device).train()
+        decayed = [m.weight for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+
+        def decay():
+            with torch.no_grad():
+                for w in decayed:
+                    w.grad.add_(w, alpha=self.cfg.weight_decay)
+
+        params = list(model.parameters())
+        self.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)), params=params,
+                 optimizer=self.make_optimizer(params, weight_decay=0.0), after_backward=decay)
         model.eval()
         return self.accuracy(task.val, task.id, model)
 
     def capacity(self):
         learned = int(self.tasks_learned)
         return {**super().capacity(), "param_multiplier": float(self.param_multiplier),
+                "width_multiplier": round(float(self.param_multiplier) ** 0.5, 6),
                 "goal_per_task": [round(float(g), 6) for g in self.goal[:learned]],
                 "val_acc_per_task": [round(float(a), 6) for a in self.val_acc[:learned]]}

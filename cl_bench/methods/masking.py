@@ -9,8 +9,14 @@ from typing import ClassVar
 
 import torch
 
+from ..checks import Choice
 from ..nn import masked
 from .base import Method, MethodConfig
+
+
+class Init(Choice):
+    official = "official"  # ivclab/CPG's: conv kaiming-normal over fan-out, linear and heads N(0, 0.01), biases 0
+    pytorch = "pytorch"  # PyTorch's defaults (kaiming-uniform)
 
 
 @dataclass
@@ -21,6 +27,7 @@ class MaskedConfig(MethodConfig):
     nesterov: bool = True  # the CPG code base's SGD
     weight_decay: float = 4e-5  # added by hand to the task's trainable conv/linear weights only
     lr_milestones: list[int] = field(default_factory=lambda: [50, 80])  # lr ×lr_gamma at these epochs
+    init: Init = Init.official  # the weights', heads' and grown weights' initialisation
 
 
 @dataclass
@@ -47,8 +54,11 @@ class MaskedMethod(Method):
 
     def __init__(self, cfg, backbone, info, ctx):
         picking = (cfg.mask_init, cfg.mask_threshold) if self.uses_picking(cfg) else None
-        masked.convert(backbone, info.num_tasks, picking)
+        masked.convert(backbone, info.num_tasks, picking, official_init=cfg.init == "official")
         super().__init__(cfg, backbone, info, ctx)
+        if cfg.init == "official":
+            for head in self.heads.heads:
+                init_head(head)
         self.layers = masked.masked_layers(self.backbone)
         self.initial_shared = sum(layer.weight.numel() for layer in self.layers)
         self.register_buffer("sparsity", torch.zeros(info.num_tasks))  # share of its claimed weights each task released
@@ -63,10 +73,25 @@ class MaskedMethod(Method):
 
     # --- one task's phases ------------------------------------------------------------------------------
     def begin_task(self, task_id: int) -> None:
-        """Claim every free weight for the task and start its picking mask."""
+        """Claim every free weight for the task and start its picking mask; its biases and batch norms start
+        from those the task before ended with (the official code trains on from the last checkpoint)."""
         for layer in self.layers:
+            layer.inherit(task_id)
             layer.claim(task_id)
             layer.start_picking(task_id)
+        for m in self.backbone.modules():
+            if isinstance(m, masked.TaskBatchNorm):
+                m.inherit(task_id)
+
+    def owns_weights(self, task_id: int) -> bool:
+        """Whether task_id has weights of its own (none when it found no free weight to claim)."""
+        return any(bool(layer.trainable(task_id).any()) for layer in self.layers)
+
+    def widen(self, multiplier: float, task_id: int) -> None:
+        """Grow the network (CPG): the shared layers and, where the features widen, the heads that read them."""
+        features = masked.widen(self.backbone, multiplier, task_id)
+        if features is not None:
+            self.heads.widen(features, task_id, init_head if self.cfg.init == "official" else None)
 
     def finish_task(self, task_id: int) -> None:
         for layer in self.layers:
@@ -102,33 +127,39 @@ class MaskedMethod(Method):
             if self.cfg.weight_decay:
                 grad.addcmul_(layer.weight.detach(), trainable, value=self.cfg.weight_decay)
 
-    def train_weights(self, task, epochs: int, lr: float, mask_lr: float = 0.0, after_step=None) -> None:
-        """Train the task's weights (SGD) and, when mask_lr > 0, its picking scores (Adam) jointly."""
+    def train_weights(self, task, epochs: int, lr: float, mask_lr: float = 0.0, after_step=None, milestones=None,
+                      after_epoch=None, loss_fn=None) -> None:
+        """Train the task's weights (SGD, ×lr_gamma at milestones, by default method.lr_milestones) and, when
+        mask_lr > 0, its picking scores (Adam) jointly."""
         params = self.task_params(task.id)
         scores = [layer.score for layer in self.layers if layer.score is not None]
         for score in scores:
             score.requires_grad_(mask_lr > 0)
         mask_opt = torch.optim.Adam(scores, lr=mask_lr) if scores and mask_lr > 0 else None
         steps_per_epoch = -(-len(task.train) // self.cfg.batch_size)
+        # The official code keeps the masks learning to the end when the task has no weights of its own.
+        stop_masks = self.owns_weights(task.id)
 
         def on_step(batch):
             # Counted from the batch, not here: a resumed phase continues its schedules where they were.
             if mask_opt is not None:
                 for group in mask_opt.param_groups:
-                    group["lr"] = self.mask_lr_at(batch.step // steps_per_epoch, mask_lr)
+                    group["lr"] = self.mask_lr_at(batch.step // steps_per_epoch, mask_lr, stop_masks)
                 mask_opt.step()
                 mask_opt.zero_grad(set_to_none=True)
             if after_step is not None:
                 after_step(batch.step + 1)
 
-        self.fit(task, lambda batch: self.loss(batch, task.id), params=params, epochs=epochs,
+        self.fit(task, loss_fn or (lambda batch: self.loss(batch, task.id)), params=params, epochs=epochs,
                  optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0),
                  after_backward=lambda: self.protect(task.id), after_step=on_step,
-                 side_optimizers=(mask_opt,) if mask_opt is not None else ())
+                 side_optimizers=(mask_opt,) if mask_opt is not None else (), milestones=milestones,
+                 after_epoch=after_epoch)
 
-    def mask_lr_at(self, epoch: int, base: float) -> float:
-        """The picking masks' step schedule: ×mask_lr_gamma at each milestone, 0 from mask_lr_stop on."""
-        if epoch >= self.cfg.mask_lr_stop:
+    def mask_lr_at(self, epoch: int, base: float, stop: bool = True) -> float:
+        """The picking masks' step schedule: ×mask_lr_gamma at each milestone, and 0 from mask_lr_stop on
+        unless stop is False (a task without weights of its own, as the official code does)."""
+        if stop and epoch >= self.cfg.mask_lr_stop:
             return 0.0
         return base * self.cfg.mask_lr_gamma ** sum(epoch >= m for m in self.cfg.mask_lr_milestones)
 
@@ -157,11 +188,19 @@ class MaskedMethod(Method):
         return {k for k in self.state_dict() if k.endswith(".owner") or ".pick_" in k}
 
     def capacity(self):
+        """What the network costs, as the CPG paper counts it: the weights of the shared layers (total, in use
+        by some task, free) against the initial network's, per task its own weights and those it computes with
+        (its own plus the earlier ones it picks), and everything else the methods keep per task."""
         learned = int(self.tasks_learned)
         shared = sum(layer.weight.numel() for layer in self.layers)
         free = sum(int((layer.owner == 0).sum()) for layer in self.layers)
         picks = [p for layer in self.layers for n, p in layer.named_buffers() if n.startswith("pick_")]
         cap = {
+            "weights_initial": self.initial_shared,
+            "weights_in_use": shared - free,
+            "weights_free": free,
+            "in_use_over_initial": round((shared - free) / self.initial_shared, 6),  # CPG's "1.09×" figure
+            "weights_in_use_per_task": [self.weights_in_use(t) for t in range(learned)],
             "params_total": sum(p.numel() for p in self.parameters()),
             "params_used": shared - free + sum(self.task_specific_params(t) for t in range(learned)),
             "params_shared": shared,
@@ -177,6 +216,18 @@ class MaskedMethod(Method):
             cap["picking_density_per_task"] = [self.picking_density(t) for t in range(1, learned)]
         return cap
 
+    def weights_in_use(self, task_id: int) -> int:
+        """The shared weights task_id computes with: its own, and the earlier tasks' ones it picks (all of them
+        without picking masks)."""
+        k, n = task_id + 1, 0
+        for layer in self.layers:
+            used = (layer.owner > 0) & (layer.owner <= k)
+            pick = layer.pick(task_id)
+            if pick is not None:
+                used &= (layer.owner == k) | pick
+            n += int(used.sum())
+        return n
+
     def task_specific_params(self, task_id: int) -> int:
         n = sum(layer.biases[task_id].numel() for layer in self.layers if layer.biases is not None)
         n += sum(p.numel() for m in self.backbone.modules() if isinstance(m, masked.TaskBatchNorm)
@@ -191,3 +242,10 @@ class MaskedMethod(Method):
             total += int(earlier.sum())
             kept += int((earlier & layer.pick(task_id)).sum())
         return round(kept / total, 6) if total else 0.0
+
+
+@torch.no_grad()
+def init_head(head: torch.nn.Linear) -> None:
+    """ivclab/CPG's classifier initialisation: N(0, 0.01) weights, zero bias."""
+    torch.nn.init.normal_(head.weight, 0.0, 0.01)
+    torch.nn.init.zeros_(head.bias)

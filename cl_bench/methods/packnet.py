@@ -1,6 +1,6 @@
 """PackNet (Mallya & Lazebnik 2018): train the free weights, prune a share of them by magnitude back to the
 free pool, retrain the survivors and freeze them as the task's own. Zero forgetting by construction."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .masking import MaskedConfig, MaskedMethod
 
@@ -11,6 +11,7 @@ class PackNetConfig(MaskedConfig):
     prune_ratio: float = 0.6  # share of the task's weights released by magnitude after training
     retrain_epochs: int = 30  # retraining of the survivors after pruning
     retrain_lr: float = 1e-3  # lr of that retraining
+    retrain_lr_milestones: list[int] = field(default_factory=lambda: [25])  # its lr ×lr_gamma at these epochs
 
     def checks(self):
         return [*super().checks(), ("prune_ratio", 0 <= self.prune_ratio < 1, "a fraction in [0, 1)"),
@@ -25,5 +26,6 @@ class PackNet(MaskedMethod):
         self.begin_task(task.id)
         self.train_weights(task, self.cfg.epochs, self.cfg.lr)
         self.release(task.id, self.cfg.prune_ratio)
-        self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr)
+        self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr,
+                           milestones=self.cfg.retrain_lr_milestones)
         self.finish_task(task.id)

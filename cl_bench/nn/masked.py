@@ -40,6 +40,16 @@ def binarize(score: torch.Tensor, threshold: float) -> torch.Tensor:
     return _BinarizeSTE.apply(score, threshold)
 
 
+def init_weight_(weight: torch.Tensor, official: bool) -> torch.Tensor:
+    """Initialise a conv or linear weight in place: as ivclab/CPG's models do (conv kaiming-normal over fan-out,
+    linear N(0, 0.01)), or with PyTorch's own default."""
+    if not official:
+        return nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+    if weight.dim() == 4:
+        return nn.init.kaiming_normal_(weight, mode="fan_out", nonlinearity="relu")
+    return nn.init.normal_(weight, 0.0, 0.01)
+
+
 def _versions(*tensors) -> tuple:
     """Which tensors these are and how often each was changed in place: a cache key that goes stale with them."""
     return tuple((id(x), x._version) for x in tensors if x is not None)
@@ -48,15 +58,21 @@ def _versions(*tensors) -> tuple:
 class MaskedLayer(nn.Module):
     """What MaskedConv2d and MaskedLinear share: the weight, its owners, the picking masks, per-task biases."""
 
-    def __init__(self, layer: nn.Module, num_tasks: int, picking: tuple[float, float] | None):
+    def __init__(self, layer: nn.Module, num_tasks: int, picking: tuple[float, float] | None,
+                 official_init: bool = False):
         super().__init__()
+        self.official_init = official_init  # also for the weights growth adds
         self.weight = nn.Parameter(layer.weight.detach().clone())
         self.register_buffer("owner", torch.zeros_like(self.weight, dtype=torch.uint8))
         # The output width each task computes at: growth widens the tasks not yet learned.
         self.register_buffer("task_out", torch.full((num_tasks,), self.weight.shape[0], dtype=torch.long,
                                                       device=self.weight.device))
-        self.biases = (nn.ParameterList(nn.Parameter(layer.bias.detach().clone()) for _ in range(num_tasks))
-                       if layer.bias is not None else None)
+        if official_init:
+            with torch.no_grad():
+                init_weight_(self.weight, True)
+        bias = None if layer.bias is None else (torch.zeros_like(layer.bias) if official_init else layer.bias)
+        self.biases = (nn.ParameterList(nn.Parameter(bias.detach().clone()) for _ in range(num_tasks))
+                       if bias is not None else None)
         self.register_parameter("score", None)  # the picking mask of the task being learned, while it is
         # picking: (initial score, threshold) of the picking masks, or None for a method without them
         self.picking = picking is not None
@@ -128,6 +144,13 @@ class MaskedLayer(nn.Module):
 
     # --- ownership --------------------------------------------------------------------------------------
     @torch.no_grad()
+    def inherit(self, task_id: int) -> None:
+        """task_id's biases start from those task_id - 1 ended with, as the official code carries them over."""
+        if self.biases is not None and task_id > 0:
+            prev, new = self.biases[task_id - 1], self.biases[task_id]
+            new[: prev.shape[0]] = prev[: new.shape[0]]
+
+    @torch.no_grad()
     def claim(self, task_id: int) -> None:
         """Give every free weight to task_id, to be trained and partly released again."""
         self.owner.masked_fill_(self.owner == 0, task_id + 1)
@@ -189,8 +212,7 @@ class MaskedLayer(nn.Module):
         if (o1, i1) == (o0, i0):
             return
         shape = (o1, i1, *old.shape[2:])
-        weight = torch.empty(shape, dtype=old.dtype, device=old.device)
-        nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # PyTorch's default for conv and linear layers
+        weight = init_weight_(torch.empty(shape, dtype=old.dtype, device=old.device), self.official_init)
         weight[:o0, :i0] = old
         self.weight = nn.Parameter(weight)  # trainable: the new weights are from_task's
         self.owner = _padded(self.owner, shape, from_task + 1)
@@ -258,6 +280,17 @@ class TaskBatchNorm(nn.Module):
         return self.bns[self.task](x)
 
     @torch.no_grad()
+    def inherit(self, task_id: int) -> None:
+        """task_id's batch norm starts from the one task_id - 1 ended with (statistics included)."""
+        if task_id > 0:
+            prev, new = self.bns[task_id - 1], self.bns[task_id]
+            for a, b in zip((*new.parameters(), *new.buffers()), (*prev.parameters(), *prev.buffers())):
+                if a.dim() == 1:
+                    a[: b.shape[0]] = b[: a.shape[0]]
+                else:
+                    a.copy_(b)
+
+    @torch.no_grad()
     def widen(self, width: int, from_task: int) -> None:
         for j in range(from_task, len(self.bns)):
             old = self.bns[j]
@@ -294,18 +327,20 @@ def _padded(x: torch.Tensor, shape, fill) -> torch.Tensor:
 
 
 # --- whole networks ---------------------------------------------------------------------------------------
-def convert(module: nn.Module, num_tasks: int, picking: tuple[float, float] | None = None) -> nn.Module:
+def convert(module: nn.Module, num_tasks: int, picking: tuple[float, float] | None = None,
+            official_init: bool = False) -> nn.Module:
     """Swap, in place, every Conv2d / Linear for its masked twin and every batch norm for a TaskBatchNorm.
-    picking: (initial score, threshold) of per-task picking masks (Piggyback, CPG), None for none (PackNet)."""
+    picking: (initial score, threshold) of per-task picking masks (Piggyback, CPG), None for none (PackNet);
+    official_init: initialise the weights as ivclab/CPG does (see init_weight_), else keep the backbone's."""
     for name, child in module.named_children():
         if isinstance(child, nn.Conv2d):
-            setattr(module, name, MaskedConv2d(child, num_tasks, picking))
+            setattr(module, name, MaskedConv2d(child, num_tasks, picking, official_init))
         elif isinstance(child, nn.Linear):
-            setattr(module, name, MaskedLinear(child, num_tasks, picking))
+            setattr(module, name, MaskedLinear(child, num_tasks, picking, official_init))
         elif isinstance(child, nn.modules.batchnorm._BatchNorm):
             setattr(module, name, TaskBatchNorm(child, num_tasks))
         else:
-            convert(child, num_tasks, picking)
+            convert(child, num_tasks, picking, official_init)
     return module
 
 
@@ -319,12 +354,12 @@ def set_task(module: nn.Module, task_id: int) -> None:
             m.task = task_id
 
 
-def growth_groups(module: nn.Module) -> list[tuple[MaskedLayer, TaskBatchNorm | None, MaskedLayer]]:
-    """(producer, its batch norm, consumer) triples whose shared width growth may widen.
+def growth_groups(module: nn.Module) -> list[tuple[MaskedLayer, TaskBatchNorm | None, MaskedLayer | None]]:
+    """(producer, its batch norm, consumer) triples whose shared width growth widens.
 
     A residual block (conv1, bn1, conv2) widens only inside, so the shortcut keeps its shape. A plain
-    chain (mlp, convnet, vgg: layers registered in data-flow order) widens every layer's output but the
-    last one's, whose width is what the heads read."""
+    chain (mlp, convnet, vgg: layers registered in data-flow order) widens every layer's output, the last
+    one's too (consumer None: the heads read it), as ivclab/CPG's VGG widens its last feature layer."""
     blocks = [m for m in module.modules() if isinstance(getattr(m, "conv1", None), MaskedConv2d)
               and isinstance(getattr(m, "bn1", None), TaskBatchNorm) and isinstance(getattr(m, "conv2", None),
                                                                                      MaskedConv2d)]
@@ -338,14 +373,21 @@ def growth_groups(module: nn.Module) -> list[tuple[MaskedLayer, TaskBatchNorm | 
             if producer is not None:
                 groups.append((producer, bn, m))
             producer, bn = m, None
-    return groups
+    return groups + ([(producer, bn, None)] if producer is not None else [])
 
 
-def widen(module: nn.Module, multiplier: float, from_task: int) -> None:
-    """Grow the shared widths to their initial size times sqrt(multiplier) (multiplier counts parameters)."""
+def widen(module: nn.Module, multiplier: float, from_task: int) -> int | None:
+    """Grow the shared widths to int(initial width × sqrt(multiplier)), as ivclab/CPG sizes its layers
+    (multiplier counts parameters); returns the new width of the features the heads read, or None when the
+    network's output keeps its width (residual networks)."""
+    features = None
     for producer, bn, consumer in growth_groups(module):
-        width = math.ceil(producer.initial_out * math.sqrt(multiplier) - 1e-9)
+        width = int(producer.initial_out * math.sqrt(multiplier))
         producer.widen(width, None, from_task)
         if bn is not None:
             bn.widen(width, from_task)
-        consumer.widen(None, width, from_task)
+        if consumer is None:
+            features = width
+        else:
+            consumer.widen(None, width, from_task)
+    return features

@@ -1,0 +1,279 @@
+"""CPG point by point against ivclab/CPG (CPG_cifar100_main_normal.py, its scripts and tools): the choice of
+pruning ratio, pruning when growth runs out, the train-accuracy rules, the picking refit, the mask lr rule, the
+goal model's weight decay, what a new task inherits, the initialisation, PackNet's retraining lr drop, the
+official protocol and the capacity report. The official behaviour is written out here from the reference, and
+each method phase is driven with scripted accuracies where the rule is about decisions, not training."""
+import math
+
+import pytest
+import torch
+from conftest import cl_bench, train
+from test_packnet_cpg import COMMON, TINY, build, compose_cfg
+
+from cl_bench.data import scenarios
+from cl_bench.methods.cpg import must_ratio
+from cl_bench.nn import masked
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+TARGETS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]
+CPG_MLP = [arg for arg in TINY["cpg"] if not arg.startswith("backbone")]  # add backbone=mlp with its widths
+
+
+def scripted_cpg(monkeypatch, accuracies: dict, train_accs: dict | None = None, num_tasks: int = 5):
+    """A CPG whose compacting phase is scripted: the selection accuracy and training accuracy after each target
+    come from the dicts, and snapshots are the sparsity they were taken at, so restore() tells what was kept."""
+    cfg, tasks, make = build(*TINY["cpg"], *COMMON, f"dataset.num_tasks={num_tasks}",
+                             f"method.prune_targets=[{','.join(map(str, TARGETS))}]")
+    method = make()
+    state = {"sparsity": 0.0, "tried": [], "kept": None}
+    monkeypatch.setattr(method, "gradual_prune", lambda task, initial, target: (
+        state["tried"].append(target), state.update(sparsity=target), (train_accs or {}).get(target, 1.0))[-1])
+    monkeypatch.setattr(method, "accuracy", lambda split, task_id, model=None: accuracies[state["sparsity"]])
+    monkeypatch.setattr(method, "snapshot", lambda: state["sparsity"])
+    monkeypatch.setattr(method, "restore", lambda snap: state.update(kept=snap))
+    return method, tasks, state
+
+
+def test_a_dip_does_not_end_compaction_and_the_highest_passing_ratio_is_kept(monkeypatch):
+    # choose_appropriate_pruning_ratio_for_next_task.py: every target recorded, then the highest one whose
+    # accuracy meets the goal; here 0.2 dips below it and 0.7 is the last to meet it
+    accs = dict(zip(TARGETS, [0.91, 0.84, 0.90, 0.92, 0.90, 0.88, 0.86, 0.80, 0.70, 0.60]))
+    method, tasks, state = scripted_cpg(monkeypatch, accs)
+    acc = method.compact(tasks[1], 0.85, 0.93, exhausted=False)
+    assert state["tried"] == TARGETS and state["kept"] == 0.7 and acc == 0.86
+
+
+def test_a_failure_at_the_first_ratio_does_not_keep_everything(monkeypatch):
+    accs = dict(zip(TARGETS, [0.80, 0.90, 0.90, 0.89, 0.70, 0.6, 0.6, 0.6, 0.6, 0.6]))
+    method, tasks, state = scripted_cpg(monkeypatch, accs)
+    assert method.compact(tasks[1], 0.85, 0.93, exhausted=False) == 0.89 and state["kept"] == 0.4
+
+
+def test_no_passing_ratio_keeps_the_unpruned_model(monkeypatch):
+    method, tasks, state = scripted_cpg(monkeypatch, dict.fromkeys(TARGETS, 0.5))
+    assert method.compact(tasks[1], 0.85, 0.93, exhausted=False) == 0.93 and state["kept"] == 0.0
+
+
+# main: ratio_allow_for_curr_task = round(1.0 / (remain_num_tasks + 1), 1), pruned to 1 - that; Python's round
+OFFICIAL_MUST = {19: 0.9, 9: 0.9, 6: 0.9, 5: 0.8, 4: 0.8, 3: 0.8, 2: 0.7, 1: 0.5, 0: 0.0}
+
+
+@pytest.mark.parametrize("left", sorted(OFFICIAL_MUST))
+def test_the_ratio_a_task_is_pruned_to_when_growth_runs_out(left):
+    assert must_ratio(left) == pytest.approx(OFFICIAL_MUST[left])
+
+
+def test_an_exhausted_task_keeps_its_highest_recorded_ratio_whatever_its_accuracy(monkeypatch):
+    # second-to-last task of 5 (one left): the sweep stops once it reaches 0.5 and keeps it, below the goal
+    method, tasks, state = scripted_cpg(monkeypatch, dict.fromkeys(TARGETS, 0.3))
+    assert method.compact(tasks[3], 0.85, 0.6, exhausted=True) == 0.3
+    assert state["tried"] == [0.1, 0.2, 0.3, 0.4, 0.5] and state["kept"] == 0.5
+    method, tasks, state = scripted_cpg(monkeypatch, dict.fromkeys(TARGETS, 0.3))
+    method.compact(tasks[4], 0.85, 0.6, exhausted=True)  # the last task: nothing to leave room for
+    assert state["tried"] == [] and state["kept"] == 0.0
+
+
+def test_compaction_stops_when_training_accuracy_drops_to_the_bar(monkeypatch):
+    # main, prune mode: a target is recorded only with train accuracy above 0.95, else the script breaks off
+    method, tasks, state = scripted_cpg(monkeypatch, dict.fromkeys(TARGETS, 0.9), train_accs={0.4: 0.95})
+    method.compact(tasks[1], 0.85, 0.93, exhausted=False)
+    assert state["tried"] == [0.1, 0.2, 0.3, 0.4] and state["kept"] == 0.3
+
+
+def test_growth_needs_both_the_goal_and_training_accuracy_above_the_bar(monkeypatch):
+    # main, finetune mode: `if avg_train_acc > 0.95 and avg_val_acc >= baseline_acc: pass ... else: expand`
+    cfg, tasks, make = build(*TINY["cpg"], *COMMON, "method.max_multiplier=2.0")
+    for results, grows in (([(0.9, 0.95), (0.9, 0.99)], True), ([(0.9, 0.99)], False),
+                           ([(0.8, 0.99), (0.8, 0.99), (0.8, 0.99)], True)):
+        method = make()
+        method.begin_task(0)
+        scripted = iter(results)
+        monkeypatch.setattr(method, "pick_and_train", lambda task, r=scripted: next(r))
+        acc, exhausted = method.pick_and_grow(tasks[0], goal=0.85)
+        assert (float(method.param_multiplier) > 1) == grows
+        assert exhausted == (acc < 0.85) and (not exhausted or float(method.param_multiplier) == 2.0)
+
+
+def test_the_refit_restarts_the_mask_and_keeps_its_best_epoch(monkeypatch):
+    """--finetune_again: piggymask re-filled with 0.01, best epoch saved while validation improves, stop after 5
+    epochs without gain; the refit is kept when it beats the accuracy of the restarted mask."""
+    cfg, tasks, make = build(*TINY["cpg"], *COMMON)
+    method = make()
+    method.learn(tasks[0])
+    method.begin_task(1)
+    for layer in method.layers:
+        layer.score.data.fill_(0.5)  # as if trained
+    epoch_accs = iter([0.70, 0.72, 0.75, 0.74, 0.73, 0.75, 0.71, 0.70, 0.99])  # [restart, epoch 0, 1, ...]
+    seen = {"epochs": 0, "restored": None, "scores": None}
+
+    def accuracy(split, task_id, model=None):
+        if seen["scores"] is None:
+            seen["scores"] = sorted({v for layer in method.layers for v in layer.score.detach().unique().tolist()})
+        return next(epoch_accs)
+
+    def train_weights(task, epochs, lr, mask_lr=0.0, milestones=None, after_epoch=None, **kwargs):
+        assert (epochs, lr, mask_lr, milestones) == (1, method.cfg.retrain_lr, method.cfg.retrain_mask_lr, [])
+        for epoch in range(30):
+            seen["epochs"] += 1
+            if after_epoch(epoch):
+                break
+
+    monkeypatch.setattr(method, "accuracy", accuracy)
+    monkeypatch.setattr(method, "train_weights", train_weights)
+    monkeypatch.setattr(method, "snapshot", lambda: seen["epochs"])
+    monkeypatch.setattr(method, "restore", lambda snap: seen.update(restored=snap))
+    method.cfg.retrain_epochs = 1
+    assert method.refit_picking(tasks[1], acc=0.80) == 0.75
+    assert seen["scores"] == pytest.approx([method.cfg.mask_init])  # restarted at 0.01 before anything was measured
+    assert seen["restored"] == 2 and seen["epochs"] == 7  # best after epoch 1 (2 epochs in); 5 stale, stop
+
+
+def test_a_refit_that_never_beats_the_restarted_mask_leaves_the_compacted_model(monkeypatch):
+    cfg, tasks, make = build(*TINY["cpg"], *COMMON)
+    method = make()
+    method.learn(tasks[0])
+    method.begin_task(1)
+    accs = iter([0.9] + [0.8] * 10)
+    monkeypatch.setattr(method, "accuracy", lambda split, task_id, model=None: next(accs))
+    monkeypatch.setattr(method, "train_weights", lambda *a, after_epoch=None, **k: [after_epoch(e) for e in range(5)])
+    monkeypatch.setattr(method, "snapshot", lambda: "compacted")
+    restored = []
+    monkeypatch.setattr(method, "restore", restored.append)
+    assert method.refit_picking(tasks[1], acc=0.95) == 0.95 and restored == ["compacted"]
+
+
+def test_the_mask_lr_keeps_going_for_a_task_without_weights_of_its_own():
+    """main: stop_lr_mask = False when calculate_curr_task_ratio() == 0, so the mask lr is not zeroed at 70."""
+    cfg, tasks, make = build(*TINY["cpg"], *COMMON, "method.prune_targets=[0.1]")
+    method = make()
+    method.begin_task(0)  # claims every weight, releases none: task 1 finds nothing free
+    method.finish_task(0)
+    method.begin_task(1)
+    assert not method.owns_weights(1) and method.owns_weights(0)
+    base, gamma = method.cfg.mask_lr, method.cfg.mask_lr_gamma
+    assert method.mask_lr_at(75, base, stop=False) == pytest.approx(base * gamma)
+    assert method.mask_lr_at(75, base, stop=True) == 0.0 and method.mask_lr_at(10, base) == base
+
+
+def test_the_goal_model_decays_conv_and_linear_weights_only(monkeypatch):
+    """The baseline script's manual weight decay: conv and linear weights of the network, not batch norms,
+    biases or the classifier."""
+    cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]")
+    method = make()
+    captured = {}
+    monkeypatch.setattr(method, "fit", lambda task, loss, params, optimizer, after_backward: captured.update(
+        params=params, decay=after_backward, weight_decay=optimizer.param_groups[0]["weight_decay"]))
+    monkeypatch.setattr(method, "accuracy", lambda *a, **k: 0.5)
+    method.independent_goal(tasks[0])
+    params = captured["params"]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    captured["decay"]()
+    decayed = [p for p in params if p.grad.abs().sum() > 0]
+    assert captured["weight_decay"] == 0.0  # none through the optimiser
+    assert [tuple(p.shape) for p in decayed] == [(8, 64)]  # the hidden layer's weight; not its bias, not the head
+    assert torch.allclose(decayed[0].grad, method.cfg.weight_decay * decayed[0])
+
+
+def test_a_new_task_starts_from_the_batch_norms_and_biases_the_task_before_ended_with():
+    cfg, tasks, make = build(*TINY["cpg"], *COMMON, "method.prune_targets=[0.5]")
+    method = make()
+    method.learn(tasks[0])
+    bn = next(m for m in method.backbone.modules() if isinstance(m, masked.TaskBatchNorm))
+    trained = {k: v.clone() for k, v in bn.bns[0].state_dict().items()}
+    assert not torch.equal(trained["running_mean"], torch.zeros_like(trained["running_mean"]))
+    method.begin_task(1)
+    for key, value in bn.bns[1].state_dict().items():
+        assert torch.equal(value, trained[key]), key
+    assert all(torch.equal(v, trained[k]) for k, v in bn.bns[0].state_dict().items())
+
+
+def test_official_initialisation_and_pytorchs_as_the_option():
+    """models/vgg.py: conv kaiming_normal(fan_out, relu), linear N(0, 0.01), biases 0; heads N(0, 0.01), 0."""
+    cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=vgg16_bn", "backbone.hidden=256", "dataset.num_tasks=2")
+    method = make()
+    convs = [layer for layer in method.layers if layer.weight.dim() == 4]
+    linears = [layer for layer in method.layers if layer.weight.dim() == 2]
+    conv = convs[5]  # 128 -> 256 channels, 3×3
+    assert conv.weight.std().item() == pytest.approx(math.sqrt(2 / (256 * 9)), rel=0.05)
+    assert all(layer.weight.std().item() == pytest.approx(0.01, rel=0.05) for layer in linears)
+    assert all(torch.count_nonzero(b).item() == 0 for layer in linears for b in layer.biases)
+    assert method.heads.heads[0].weight.std().item() == pytest.approx(0.01, rel=0.3)
+    method.widen(1.5, 1)  # grown weights drawn the same way, over the new fan-out
+    grown = convs[5].weight[256:]
+    assert grown.std().item() == pytest.approx(math.sqrt(2 / (convs[5].weight.shape[0] * 9)), rel=0.1)
+    cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "method.init=pytorch")
+    plain = make().layers[0].weight
+    bound = 1 / math.sqrt(plain.shape[1])  # kaiming_uniform(a=√5): U(-1/√fan_in, 1/√fan_in)
+    assert plain.abs().max().item() <= bound and plain.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)
+
+
+def test_packnet_drops_its_retraining_lr_at_epoch_25(monkeypatch):
+    """packnet main: in the 30 retraining epochs, lr ×0.1 at epoch 25 (the training phase keeps 50/80)."""
+    cfg, tasks, make = build(*TINY["packnet"], *COMMON)
+    method = make()
+    calls = []
+    monkeypatch.setattr(method, "train_weights", lambda task, epochs, lr, **k: calls.append(
+        (epochs, lr, k.get("milestones"))))
+    method.train_task(tasks[0])
+    assert calls == [(2, 0.05, None), (1, 1e-3, [25])]
+    assert compose_cfg("method=packnet").method.retrain_lr_milestones == [25]
+
+
+def test_fit_drops_the_lr_at_its_milestones():
+    cfg, tasks, make = build(*TINY["packnet"], *COMMON)
+    method = make()
+    lrs = []
+    opt = torch.optim.SGD(method.heads.parameters(), lr=1.0)
+    method.fit(tasks[0], lambda b: method.loss(b, 0), params=method.heads.parameters(), epochs=3, optimizer=opt,
+               milestones=[2], after_epoch=lambda e: lrs.append(opt.param_groups[0]["lr"]))
+    assert lrs == [1.0, 0.1, 0.1]
+
+
+def test_the_official_protocol_trains_on_everything_and_selects_on_test():
+    cfg = compose_cfg("method=cpg", "method.protocol=official")
+    plain = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, 0, torch.device("cpu"))
+    official = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, 0, torch.device("cpu"), select_on_test=True)
+    for t, (a, b) in enumerate(zip(plain.tasks, official.tasks)):
+        assert b.val is official.test[t] and len(b.train) == len(a.train) + len(a.val)
+        assert torch.equal(official.test[t].x, plain.test[t].x)
+
+
+def test_official_protocol_runs_say_so_and_are_never_averaged_with_honest_ones(tmp_path):
+    args = [*TINY["cpg"], *COMMON, "method.goal_source=none", "dataset.num_tasks=2"]
+    honest = train(tmp_path / "honest", *args)
+    official = train(tmp_path / "official", *args, "method.protocol=official")
+    assert honest["protocol"] == "honest" and official["protocol"] == "official"
+    assert official["val_acc"][-1] == official["acc"][-1]  # its selection split is the test split
+    assert cl_bench("report", str(tmp_path), "--no-plots").returncode == 0
+    table = (tmp_path / "report.md").read_text()
+    assert "| cpg | split_digits | task | convnet | honest | 1 |" in table
+    assert "| cpg | split_digits | task | convnet | official (selects on TEST) | 1 |" in table
+
+
+def test_the_capacity_report_counts_weights_as_the_paper_does():
+    """Two masked layers of 4×3 = 12 weights: task 0 owns 6 and released 6; task 1 took 4 of those and picks 3
+    of task 0's 6."""
+    cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[3]", "dataset.num_tasks=2")
+    method = make()
+    first = method.layers[0]
+    with torch.no_grad():
+        first.owner.zero_()
+        first.owner.view(-1)[:6] = 1
+        first.owner.view(-1)[6:10] = 2
+        first.register_buffer("pick_1", torch.zeros_like(first.owner, dtype=torch.bool))
+        first.pick_1.view(-1)[:3] = True
+        for layer in method.layers[1:]:
+            layer.owner.zero_()
+    method.tasks_learned.fill_(2)
+    cap = method.capacity()
+    total = sum(layer.weight.numel() for layer in method.layers)
+    assert cap["weights_initial"] == total and cap["weights_in_use"] == 10 and cap["weights_free"] == total - 10
+    assert cap["weights_in_use_per_task"] == [6, 4 + 3]
+    assert cap["in_use_over_initial"] == round(10 / total, 6) and cap["params_owned_per_task"] == [6, 4]
+
+
+def test_the_pae_preset_follows_the_committed_pae_script():
+    """experiment1/PAE_cifar100_scratch_mul_1.5.sh as committed: growth up to 2.0, no picking."""
+    method = compose_cfg("experiment=pae_cifar100_20").method
+    assert method.picking is False and method.max_multiplier == 2.0
