@@ -176,6 +176,7 @@ def test_the_goal_model_decays_conv_and_linear_weights_only(monkeypatch):
 
 
 def test_a_new_task_starts_from_the_batch_norms_and_biases_the_task_before_ended_with():
+    """manager.load_checkpoint: a task starts from the last checkpoint, its batch norms and biases included."""
     cfg, tasks, make = build(*TINY["cpg"], *COMMON, "method.prune_targets=[0.5]")
     method = make()
     method.learn(tasks[0])
@@ -186,6 +187,14 @@ def test_a_new_task_starts_from_the_batch_norms_and_biases_the_task_before_ended
     for key, value in bn.bns[1].state_dict().items():
         assert torch.equal(value, trained[key]), key
     assert all(torch.equal(v, trained[k]) for k, v in bn.bns[0].state_dict().items())
+    cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]",
+                             "method.prune_targets=[0.5]")
+    method = make()
+    method.learn(tasks[0])
+    layer = method.layers[0]
+    trained_bias = layer.biases[0].detach().clone()
+    method.begin_task(1)
+    assert torch.equal(layer.biases[1].detach(), trained_bias) and torch.count_nonzero(trained_bias) > 0
 
 
 def test_official_initialisation_and_pytorchs_as_the_option():

@@ -18,6 +18,7 @@ With picking=false it is PAE, CPG without picking (and without step 4). Selectio
 validation split, or with method.protocol=official, as the official code does, its test split.
 """
 import copy
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -29,6 +30,8 @@ from ..errors import UserError
 from ..nn import masked
 from .base import reset_parameters
 from .masking import MaskedMethod, PickingConfig, init_head
+
+log = logging.getLogger(__name__)  # each task's decisions, in the run's train.log
 
 
 class GoalSource(Choice):
@@ -157,6 +160,8 @@ class CPG(MaskedMethod):
         start = self.snapshot()
         acc, train_acc = self.pick_and_train(task)
         multiplier = float(self.param_multiplier)
+        log.info(f"task {task.id}: goal {'none' if goal is None else f'{goal:.4f}'}; at {multiplier}x: selection acc "
+                 f"{acc:.4f}, train acc {train_acc:.4f}")
         while (goal is not None and not (train_acc > self.cfg.train_acc_bar and acc >= goal)
                and multiplier + self.cfg.grow_step <= self.cfg.max_multiplier + 1e-9):
             multiplier += self.cfg.grow_step
@@ -164,13 +169,14 @@ class CPG(MaskedMethod):
             self.param_multiplier.fill_(multiplier)
             self.widen(multiplier, task.id)
             acc, train_acc = self.pick_and_train(task)
+            log.info(f"task {task.id}: grown to {multiplier}x: selection acc {acc:.4f}, train acc {train_acc:.4f}")
         return acc, goal is not None and acc < goal
 
     def compact(self, task, criterion: float, acc: float, exhausted: bool) -> float:
         """Step 3: prune through every target in turn; keep the highest recorded ratio whose selection
         accuracy meets the criterion, or, when exhausted (growth ran out short of the goal), the highest
         recorded one, the sweep ending at must_ratio. Nothing chosen: the unpruned model stays."""
-        chosen, chosen_acc, sparsity = self.snapshot(), acc, 0.0
+        chosen, chosen_acc, sparsity, kept = self.snapshot(), acc, 0.0, 0.0
         must = must_ratio(self.info.num_tasks - (task.id + 1)) if exhausted else None
         for target in self.cfg.prune_targets:
             if must is not None and sparsity >= must:
@@ -178,11 +184,15 @@ class CPG(MaskedMethod):
             train_acc = self.gradual_prune(task, sparsity, target)
             sparsity = target
             if train_acc <= self.cfg.train_acc_bar:  # the official script stops compacting here
+                log.info(f"task {task.id}: sparsity {target}: train acc {train_acc:.4f}, compacting stops")
                 break
             acc = self.accuracy(task.val, task.id)
+            log.info(f"task {task.id}: sparsity {target}: selection acc {acc:.4f}, train acc {train_acc:.4f}")
             if exhausted or acc >= criterion:
-                chosen, chosen_acc = self.snapshot(), acc
+                chosen, chosen_acc, kept = self.snapshot(), acc, target
         self.restore(chosen)
+        why = f"growth ran out short of the goal: up to {must}" if exhausted else f"criterion {criterion:.4f}"
+        log.info(f"task {task.id}: keeps sparsity {kept} ({why})")
         return chosen_acc
 
     def gradual_prune(self, task, initial: float, target: float) -> float:
@@ -222,6 +232,7 @@ class CPG(MaskedMethod):
         self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr, mask_lr=self.cfg.retrain_mask_lr,
                            milestones=[], after_epoch=after_epoch)
         self.restore(before if best is None else best)
+        log.info(f"task {task.id}: picking refit " + ("kept nothing" if best is None else f"kept, {best_acc:.4f}"))
         return acc if best is None else best_acc
 
     def task_goal(self, task) -> float | None:
