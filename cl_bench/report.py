@@ -33,6 +33,8 @@ def find_runs(paths: list[Path]) -> list[dict]:
             run = json.loads(metrics_file.read_text())
             run["run_dir"] = str(metrics_file.parent)
             run.setdefault("protocol", "honest")  # runs from before the official protocol existed
+            if run.get("variant"):  # listed apart: cpg without picking is PAE
+                run["method"] = f"{run['method']} ({run['variant']})"
             runs.append(run)
     return runs
 
@@ -221,7 +223,7 @@ def plot_all(runs: list[dict], out: Path) -> list[Path]:
     made = []
     for run in runs:
         made.append(_acc_heatmap(plt, run, plots))
-        if run["method"] in MASK_METHODS:
+        if run["method"].split(" ")[0] in MASK_METHODS:
             made += _capacity_over_tasks(plt, run, plots)
         if run["method"] == "gated" and "frozen_fraction" in run["capacity"]:
             made.append(_gate_usage(plt, run, plots))

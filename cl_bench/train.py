@@ -298,7 +298,8 @@ def make_record(cfg, info, results: Results, method, time_s, device, random_init
         record["task_aware_acc"] = results.task_aware_acc
         record["task_aware_avg_acc"] = metrics.avg_acc(results.task_aware_acc)
     record.update({
-        "objective": cfg.sweep.objective, "protocol": cfg.method.protocol, "capacity": method.capacity(),
+        "variant": method.variant(), "objective": cfg.sweep.objective, "protocol": cfg.method.protocol,
+        "capacity": method.capacity(),
         "time_s": time_s,
         "peak_mem_mb": hardware.peak_memory_mb(device), "complete": len(acc) == info.num_tasks,
     })

@@ -286,3 +286,13 @@ def test_the_pae_preset_follows_the_committed_pae_script():
     """experiment1/PAE_cifar100_scratch_mul_1.5.sh as committed: growth up to 2.0, no picking."""
     method = compose_cfg("experiment=pae_cifar100_20").method
     assert method.picking is False and method.max_multiplier == 2.0
+
+
+def test_pae_runs_are_reported_apart_from_cpg(tmp_path):
+    args = [*TINY["cpg"], *COMMON, "method.goal_source=none", "dataset.num_tasks=2"]
+    assert train(tmp_path / "cpg", *args)["variant"] is None
+    assert train(tmp_path / "pae", *args, "method.picking=false")["variant"] == "pae"
+    assert cl_bench("report", str(tmp_path), "--no-plots").returncode == 0
+    table = (tmp_path / "report.md").read_text()
+    assert "| cpg | split_digits | task | convnet | honest | 1 |" in table
+    assert "| cpg (pae) | split_digits | task | convnet | honest | 1 |" in table

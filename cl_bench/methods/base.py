@@ -200,6 +200,11 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
     def capacity(self) -> dict:
         return {"params_total": sum(p.numel() for p in self.parameters())}
 
+    def variant(self) -> str | None:
+        """The name the literature gives this configuration when it is a method of its own (cpg without picking
+        is PAE): reports list it apart."""
+        return None
+
     def mask_keys(self) -> set[str]:
         """State-dict keys holding masks: checkpoints store them in masks.safetensors (bool ones as bits)."""
         return set()

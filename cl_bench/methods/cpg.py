@@ -113,6 +113,9 @@ class CPG(MaskedMethod):
     def uses_picking(cls, cfg) -> bool:
         return cfg.picking
 
+    def variant(self):
+        return None if self.cfg.picking else "pae"
+
     def train_task(self, task):
         if len(task.val) == 0:
             raise UserError("cpg selects models on validation data: set data.val_fraction above 0, or "
