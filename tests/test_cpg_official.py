@@ -164,7 +164,7 @@ def test_the_goal_model_decays_conv_and_linear_weights_only(monkeypatch):
     monkeypatch.setattr(method, "fit", lambda task, loss, params, optimizer, after_backward: captured.update(
         params=params, decay=after_backward, weight_decay=optimizer.param_groups[0]["weight_decay"]))
     monkeypatch.setattr(method, "accuracy", lambda *a, **k: 0.5)
-    method.independent_goal(tasks[0])
+    method.goal_model(tasks[0])
     params = captured["params"]
     for p in params:
         p.grad = torch.zeros_like(p)
@@ -296,3 +296,56 @@ def test_pae_runs_are_reported_apart_from_cpg(tmp_path):
     table = (tmp_path / "report.md").read_text()
     assert "| cpg | split_digits | task | convnet | honest | 1 |" in table
     assert "| cpg (pae) | split_digits | task | convnet | honest | 1 |" in table
+
+
+def goal_fits(monkeypatch, method, accuracies):
+    """Patch the goal models' training: each fit records the lr and the network's starting state, then marks the
+    network with a constant of its own; accuracies are handed out in turn."""
+    fits, handed = [], iter(accuracies)
+
+    def fit(task, loss, params, optimizer, after_backward):
+        net = params[0]  # the network's first weight: its starting values tell where it came from
+        fits.append({"task": task.id, "lr": optimizer.param_groups[0]["lr"], "start": net.detach().clone()})
+        with torch.no_grad():
+            net.fill_(float(len(fits)))
+
+    monkeypatch.setattr(method, "fit", fit)
+    monkeypatch.setattr(method, "accuracy", lambda *a, **k: next(handed))
+    return fits
+
+
+def test_finetune_goals_chain_from_an_earlier_tasks_goal_model(monkeypatch):
+    """finetune_cifar100_normal.sh: task 1 trained fresh at 1e-2 (method.lr); task t fine-tuned at 5e-3 from the
+    saved model of a task drawn by random.randint(1, t-1), i.e. any earlier task; the goal is its accuracy."""
+    cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]", "dataset.num_tasks=4",
+                             "method.goal_source=finetune")
+    method = make()
+    fits = goal_fits(monkeypatch, method, [0.7, 0.8, 0.6, 0.9])
+    goals = [method.task_goal(task) for task in tasks]
+    assert goals == [0.7, 0.8, 0.6, 0.9]
+    assert [f["lr"] for f in fits] == [method.cfg.lr, 5e-3, 5e-3, 5e-3]
+    assert not torch.all(fits[0]["start"] == fits[0]["start"].flatten()[0])  # task 0: freshly initialised
+    for t in (1, 2, 3):
+        marks = {float(v) for v in fits[t]["start"].flatten()}
+        assert len(marks) == 1 and 1 <= marks.pop() <= t  # the net as an earlier task's goal model ended
+    stored = method.goal_nets[0]
+    assert stored.shape[0] == 4 and all(float(stored[t, 0]) == t + 1 for t in range(4))
+    assert "goal_nets" in method.state_dict()  # the chains survive a checkpoint and resume
+
+
+def test_goal_repeats_keep_the_best_goal_and_all_max_the_best_of_both_sources(monkeypatch):
+    """finetune_max: the best of several fine-tune chains per task; all_max: the best of scratch and finetune."""
+    cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]",
+                             "method.goal_source=finetune", "method.goal_repeats=3")
+    method = make()
+    goal_fits(monkeypatch, method, [0.5, 0.9, 0.7])
+    assert method.task_goal(tasks[0]) == 0.9 and method.goal_nets.shape[:2] == (3, tasks[-1].id + 1)
+    cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]",
+                             "method.goal_source=all_max")
+    method = make()
+    fits = goal_fits(monkeypatch, method, [0.6, 0.8, 0.9, 0.7])  # task 0: scratch, finetune; task 1: the same
+    assert method.task_goal(tasks[0]) == 0.8 and method.task_goal(tasks[1]) == 0.9
+    assert [f["lr"] for f in fits] == [method.cfg.lr, method.cfg.lr, method.cfg.lr, 5e-3]
+    for source in ("independent", "fixed", "none"):
+        cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", f"method.goal_source={source}")
+        assert make().goal_nets.numel() == 0  # only fine-tune chains keep their networks

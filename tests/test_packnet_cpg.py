@@ -143,12 +143,15 @@ def test_residual_blocks_widen_inside_only():
     assert block.conv2.weight.shape[0] == 4 and block.shortcut[0].weight.shape[:2] == (4, 2)
 
 
-@pytest.mark.parametrize("name", ["packnet", "piggyback", "cpg"])
+@pytest.mark.parametrize("name", ["packnet", "piggyback", "cpg", "cpg-finetune-goals"])
 def test_cli_zero_forgetting_and_resume(tmp_path, name):
     """Through the real CLI: zero forgetting, the run contract, the capacity report; then a run cut after
     task 2 and resumed ends exactly as the uninterrupted one (resumed with the CLI for cpg, whose checkpoint
-    holds grown layers; in-process through train.run for the others, to spare two slow process starts)."""
-    overrides = [*TINY[name], *COMMON]
+    holds grown layers, and for its fine-tuned goals, whose chains a resumed run continues; in-process through
+    train.run for the others, to spare two slow process starts)."""
+    overrides = [*TINY[name.split("-")[0]], *COMMON]
+    if name == "cpg-finetune-goals":
+        overrides += ["method.goal_source=finetune"]
     if name == "cpg":  # an unreachable goal: the first task grows, and the resumed run must rebuild that
         overrides += ["method.goal_source=fixed", "method.goal=1.01"]
     full = tmp_path / "full"
@@ -167,7 +170,7 @@ def test_cli_zero_forgetting_and_resume(tmp_path, name):
         shutil.rmtree(cut / "checkpoints" / f"task_{t:03d}")
     (cut / "checkpoints" / "last").write_text("task_002")
     (cut / "metrics.json").unlink()
-    if name == "cpg":
+    if name.startswith("cpg"):
         proc = cl_bench("train", f"resume={cut}")
         assert proc.returncode == 0, proc.stderr[-2000:]
     else:

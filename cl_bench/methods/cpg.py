@@ -35,7 +35,12 @@ log = logging.getLogger(__name__)  # each task's decisions, in the run's train.l
 
 
 class GoalSource(Choice):
-    independent = "independent"  # a fresh model trained on the task first, with the same budget
+    # Goals are selection accuracies of separate goal models, trained before the task with the same schedule
+    # (ivclab/CPG's README step 3 offers the first two; which goals gave the published 80.9 is not documented).
+    independent = "independent"  # a fresh model trained on the task alone (baseline_cifar100.sh: scratch)
+    finetune = "finetune"  # a model fine-tuned at finetune_goal_lr from the goal model of an earlier task drawn
+    # at random, the first task's trained fresh (finetune_cifar100_normal.sh); every goal model is kept
+    all_max = "all_max"  # the higher of the two above, per task (the released checkpoints' all_max setting)
     fixed = "fixed"  # method.goal for every task
     none = "none"  # no goal: no growth, and compacting keeps the sparsest target
 
@@ -46,6 +51,9 @@ class CPGConfig(PickingConfig):
     picking: bool = True  # learn picking masks over earlier tasks' weights; false gives PAE
     goal_source: GoalSource = GoalSource.independent
     goal: float = 0.0  # the validation accuracy every task must reach when goal_source=fixed
+    goal_repeats: int = 1  # goals are the best of this many goal models (fine-tune chains) per source; the
+    # committed PAE script reads finetune_max goals, the best of finetune_cifar100.sh's 5 chains: goal_repeats=5
+    finetune_goal_lr: float = 5e-3  # the fine-tuned goal models' lr (the first task's uses method.lr)
     grow_step: float = 0.5  # growth adds this to the parameter multiplier (width grows by its square root)
     max_multiplier: float = 1.5  # no growth beyond this parameter multiplier (official: 1.5)
     prune_targets: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9,
@@ -67,6 +75,8 @@ class CPGConfig(PickingConfig):
         return [*super().checks(),
                 ("goal", self.goal >= 0, "a validation accuracy in [0, 1] (above 1 can never be met: every task "
                                          "grows to max_multiplier)"),
+                ("goal_repeats", self.goal_repeats >= 1, "at least 1"),
+                ("finetune_goal_lr", self.finetune_goal_lr > 0, "a positive number"),
                 ("grow_step", self.grow_step > 0, "a positive number"),
                 ("max_multiplier", self.max_multiplier >= 1, "at least 1"),
                 ("prune_targets", all(0 < t < 1 for t in targets) and targets == sorted(set(targets)),
@@ -84,6 +94,25 @@ def must_ratio(tasks_left: int) -> float:
     1/(tasks left + 1) share of what it claimed, rounded to tenths as Python rounds (0.9 for most tasks, 0.5 for
     the second-to-last, 0 for the last)."""
     return 1.0 - round(1.0 / (tasks_left + 1), 1)
+
+
+def flat_size(net: nn.Module) -> int:
+    return sum(v.numel() for v in net.state_dict().values() if v.is_floating_point())
+
+
+def flatten_state(net: nn.Module) -> torch.Tensor:
+    """A network's floating-point state (weights, biases, batch-norm statistics) as one vector; the official
+    fine-tuning copies everything but num_batches_tracked."""
+    return torch.cat([v.detach().flatten().float() for v in net.state_dict().values() if v.is_floating_point()])
+
+
+def load_flat_state(net: nn.Module, flat: torch.Tensor) -> None:
+    at = 0
+    with torch.no_grad():
+        for v in net.state_dict().values():
+            if v.is_floating_point():
+                v.copy_(flat[at:at + v.numel()].view_as(v))
+                at += v.numel()
 
 
 def cubic_sparsity(step: int, begin: int, end: int, initial: float, target: float) -> float:
@@ -108,6 +137,10 @@ class CPG(MaskedMethod):
         self.register_buffer("param_multiplier", torch.ones((), dtype=torch.float64))
         self.register_buffer("goal", torch.zeros(info.num_tasks))  # the validation accuracy each task aimed at
         self.register_buffer("val_acc", torch.zeros(info.num_tasks))  # its validation accuracy as kept
+        # finetune goals: every chain's goal network for every task, flattened (a later task fine-tunes one of
+        # them), kept in the state so that a resumed run continues the chains: repeats × tasks × backbone size.
+        chains = cfg.goal_repeats if cfg.goal_source in ("finetune", "all_max") else 0
+        self.register_buffer("goal_nets", torch.zeros(chains, info.num_tasks, flat_size(template)))
 
     @classmethod
     def uses_picking(cls, cfg) -> bool:
@@ -239,14 +272,37 @@ class CPG(MaskedMethod):
         return acc if best is None else best_acc
 
     def task_goal(self, task) -> float | None:
-        if self.cfg.goal_source == "independent":
-            return self.independent_goal(task)
-        return self.cfg.goal if self.cfg.goal_source == "fixed" else None
+        """The best selection accuracy among the goal models of the task's goal source."""
+        source = self.cfg.goal_source
+        if source in ("fixed", "none"):
+            return self.cfg.goal if source == "fixed" else None
+        goals = []
+        for chain in range(self.cfg.goal_repeats):
+            if source in ("independent", "all_max"):
+                goals.append(self.goal_model(task)[0])
+            if source in ("finetune", "all_max"):
+                goals.append(self.finetune_goal(task, chain))
+        log.info(f"task {task.id}: {source} goal models' selection accuracies " + ", ".join(f"{g:.4f}" for g in goals))
+        return max(goals)
 
-    def independent_goal(self, task) -> float:
-        """The selection accuracy of a fresh, unconverted network trained on the task alone with the same
-        schedule, as the official baseline script trains its goal models: weight decay added by hand to the conv
-        and linear weights of the network only (not to batch norms, biases or the head)."""
+    def finetune_goal(self, task, chain: int) -> float:
+        """finetune_cifar100_normal.sh's goal: the first task's model trained fresh at method.lr, every later
+        one fine-tuned at finetune_goal_lr from the chain's goal network of an earlier task drawn at random
+        (its own new head). The network is kept for the tasks after."""
+        start, lr = None, self.cfg.lr
+        if task.id > 0:
+            g = self.ctx.generator
+            start = self.goal_nets[chain, int(torch.randint(task.id, (1,), generator=g, device=g.device))]
+            lr = self.cfg.finetune_goal_lr
+        acc, net = self.goal_model(task, start, lr)
+        self.goal_nets[chain, task.id] = flatten_state(net)
+        return acc
+
+    def goal_model(self, task, start: torch.Tensor | None = None, lr: float | None = None) -> tuple[float, nn.Module]:
+        """Train an unconverted network (fresh, or loaded from a flattened start) with a new head on the task alone
+        with the same schedule, as the official baseline and finetune scripts train goal models: weight decay added
+        by hand to the conv and linear weights of the network only (not to batch norms, biases or the head).
+        Returns its selection accuracy and the network."""
         net = copy.deepcopy(self.template)
         reset_parameters(net)
         head = nn.Linear(net.feature_dim, task.num_classes)
@@ -259,6 +315,8 @@ class CPG(MaskedMethod):
                             m.bias.zero_()
             init_head(head)
         model = nn.Sequential(net, head).to(self.ctx.device).train()
+        if start is not None:
+            load_flat_state(net, start)
         decayed = [m.weight for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
 
         def decay():
@@ -268,9 +326,9 @@ class CPG(MaskedMethod):
 
         params = list(model.parameters())
         self.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)), params=params,
-                 optimizer=self.make_optimizer(params, weight_decay=0.0), after_backward=decay)
+                 optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0), after_backward=decay)
         model.eval()
-        return self.accuracy(task.val, task.id, model)
+        return self.accuracy(task.val, task.id, model), net
 
     def capacity(self):
         learned = int(self.tasks_learned)
