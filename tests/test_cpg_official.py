@@ -349,3 +349,22 @@ def test_goal_repeats_keep_the_best_goal_and_all_max_the_best_of_both_sources(mo
     for source in ("independent", "fixed", "none"):
         cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", f"method.goal_source={source}")
         assert make().goal_nets.numel() == 0  # only fine-tune chains keep their networks
+
+
+@pytest.mark.parametrize("baseline, kept", [("restarted", 0.85), ("compacted", 0.95)])
+def test_a_refit_below_the_compacted_accuracy_is_kept_only_under_the_official_baseline(monkeypatch, baseline, kept):
+    """Official: history_best starts at the restarted mask's accuracy, so a refit epoch at 0.85 replaces a
+    compacted model at 0.95; refit_baseline=compacted keeps the compacted model then."""
+    cfg, tasks, make = build(*TINY["cpg"], *COMMON, f"method.refit_baseline={baseline}")
+    method = make()
+    method.learn(tasks[0])
+    method.begin_task(1)
+    accs = iter([0.5, 0.85] + [0.8] * 10)  # the restarted mask, then the refit's epochs
+    monkeypatch.setattr(method, "accuracy", lambda split, task_id, model=None: next(accs))
+    monkeypatch.setattr(method, "train_weights", lambda *a, after_epoch=None, **k: [after_epoch(e) for e in range(6)])
+    snaps = iter(["compacted", "refit epoch 0"])
+    monkeypatch.setattr(method, "snapshot", lambda: next(snaps))
+    restored = []
+    monkeypatch.setattr(method, "restore", restored.append)
+    assert method.refit_picking(tasks[1], acc=0.95) == kept
+    assert restored == ["refit epoch 0" if baseline == "restarted" else "compacted"]

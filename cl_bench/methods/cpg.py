@@ -45,6 +45,12 @@ class GoalSource(Choice):
     none = "none"  # no goal: no growth, and compacting keeps the sparsest target
 
 
+class RefitBaseline(Choice):
+    restarted = "restarted"  # the official rule: an epoch is kept if it beats the restarted mask's accuracy,
+    # even when that is below what compacting reached (a short refit can then leave the task worse off)
+    compacted = "compacted"  # an epoch is kept only if it beats the compacted model's accuracy
+
+
 @dataclass
 class CPGConfig(PickingConfig):
     name: str = "cpg"
@@ -67,6 +73,7 @@ class CPGConfig(PickingConfig):
     retrain_lr: float = 1e-3  # weights' lr in that refit
     retrain_mask_lr: float = 1e-4  # picking scores' lr in that refit
     refit_patience: int = 5  # the refit stops after this many epochs without a better selection accuracy
+    refit_baseline: RefitBaseline = RefitBaseline.restarted  # what a refit epoch must beat to be kept
     train_acc_bar: float = 0.95  # a phase counts only when its last epoch's training accuracy is above this:
     # below it the task grows (if it can), and compacting stops (the official scripts' fixed 0.95)
 
@@ -249,12 +256,13 @@ class CPG(MaskedMethod):
 
     def refit_picking(self, task, acc: float) -> float:
         """Step 4 (the official --finetune_again): restart the picking mask at mask_init and train it with the
-        compacted weights; keep the best epoch if it beats the restarted mask's accuracy, else the compacted
-        model as it was."""
+        compacted weights; keep the best epoch if it beats the refit_baseline accuracy (the restarted mask's, or
+        the compacted model's), else the compacted model as it was."""
         before = self.snapshot()
         for layer in self.layers:
             layer.start_picking(task.id)
-        best, best_acc, stale = None, self.accuracy(task.val, task.id), 0
+        restarted = self.accuracy(task.val, task.id)
+        best, best_acc, stale = None, restarted if self.cfg.refit_baseline == "restarted" else acc, 0
 
         def after_epoch(epoch: int) -> bool:
             nonlocal best, best_acc, stale
