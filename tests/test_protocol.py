@@ -75,7 +75,7 @@ def test_the_task_a_learner_receives_has_no_test_split():
     assert [f.name for f in dataclasses.fields(scenarios.Task)] == ["id", "classes", "offset", "train", "val"]
 
 
-@pytest.mark.parametrize("name", ["finetune", "er", "gated", "cpg"])
+@pytest.mark.parametrize("name", ["finetune", "er", "gated", "cpg", "hat"])
 def test_a_learner_cannot_reach_test_data(tmp_path, monkeypatch, name):
     """Nothing reachable from the method (its config, backbone, info, context, memory) or from the tasks it was
     given shares storage with a test tensor; the scenario itself, the positive control, does."""
