@@ -5,7 +5,9 @@ from ..errors import UserError
 from .agem import AGEM
 from .base import Context, Method, MethodConfig
 from .cpg import CPG
+from .der import DER, DERpp
 from .er import ER
+from .er_ace import ERACE
 from .ewc import EWC
 from .finetune import Finetune
 from .gated import Gated
@@ -18,8 +20,9 @@ from .nccl import NCCL
 from .packnet import PackNet
 from .piggyback import Piggyback
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER, Gated,
-                                                       NCCL, AGEM, LaMAML, PackNet, Piggyback, CPG, HAT)}
+METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER, DER, DERpp,
+                                                       ERACE, Gated, NCCL, AGEM, LaMAML, PackNet, Piggyback, CPG,
+                                                       HAT)}
 
 
 def get(name: str) -> type[Method]:

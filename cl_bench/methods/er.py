@@ -69,5 +69,4 @@ class ER(Method):
             self.fit(task, loss, after_step=store)
 
     def capacity(self):
-        mem = sum(b.numel() * b.element_size() for b in self.memory.buffers())
-        return {**super().capacity(), "memory_size": self.memory.size, "memory_bytes": mem}
+        return {**super().capacity(), **self.memory.capacity()}

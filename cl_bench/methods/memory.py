@@ -33,6 +33,10 @@ class Memory(nn.Module):
             self.register_buffer("tasks", torch.zeros((), dtype=torch.long, device=device))  # tasks stored
             self.register_buffer("count", torch.zeros(num_tasks, dtype=torch.long, device=device))
 
+    def capacity(self) -> dict:
+        """What the memory costs, for a method's capacity()."""
+        return {"memory_size": self.size, "memory_bytes": sum(b.numel() * b.element_size() for b in self.buffers())}
+
     def filled(self) -> torch.Tensor:
         return torch.clamp(self.seen, max=self.size)
 
@@ -119,3 +123,23 @@ class Memory(nn.Module):
                 valid = torch.where(past.any(), past, valid)
             idx = torch.multinomial(valid.float(), batch_size, replacement=True, generator=generator)
         return self.x[idx], self.y[idx], self.t[idx], self.logits[idx]
+
+    def sample_distinct(self, batch_size: int, generator=None):
+        """Reservoir policy: batch_size distinct stored samples drawn uniformly, as Mammoth's and AML's buffers
+        draw (without replacement; all of them while fewer are stored). The batch keeps its size so that no
+        host sync is needed: `drawn` says which rows are real draws, and the rows past the stored count repeat
+        real ones (data that batch-norm can see) for the loss to weigh by zero (mean_over_drawn)."""
+        row = torch.arange(self.size + 1, device=self.y.device)
+        filled = self.filled()
+        score = torch.rand(self.size + 1, device=self.y.device, generator=generator)
+        order = torch.where(row < filled, score, 2.0).argsort()  # a random order of the stored rows first
+        k = min(batch_size, self.size)
+        place = torch.arange(k, device=self.y.device)
+        idx = order[place % filled.clamp(min=1)]
+        return self.x[idx], self.y[idx], self.t[idx], self.logits[idx], place < filled
+
+
+def mean_over_drawn(losses: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
+    """The mean of per-sample losses over the rows sample_distinct really drew (0 from an empty memory)."""
+    drawn = drawn.to(losses.dtype)
+    return (losses * drawn).sum() / drawn.sum().clamp(min=1)
