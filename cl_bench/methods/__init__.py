@@ -9,6 +9,8 @@ from .er import ER
 from .ewc import EWC
 from .finetune import Finetune
 from .gated import Gated
+from .gdumb import GDumb
+from .icarl import ICaRL
 from .independent import Independent
 from .joint import Joint
 from .lamaml import LaMAML
@@ -18,7 +20,8 @@ from .packnet import PackNet
 from .piggyback import Piggyback
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER, Gated,
-                                                       NCCL, AGEM, LaMAML, PackNet, Piggyback, CPG)}
+                                                       NCCL, AGEM, LaMAML, PackNet, Piggyback, CPG, ICaRL,
+                                                       GDumb)}
 
 
 def get(name: str) -> type[Method]:
