@@ -25,6 +25,10 @@ CASES = {
     "finetune": (["method=finetune"], (1, 0, 0)),
     "er": (["method=er", "method.memory_size=20"], (1, 0, 0)),
     "lwf": (["method=lwf"], (1, 0, 0)),
+    # the teacher and the exemplars are rebuilt from the task-start state; herding comes after the one phase
+    "icarl": (["method=icarl", "scenario=class", "method.memory_size=50"], (1, 0, 0)),
+    # the greedy memory is refilled and the network re-drawn from the task-start state and random states
+    "gdumb": (["method=gdumb", "scenario=class", "method.memory_size=50"], (1, 0, 0)),
     "independent": (["method=independent"], (1, 0, 0)),
     "packnet": (["method=packnet", "method.retrain_epochs=2"], (1, 1, 0)),
     # The mask scores' Adam state and their lr schedule (here dropping after epoch 0) continue across the stop.

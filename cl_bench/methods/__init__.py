@@ -11,7 +11,9 @@ from .er_ace import ERACE
 from .ewc import EWC
 from .finetune import Finetune
 from .gated import Gated
+from .gdumb import GDumb
 from .hat import HAT
+from .icarl import ICaRL
 from .independent import Independent
 from .joint import Joint
 from .lamaml import LaMAML
@@ -21,8 +23,8 @@ from .packnet import PackNet
 from .piggyback import Piggyback
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER, DER, DERpp,
-                                                       ERACE, Gated, NCCL, AGEM, LaMAML, PackNet, Piggyback, CPG,
-                                                       HAT)}
+                                                       ERACE, ICaRL, GDumb, Gated, NCCL, AGEM, LaMAML, PackNet,
+                                                       Piggyback, CPG, HAT)}
 
 
 def get(name: str) -> type[Method]:

@@ -329,7 +329,9 @@ class ResumePoint:
         if len(side_optimizers) != len(self.side_optimizers):
             raise RuntimeError(f"the within-task checkpoint holds {len(self.side_optimizers)} side optimisers, "
                                f"the phase it resumes has {len(side_optimizers)}")
+        seen = method.heads.seen
         method.load_state_dict(self.state)
+        method.heads.seen = seen  # load_state_dict sets the outputs of the tasks learned; this one's are in use too
         opt.load_state_dict(self.optimizer)
         for side, saved in zip(side_optimizers, self.side_optimizers, strict=True):
             side.load_state_dict(saved)

@@ -1,4 +1,4 @@
-"""An episodic memory held on the device, shared by the rehearsal methods (er, agem, lamaml, nccl).
+"""An episodic memory held on the device, shared by the rehearsal methods (er, agem, lamaml, nccl, icarl, gdumb).
 
 Samples are stored as uint8 pixels with their label, task id and the logits the model gave them when they
 were stored. Reservoir sampling (Vitter 1985) keeps a uniform sample of the whole stream; the per-task ring
@@ -6,6 +6,14 @@ were stored. Reservoir sampling (Vitter 1985) keeps a uniform sample of the whol
 memory (Avalanche's default experience-balanced buffer) is written at the end of each task only, giving every
 task seen so far an equal share, size // tasks seen, of random samples. Updates and draws are tensor ops, so
 they never synchronise with the host.
+
+Two class-balanced policies are written once per task (or per stream chunk) and may synchronise then:
+- herding (iCaRL, Rebuffi et al. 2017, Algorithms 4 and 5): each class seen so far keeps size // classes seen
+  exemplars, picked in herding order (each next pick brings the mean of the picked L2-normalised features
+  closest to the class mean); an old class shrinks by dropping its last picks.
+- greedy (GDumb, Prabhu et al. 2020): a sample is stored if its class holds fewer than size // classes seen;
+  when the memory is full, a random sample of the largest class (the first seen among ties) makes room.
+Both keep their samples in rows [0, stored).
 """
 import torch
 import torch.nn.functional as F
@@ -32,6 +40,12 @@ class Memory(nn.Module):
         if policy == "balanced":  # rows [j * share, j * share + count[j]) hold task j's samples
             self.register_buffer("tasks", torch.zeros((), dtype=torch.long, device=device))  # tasks stored
             self.register_buffer("count", torch.zeros(num_tasks, dtype=torch.long, device=device))
+        if policy in ("herding", "greedy"):  # rows [0, class_count.sum()) hold samples, classes in any order
+            self.register_buffer("class_count", torch.zeros(num_outputs, dtype=torch.long, device=device))
+        if policy == "herding":  # a row's place in its class's herding order: 0 is the first pick
+            self.register_buffer("rank", torch.zeros(rows, dtype=torch.long, device=device))
+        if policy == "greedy":  # the order in which classes were first seen (-1: not yet), for ties in eviction
+            self.register_buffer("arrival", torch.full((num_outputs,), -1, dtype=torch.long, device=device))
 
     def capacity(self) -> dict:
         """What the memory costs, for a method's capacity()."""
@@ -104,6 +118,8 @@ class Memory(nn.Module):
         row = torch.arange(self.size + 1, device=self.y.device)
         if self.policy == "reservoir":
             return row < self.filled()
+        if self.policy in ("herding", "greedy"):
+            return row < self.class_count.sum()
         if self.policy == "balanced":
             share, tasks = self.size // self.tasks.clamp(min=1), self.tasks
         else:
@@ -138,8 +154,139 @@ class Memory(nn.Module):
         idx = order[place % filled.clamp(min=1)]
         return self.x[idx], self.y[idx], self.t[idx], self.logits[idx], place < filled
 
+    def stored(self):
+        """(x, y, t) of the stored samples: a host sync, for once-per-task use (a training set, class means)."""
+        n = int(self.valid().sum())
+        return self.x[:n], self.y[:n], self.t[:n]
+
+    def _write(self, x, y, t) -> None:
+        """Rows [0, n) become the given samples; rows past them are cleared, so that the state is reproducible."""
+        n = y.shape[0]
+        for buf, new in ((self.x, x), (self.y, y), (self.t, t)):
+            buf[:n] = new
+            buf[n:] = 0
+        self.logits.zero_()
+
+    # --- herding (iCaRL) -------------------------------------------------------------------------
+    @torch.no_grad()
+    def add_herding(self, x, y, t, features) -> None:
+        """Herding policy, after a task: the classes of `y` get their exemplars from these samples, picked in
+        herding order on `features` (the model's features of x), and every class stored before keeps its
+        first size // classes seen picks."""
+        new = torch.zeros_like(self.class_count, dtype=torch.bool)
+        new[y] = True
+        classes_seen = int(((self.class_count > 0) | new).sum())
+        per_class = self.size // classes_seen
+        # A class of y stored before (none in class-incremental data) is herded afresh, not kept twice.
+        old = self.valid()[: self.size] & (self.rank[: self.size] < per_class) & ~new[self.y[: self.size]]
+        old_rows = old.nonzero().squeeze(1)
+        classes, picks = herd(features, y, per_class)
+        picked = picks >= 0
+        rows = picks[picked]  # class by class, each in pick order
+        ranks = torch.arange(picks.shape[1], device=y.device).expand_as(picks)[picked]
+        self._write(torch.cat([self.x[old_rows], x[rows]]), torch.cat([self.y[old_rows], y[rows]]),
+                    torch.cat([self.t[old_rows], t[rows]]))
+        n_old = old_rows.shape[0]
+        self.rank[:n_old] = self.rank[old_rows].clone()
+        self.rank[n_old: n_old + rows.shape[0]] = ranks
+        self.rank[n_old + rows.shape[0]:] = 0
+        self.class_count.clamp_(max=per_class)
+        self.class_count[classes] = picked.sum(1)
+        self.seen += y.shape[0]
+
+    # --- greedy (GDumb) --------------------------------------------------------------------------
+    @torch.no_grad()
+    def add_greedy(self, x, y, t, generator=None) -> None:
+        """Greedy policy: the stream chunk x, y, t, in order, as if its samples came one at a time. Between two
+        first appearances of a class the threshold k = size // classes seen is fixed, and then the rule has a
+        closed form: each class takes its first k - count samples of the stretch, and each sample taken into a
+        full memory evicts one from the then largest class. Those are always classes above k, which take nothing
+        in the stretch, so the evictions level the largest classes down (see _level_down) and drop random rows."""
+        n = y.shape[0]
+        if n == 0:
+            return
+        first = torch.full_like(self.class_count, n).scatter_reduce(0, y, torch.arange(n, device=y.device), "amin")
+        arriving = (self.arrival < 0) & (first < n)
+        starts = sorted(first[arriving].tolist())  # one sync per chunk: where the stretches begin
+        bounds = sorted({0, *starts, n})
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if a in starts:
+                self.arrival[y[a]] = self.arrival.max() + 1
+            self._greedy_stretch(x[a:b], y[a:b], t[a:b], generator)
+        self.seen += n
+
+    def _greedy_stretch(self, x, y, t, generator) -> None:
+        per_class = self.size // int((self.arrival >= 0).sum())
+        taken = rank_within_class(y) < (per_class - self.class_count[y]).clamp(min=0)
+        accepted = torch.bincount(y[taken], minlength=self.class_count.shape[0])
+        evictions = max(0, int(self.class_count.sum() + accepted.sum()) - self.size)
+        kept_count = level_down(self.class_count, self.arrival, evictions)
+        # Which rows each eviction takes is uniform within its class: drop a random subset of the right size.
+        stored = self.valid()[: self.size]
+        key = torch.rand(self.size, device=y.device, generator=generator)
+        key = torch.where(stored, key, 2.0)  # empty rows (class 0 in the buffer) rank after every stored one
+        keep = stored & (rank_within_class(self.y[: self.size], key) < kept_count[self.y[: self.size]])
+        old_rows = keep.nonzero().squeeze(1)
+        self._write(torch.cat([self.x[old_rows], x[taken]]), torch.cat([self.y[old_rows], y[taken]]),
+                    torch.cat([self.t[old_rows], t[taken]]))
+        self.class_count.copy_(kept_count + accepted)
+
 
 def mean_over_drawn(losses: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
     """The mean of per-sample losses over the rows sample_distinct really drew (0 from an empty memory)."""
     drawn = drawn.to(losses.dtype)
     return (losses * drawn).sum() / drawn.sum().clamp(min=1)
+
+
+def rank_within_class(y: torch.Tensor, key: torch.Tensor | None = None) -> torch.Tensor:
+    """Each sample's place among the samples of its class: in order of `key` when given, else in stream order."""
+    order = torch.arange(y.shape[0], device=y.device) if key is None else torch.argsort(key, stable=True)
+    order = order[torch.argsort(y[order], stable=True)]  # by class, then by key (or position)
+    counts = torch.bincount(y)
+    first = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(y)
+    rank[order] = torch.arange(y.shape[0], device=y.device) - first[y[order]]
+    return rank
+
+
+def level_down(count: torch.Tensor, arrival: torch.Tensor, evictions: int) -> torch.Tensor:
+    """Class counts after `evictions` removals, each from the class with the most samples (the first seen among
+    ties): the largest classes are cut to a common level L, and what is left over takes one more from the
+    first-seen classes at L."""
+    if evictions == 0:
+        return count.clone()
+    levels = torch.arange(int(count.max()) + 1, device=count.device)
+    over = (count[None, :] - levels[:, None]).clamp(min=0).sum(1)  # removals needed to cut every class to L
+    level = int(torch.nonzero(over <= evictions)[0])
+    left = evictions - int(over[level])
+    out = count.clamp(max=level)
+    at_level = torch.nonzero(count >= level).squeeze(1)
+    at_level = at_level[torch.argsort(arrival[at_level])][:left]
+    out[at_level] -= 1
+    return out
+
+
+def herd(features: torch.Tensor, y: torch.Tensor, m: int):
+    """iCaRL's herding (Algorithm 4), for every class of y at once: with φ the L2-normalised features and μ a
+    class's mean of them, the k-th pick is the not yet picked sample x minimising ‖μ - (φ(x) + Σ_{j<k} φ(p_j)) / k‖.
+    Returns (classes, picks): picks[c] holds class c's first m picks as indices into y, -1 past its size."""
+    classes, group, counts = torch.unique(y, return_inverse=True, return_counts=True)
+    width = min(m, int(counts.max()))
+    place = rank_within_class(group)
+    grid = torch.full((classes.shape[0], int(counts.max())), -1, dtype=torch.long, device=y.device)
+    grid[group, place] = torch.arange(y.shape[0], device=y.device)  # grid[c, i]: class c's i-th sample
+    present = grid >= 0
+    phi = F.normalize(features.float(), dim=1)[grid.clamp(min=0)] * present[..., None]
+    mean = phi.sum(1) / counts[:, None]
+    picked_sum = torch.zeros_like(mean)
+    unavailable = ~present
+    every = torch.arange(classes.shape[0], device=y.device)
+    picks = []
+    for k in range(1, width + 1):
+        gap = (mean[:, None] - (phi + picked_sum[:, None]) / k).pow(2).sum(-1).masked_fill(unavailable, float("inf"))
+        best = gap.argmin(1)
+        some_left = ~unavailable[every, best]
+        picks.append(torch.where(some_left, grid[every, best], -1))
+        picked_sum += phi[every, best] * some_left[:, None]
+        unavailable[every, best] = True
+    return classes, torch.stack(picks, 1)
