@@ -47,7 +47,40 @@ CL := .venv/bin/cl-bench
 SEEDS ?= 0,1,2
 REPRO := outputs/sweeps
 
-.PHONY: need-data repro-cpg repro-gated repro-nccl repro-smoke
+.PHONY: need-data repro-baselines repro-cpg repro-gated repro-nccl repro-smoke
+
+# The DER paper's (Buzzega et al. 2020) S-MNIST (class-IL: 5 × 2 classes, all of MNIST) and P-MNIST (domain-IL:
+# 20 permutations of all of MNIST) settings: MLP 2×100, one epoch, plain SGD; each method's lr, replay batch and
+# loss weights per memory size are Mammoth's utils/best_args.py (seq-mnist, perm-mnist), which the paper's
+# tables used. Methods the paper did not run take their own defaults at that batch size and one epoch.
+SMNIST := dataset=split_mnist scenario=class backbone=mlp backbone.hidden_sizes=[100,100] method.epochs=1 \
+    method.batch_size=10 method.momentum=0 logger=none checkpoint.enabled=false seed=$(SEEDS)
+PMNIST := dataset=permuted_mnist dataset.num_tasks=20 dataset.samples_per_task=null scenario=class backbone=mlp \
+    backbone.hidden_sizes=[100,100] method.epochs=1 method.batch_size=128 method.momentum=0 logger=none \
+    checkpoint.enabled=false seed=$(SEEDS)
+RB := $(REPRO)/repro-baselines
+
+repro-baselines: $(VENV_STAMP)  ## rehearsal baselines, memory 200 and 500, on S-MNIST and P-MNIST as the DER paper (CPU: about an hour)
+	$(CL) train -m $(SMNIST) method=finetune method.lr=0.03 $(ARGS) hydra.sweep.dir=$(RB)/smnist/finetune
+	$(CL) train -m $(SMNIST) method=joint method.lr=0.03 $(ARGS) hydra.sweep.dir=$(RB)/smnist/joint
+	$(CL) train -m $(SMNIST) method=er method.memory_size=200 method.lr=0.01 method.replay_batch_size=10 $(ARGS) hydra.sweep.dir=$(RB)/smnist/er200
+	$(CL) train -m $(SMNIST) method=er method.memory_size=500 method.lr=0.1 method.replay_batch_size=10 $(ARGS) hydra.sweep.dir=$(RB)/smnist/er500
+	$(CL) train -m $(SMNIST) method=agem method.memory_size=200,500 method.lr=0.1 method.replay_batch_size=128 $(ARGS) hydra.sweep.dir=$(RB)/smnist/agem
+	$(CL) train -m $(SMNIST) method=der method.memory_size=200 method.lr=0.03 method.replay_batch_size=10 method.alpha=0.2 $(ARGS) hydra.sweep.dir=$(RB)/smnist/der200
+	$(CL) train -m $(SMNIST) method=der method.memory_size=500 method.lr=0.03 method.replay_batch_size=128 method.alpha=1.0 $(ARGS) hydra.sweep.dir=$(RB)/smnist/der500
+	$(CL) train -m $(SMNIST) method=derpp method.memory_size=200 method.lr=0.03 method.replay_batch_size=128 method.alpha=0.2 method.beta=1.0 $(ARGS) hydra.sweep.dir=$(RB)/smnist/derpp200
+	$(CL) train -m $(SMNIST) method=derpp method.memory_size=500 method.lr=0.03 method.replay_batch_size=10 method.alpha=1.0 method.beta=0.5 $(ARGS) hydra.sweep.dir=$(RB)/smnist/derpp500
+	$(CL) train -m $(SMNIST) method=icarl method.memory_size=200,500 method.lr=0.1 method.weight_decay=0 method.lr_milestones=[] $(ARGS) hydra.sweep.dir=$(RB)/smnist/icarl
+	$(CL) train -m $(SMNIST) method=er_ace method.memory_size=200,500 $(ARGS) hydra.sweep.dir=$(RB)/smnist/er_ace
+	$(CL) train -m $(SMNIST) method=gdumb method.memory_size=200,500 method.epochs=128 method.batch_size=16 method.momentum=0.9 method.regularization=none $(ARGS) hydra.sweep.dir=$(RB)/smnist/gdumb
+	$(CL) train -m $(PMNIST) method=finetune method.lr=0.2 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/finetune
+	$(CL) train -m $(PMNIST) method=joint method.lr=0.2 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/joint
+	$(CL) train -m $(PMNIST) method=er method.memory_size=200,500 method.lr=0.2 method.replay_batch_size=128 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/er
+	$(CL) train -m $(PMNIST) method=agem method.memory_size=200,500 method.lr=0.1 method.replay_batch_size=128 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/agem
+	$(CL) train -m $(PMNIST) method=der method.memory_size=200,500 method.lr=0.2 method.replay_batch_size=128 method.alpha=1.0 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/der
+	$(CL) train -m $(PMNIST) method=derpp method.memory_size=200 method.lr=0.1 method.replay_batch_size=128 method.alpha=1.0 method.beta=1.0 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/derpp200
+	$(CL) train -m $(PMNIST) method=derpp method.memory_size=500 method.lr=0.2 method.replay_batch_size=128 method.alpha=1.0 method.beta=0.5 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/derpp500
+	$(CL) report $(RB)
 
 repro-cpg: $(VENV_STAMP)  ## CPG, PAE, PackNet, independent, finetune on cifar100_20 (VGG16-BN, GPU), honest and official
 	$(CL) train -m experiment=cpg_cifar100_20,pae_cifar100_20,packnet_cifar100_20,independent_cifar100_20,finetune_cifar100_20 \
