@@ -4,6 +4,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..errors import UserError
 from .agem import AGEM
 from .base import Context, Method, MethodConfig
+from .bic import BiC
 from .cpg import CPG
 from .der import DER, DERpp
 from .er import ER
@@ -23,7 +24,7 @@ from .packnet import PackNet
 from .piggyback import Piggyback
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER, DER, DERpp,
-                                                       ERACE, ICaRL, GDumb, Gated, NCCL, AGEM, LaMAML, PackNet,
+                                                       ERACE, ICaRL, BiC, GDumb, Gated, NCCL, AGEM, LaMAML, PackNet,
                                                        Piggyback, CPG, HAT)}
 
 

@@ -1,4 +1,5 @@
-"""An episodic memory held on the device, shared by the rehearsal methods (er, agem, lamaml, nccl, icarl, gdumb).
+"""An episodic memory held on the device, shared by the rehearsal methods (er, agem, lamaml, nccl, icarl, gdumb,
+bic).
 
 Samples are stored as uint8 pixels with their label, task id and the logits the model gave them when they
 were stored. Reservoir sampling (Vitter 1985) keeps a uniform sample of the whole stream; the per-task ring
@@ -169,14 +170,18 @@ class Memory(nn.Module):
 
     # --- herding (iCaRL) -------------------------------------------------------------------------
     @torch.no_grad()
-    def add_herding(self, x, y, t, features) -> None:
+    def add_herding(self, x, y, t, features, per_class: int | None = None) -> None:
         """Herding policy, after a task: the classes of `y` get their exemplars from these samples, picked in
         herding order on `features` (the model's features of x), and every class stored before keeps its
-        first size // classes seen picks."""
+        first per_class picks (by default size // classes seen; a caller that keeps part of its budget
+        elsewhere, as BiC its held-out samples, passes a smaller share)."""
         new = torch.zeros_like(self.class_count, dtype=torch.bool)
         new[y] = True
         classes_seen = int(((self.class_count > 0) | new).sum())
-        per_class = self.size // classes_seen
+        per_class = self.size // classes_seen if per_class is None else per_class
+        if per_class * classes_seen > self.size:
+            raise ValueError(f"{per_class} exemplars for each of {classes_seen} classes exceed the memory's "
+                             f"{self.size} rows")
         # A class of y stored before (none in class-incremental data) is herded afresh, not kept twice.
         old = self.valid()[: self.size] & (self.rank[: self.size] < per_class) & ~new[self.y[: self.size]]
         old_rows = old.nonzero().squeeze(1)
