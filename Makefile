@@ -73,6 +73,7 @@ repro-baselines: $(VENV_STAMP)  ## rehearsal baselines, memory 200 and 500, on S
 	$(CL) train -m $(SMNIST) method=icarl method.memory_size=200,500 method.lr=0.1 method.weight_decay=0 method.lr_milestones=[] $(ARGS) hydra.sweep.dir=$(RB)/smnist/icarl
 	$(CL) train -m $(SMNIST) method=er_ace method.memory_size=200,500 $(ARGS) hydra.sweep.dir=$(RB)/smnist/er_ace
 	$(CL) train -m $(SMNIST) method=gdumb method.memory_size=200,500 method.epochs=128 method.batch_size=16 method.momentum=0.9 method.regularization=none $(ARGS) hydra.sweep.dir=$(RB)/smnist/gdumb
+	$(CL) train -m $(SMNIST) method=bic method.memory_size=200,500 method.momentum=0.9 $(ARGS) hydra.sweep.dir=$(RB)/smnist/bic
 	$(CL) train -m $(PMNIST) method=finetune method.lr=0.2 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/finetune
 	$(CL) train -m $(PMNIST) method=joint method.lr=0.2 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/joint
 	$(CL) train -m $(PMNIST) method=er method.memory_size=200,500 method.lr=0.2 method.replay_batch_size=128 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/er
