@@ -1,4 +1,4 @@
-"""An episodic memory held on the device, shared by the rehearsal methods (er, agem, lamaml, nccl, icarl, gdumb).
+"""An episodic memory held on the device, shared by the rehearsal methods (er, agem, lamaml, nccl, icarl, lucir, gdumb).
 
 Samples are stored as uint8 pixels with their label, task id and the logits the model gave them when they
 were stored. Reservoir sampling (Vitter 1985) keeps a uniform sample of the whole stream; the per-task ring
@@ -9,8 +9,9 @@ they never synchronise with the host.
 
 Two class-balanced policies are written once per task (or per stream chunk) and may synchronise then:
 - herding (iCaRL, Rebuffi et al. 2017, Algorithms 4 and 5): each class seen so far keeps size // classes seen
-  exemplars, picked in herding order (each next pick brings the mean of the picked L2-normalised features
-  closest to the class mean); an old class shrinks by dropping its last picks.
+  exemplars (or a fixed count per class, LUCIR's default), picked in herding order (each next pick brings the
+  mean of the picked L2-normalised features closest to the class mean); an old class shrinks by dropping its
+  last picks.
 - greedy (GDumb, Prabhu et al. 2020): a sample is stored if its class holds fewer than size // classes seen;
   when the memory is full, a random sample of the largest class (the first seen among ties) makes room.
 Both keep their samples in rows [0, stored).
@@ -169,14 +170,15 @@ class Memory(nn.Module):
 
     # --- herding (iCaRL) -------------------------------------------------------------------------
     @torch.no_grad()
-    def add_herding(self, x, y, t, features) -> None:
+    def add_herding(self, x, y, t, features, per_class: int | None = None) -> None:
         """Herding policy, after a task: the classes of `y` get their exemplars from these samples, picked in
         herding order on `features` (the model's features of x), and every class stored before keeps its
-        first size // classes seen picks."""
+        first size // classes seen picks (or `per_class` picks, when given: a fixed count per class, as LUCIR's
+        20; the caller keeps per_class × classes within size)."""
         new = torch.zeros_like(self.class_count, dtype=torch.bool)
         new[y] = True
-        classes_seen = int(((self.class_count > 0) | new).sum())
-        per_class = self.size // classes_seen
+        if per_class is None:
+            per_class = self.size // int(((self.class_count > 0) | new).sum())
         # A class of y stored before (none in class-incremental data) is herded afresh, not kept twice.
         old = self.valid()[: self.size] & (self.rank[: self.size] < per_class) & ~new[self.y[: self.size]]
         old_rows = old.nonzero().squeeze(1)
