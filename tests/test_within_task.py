@@ -29,6 +29,11 @@ CASES = {
     "icarl": (["method=icarl", "scenario=class", "method.memory_size=50"], (1, 0, 0)),
     # the greedy memory is refilled and the network re-drawn from the task-start state and random states
     "gdumb": (["method=gdumb", "scenario=class", "method.memory_size=50"], (1, 0, 0)),
+    # lucir as icarl (the teacher and the imprinted vectors from the task-start state); stopped in the finetuning
+    # phase, the exemplars herded after the skipped phase come from the saved state
+    "lucir": (["method=lucir", "scenario=class", "method.memory_size=50"], (1, 0, 0)),
+    "lucir-finetune": (["method=lucir", "scenario=class", "method.memory_size=50", "method.balanced_finetune=true",
+                        "method.finetune_epochs=2"], (1, 1, 0)),
     "independent": (["method=independent"], (1, 0, 0)),
     "packnet": (["method=packnet", "method.retrain_epochs=2"], (1, 1, 0)),
     # The mask scores' Adam state and their lr schedule (here dropping after epoch 0) continue across the stop.

@@ -18,6 +18,13 @@ BACKBONES = {  # name: (module, config dataclass)
 }
 
 
+def remove_final_relu(backbone: nn.Module) -> None:
+    """Drop the backbone's last ReLU in place, so that its features take negative values too (LUCIR, Hou et al.
+    2019, Sec. 4.1; its official ResNet's last block ends at the residual sum). Used by method=lucir only: every
+    other method keeps the backbones as built. Parameters and state-dict keys are unchanged."""
+    backbone.remove_final_relu()
+
+
 def build(cfg, input_shape: tuple[int, int, int]) -> nn.Module:
     """The backbone cfg names, with cfg's keys over its config's defaults as arguments."""
     module, schema = BACKBONES[cfg["name"]]

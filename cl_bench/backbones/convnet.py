@@ -31,5 +31,10 @@ class ConvNet(nn.Module):
         self.body = nn.Sequential(*layers)
         self.feature_dim = c_in
 
+    def remove_final_relu(self) -> None:
+        """The last conv block ends at its batch norm (see backbones.remove_final_relu)."""
+        last = max(i for i, m in enumerate(self.body) if isinstance(m, nn.ReLU))
+        self.body[last] = nn.Identity()
+
     def forward(self, x):
         return self.body(x)

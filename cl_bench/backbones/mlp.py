@@ -22,5 +22,9 @@ class MLP(nn.Module):
         self.body = nn.Sequential(*layers)
         self.feature_dim = sizes[-1]
 
+    def remove_final_relu(self) -> None:
+        """Features straight from the last linear layer (see backbones.remove_final_relu)."""
+        self.body[-1] = nn.Identity()
+
     def forward(self, x):
         return self.body(x)

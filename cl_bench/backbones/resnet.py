@@ -12,13 +12,15 @@ class BasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(c_out)
         self.relu = nn.ReLU(inplace=True)
+        self.final_relu = True  # False: the block's output is the residual sum itself (remove_final_relu)
         self.shortcut = nn.Sequential()
         if stride != 1 or c_in != c_out:
             self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
 
     def forward(self, x):
         out = self.relu(self.bn1(self.conv1(x)))
-        return self.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+        out = self.bn2(self.conv2(out)) + self.shortcut(x)
+        return self.relu(out) if self.final_relu else out
 
 
 class ResNet18(nn.Module):
@@ -36,6 +38,11 @@ class ResNet18(nn.Module):
         self.layers = nn.Sequential(*blocks)
         self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.feature_dim = c_in
+
+    def remove_final_relu(self) -> None:
+        """The last block ends at its residual sum, as the official LUCIR ResNet's last block (see
+        backbones.remove_final_relu)."""
+        self.layers[-1].final_relu = False
 
     def forward(self, x):
         return self.pool(self.layers(self.stem(x)))

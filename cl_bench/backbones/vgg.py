@@ -29,5 +29,9 @@ class VGG16BN(nn.Module):
                                         nn.Linear(hidden, hidden), nn.ReLU(inplace=True))
         self.feature_dim = hidden
 
+    def remove_final_relu(self) -> None:
+        """Features straight from the classifier body's last linear layer (see backbones.remove_final_relu)."""
+        self.classifier[-1] = nn.Identity()
+
     def forward(self, x):
         return self.classifier(self.features(x))

@@ -18,14 +18,15 @@ from .icarl import ICaRL
 from .independent import Independent
 from .joint import Joint
 from .lamaml import LaMAML
+from .lucir import LUCIR
 from .lwf import LwF
 from .nccl import NCCL
 from .packnet import PackNet
 from .piggyback import Piggyback
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER, DER, DERpp,
-                                                       ERACE, ICaRL, BiC, GDumb, Gated, NCCL, AGEM, LaMAML, PackNet,
-                                                       Piggyback, CPG, HAT)}
+                                                       ERACE, ICaRL, BiC, LUCIR, GDumb, Gated, NCCL, AGEM, LaMAML,
+                                                       PackNet, Piggyback, CPG, HAT)}
 
 
 def get(name: str) -> type[Method]:

@@ -1,5 +1,5 @@
 """An episodic memory held on the device, shared by the rehearsal methods (er, agem, lamaml, nccl, icarl, gdumb,
-bic).
+bic, lucir).
 
 Samples are stored as uint8 pixels with their label, task id and the logits the model gave them when they
 were stored. Reservoir sampling (Vitter 1985) keeps a uniform sample of the whole stream; the per-task ring
@@ -10,8 +10,9 @@ they never synchronise with the host.
 
 Two class-balanced policies are written once per task (or per stream chunk) and may synchronise then:
 - herding (iCaRL, Rebuffi et al. 2017, Algorithms 4 and 5): each class seen so far keeps size // classes seen
-  exemplars, picked in herding order (each next pick brings the mean of the picked L2-normalised features
-  closest to the class mean); an old class shrinks by dropping its last picks.
+  exemplars (or a fixed count per class, LUCIR's default), picked in herding order (each next pick brings the
+  mean of the picked L2-normalised features closest to the class mean); an old class shrinks by dropping its
+  last picks.
 - greedy (GDumb, Prabhu et al. 2020): a sample is stored if its class holds fewer than size // classes seen;
   when the memory is full, a random sample of the largest class (the first seen among ties) makes room.
 Both keep their samples in rows [0, stored).
@@ -174,7 +175,7 @@ class Memory(nn.Module):
         """Herding policy, after a task: the classes of `y` get their exemplars from these samples, picked in
         herding order on `features` (the model's features of x), and every class stored before keeps its
         first per_class picks (by default size // classes seen; a caller that keeps part of its budget
-        elsewhere, as BiC its held-out samples, passes a smaller share)."""
+        elsewhere, as BiC its held-out samples, or a fixed count per class, as LUCIR's 20, passes its own)."""
         new = torch.zeros_like(self.class_count, dtype=torch.bool)
         new[y] = True
         classes_seen = int(((self.class_count > 0) | new).sum())
