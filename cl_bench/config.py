@@ -76,6 +76,8 @@ class DatasetConfig(Checked):
     class_order: ClassOrder = ClassOrder.natural  # split
     samples_per_task: int | None = None  # cap on each task's training samples (GEM: 1000)
     augment: bool = False  # pad-crop and flip during training (32×32 colour data)
+    normalize: bool = True  # per-channel mean/std normalisation; false: pixels in [0, 1] only (Mammoth's MNIST
+    # datasets, whose published learning rates were tuned on such inputs)
 
     def checks(self):
         return [("num_tasks", self.num_tasks >= 1, "at least 1"),

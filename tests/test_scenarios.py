@@ -122,3 +122,13 @@ def test_view_normalises_per_channel():
     view = View((0.5, 0.25), (0.5, 0.25), augment=False, device="cpu")
     x = torch.full((1, 2, 2, 2), 255, dtype=torch.uint8)
     assert torch.allclose(view.eval(x), torch.tensor([1.0, 3.0]).view(1, 2, 1, 1).expand(1, 2, 2, 2))
+
+
+def test_without_normalisation_pixels_are_only_scaled_to_the_unit_interval(tmp_path):
+    """dataset.normalize=false gives Mammoth's MNIST inputs (ToTensor alone): 0 -> 0, 255 -> 1."""
+    write_idx_dataset(tmp_path / "MNIST" / "raw", suffix=".gz")
+    pixels = torch.tensor([0, 51, 255], dtype=torch.uint8).view(3, 1, 1, 1)
+    plain = build(tmp_path, name="split_mnist", source="mnist", num_tasks=5, normalize=False).info.view
+    torch.testing.assert_close(plain.eval(pixels).flatten(), torch.tensor([0.0, 0.2, 1.0]))
+    normalised = build(tmp_path, name="split_mnist", source="mnist", num_tasks=5).info.view
+    assert normalised.eval(pixels).flatten()[0] < 0  # the mean is subtracted by default

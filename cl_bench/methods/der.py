@@ -17,7 +17,9 @@ What the paper leaves to the code, done as Mammoth does:
   the paper's main benchmark (utils/best_args.py). The number of epochs stays the run's setting (Mammoth uses
   50 on seq-cifar10, 1 on seq-mnist).
 Which logits: in the class scenario, every output of the single head, future classes' too, as Mammoth's one
-head gives them (the CE terms read the outputs seen so far, as every method here does); in the task scenario,
+head gives them, for the stored logits and, by default, for the CE terms too (Mammoth's cross-entropy runs over
+every output; method.ce_outputs=seen restricts it to the classes seen so far, as the project's other methods
+do); in the task scenario,
 where each task has its own head, the outputs of the sample's own task head: the logits its prediction reads.
 """
 from dataclasses import dataclass
@@ -25,9 +27,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..checks import Choice
 from .base import Batch, Method, MethodConfig
 from .er import check_memory_holds_every_class
 from .memory import Memory, mean_over_drawn
+
+
+class CEOutputs(Choice):
+    all = "all"  # Mammoth: the cross-entropy runs over every output of the class scenario's head
+    seen = "seen"  # over the classes seen so far (the outputs a prediction reads), as the other methods here
 
 
 @dataclass
@@ -39,6 +47,7 @@ class DERConfig(MethodConfig):
     memory_size: int = 500  # samples kept over the whole stream (the paper's middle buffer size)
     replay_batch_size: int = 32  # memory samples per draw (Mammoth's minibatch_size)
     alpha: float = 0.3  # weight of the logit-matching MSE (Mammoth, seq-cifar10, buffer 500)
+    ce_outputs: CEOutputs = CEOutputs.all  # the outputs the class scenario's cross-entropy terms read
 
     def checks(self):
         return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1"),
@@ -91,8 +100,9 @@ class DER(Method):
         return self.heads.mixed(features, t) if self.heads.per_task else self.heads.head(features)
 
     def ce(self, logits: torch.Tensor, y: torch.Tensor, drawn: torch.Tensor | None = None) -> torch.Tensor:
-        """Cross-entropy over the outputs a prediction reads (the seen classes; the own task's head)."""
-        if not self.heads.per_task:
+        """Cross-entropy over every output of the class scenario's head (or, with ce_outputs=seen, the classes
+        seen so far), over the own task's head in the task scenario."""
+        if not self.heads.per_task and self.cfg.ce_outputs == "seen":
             logits = logits[:, : self.heads.seen]
         losses = F.cross_entropy(logits, y, reduction="none")
         return losses.mean() if drawn is None else mean_over_drawn(losses, drawn)
