@@ -25,6 +25,9 @@ CASES = {
     "finetune": (["method=finetune"], (1, 0, 0)),
     "er": (["method=er", "method.memory_size=20"], (1, 0, 0)),
     "lwf": (["method=lwf"], (1, 0, 0)),
+    # SI's path integral of the task in flight (ω, θ at the task's start) continues across the stop.
+    "si": (["method=si", "method.c=10"], (1, 0, 0)),
+    "mas": (["method=mas"], (1, 0, 0)),
     "independent": (["method=independent"], (1, 0, 0)),
     "packnet": (["method=packnet", "method.retrain_epochs=2"], (1, 1, 0)),
     # The mask scores' Adam state and their lr schedule (here dropping after epoch 0) continue across the stop.

@@ -13,11 +13,13 @@ from .independent import Independent
 from .joint import Joint
 from .lamaml import LaMAML
 from .lwf import LwF
+from .mas import MAS
 from .nccl import NCCL
 from .packnet import PackNet
 from .piggyback import Piggyback
+from .si import SI
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER, Gated,
+METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, SI, MAS, LwF, ER, Gated,
                                                        NCCL, AGEM, LaMAML, PackNet, Piggyback, CPG)}
 
 
