@@ -34,6 +34,9 @@ CASES = {
     "lucir": (["method=lucir", "scenario=class", "method.memory_size=50"], (1, 0, 0)),
     "lucir-finetune": (["method=lucir", "scenario=class", "method.memory_size=50", "method.balanced_finetune=true",
                         "method.finetune_epochs=2"], (1, 1, 0)),
+    # SI's path integral of the task in flight (ω, θ at the task's start) continues across the stop.
+    "si": (["method=si", "method.c=10"], (1, 0, 0)),
+    "mas": (["method=mas"], (1, 0, 0)),
     "independent": (["method=independent"], (1, 0, 0)),
     "packnet": (["method=packnet", "method.retrain_epochs=2"], (1, 1, 0)),
     # The mask scores' Adam state and their lr schedule (here dropping after epoch 0) continue across the stop.

@@ -20,13 +20,15 @@ from .joint import Joint
 from .lamaml import LaMAML
 from .lucir import LUCIR
 from .lwf import LwF
+from .mas import MAS
 from .nccl import NCCL
 from .packnet import PackNet
 from .piggyback import Piggyback
+from .si import SI
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, LwF, ER, DER, DERpp,
-                                                       ERACE, ICaRL, BiC, LUCIR, GDumb, Gated, NCCL, AGEM, LaMAML,
-                                                       PackNet, Piggyback, CPG, HAT)}
+METHODS: dict[str, type[Method]] = {m.name: m for m in (Finetune, Joint, Independent, EWC, SI, MAS, LwF, ER, DER,
+                                                       DERpp, ERACE, ICaRL, BiC, LUCIR, GDumb, Gated, NCCL, AGEM,
+                                                       LaMAML, PackNet, Piggyback, CPG, HAT)}
 
 
 def get(name: str) -> type[Method]:

@@ -7,15 +7,15 @@ C = Σ F_k θ*_k², which is exact and costs three tensors whatever the number o
 the old Fisher by γ and re-anchors everything at the newest θ*.
 
 The penalty's gradient, λ(A θ - B), is added to the gradients in closed form after the backward pass rather
-than differentiated through: two in-place passes per parameter instead of a graph of a dozen (on an MLP the
-autograd version cost as much as the training itself). The penalty's value still joins the reported loss.
+than differentiated through. That machinery is quadratic.py's QuadraticPenalty, shared with SI and MAS.
 """
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from .base import Method, MethodConfig
+from .base import MethodConfig
+from .quadratic import QuadraticPenalty
 
 
 @dataclass
@@ -30,50 +30,15 @@ class EWCConfig(MethodConfig):
                 ("gamma", 0 <= self.gamma <= 1, "a decay in [0, 1]")]
 
 
-class EWC(Method):
+class EWC(QuadraticPenalty):
     name = "ewc"
     scenarios = frozenset({"task", "class"})
     distributed_scenarios = frozenset({"task", "class"})
     Config = EWCConfig
+    key_prefix = "ewc"
 
-    def __init__(self, cfg, backbone, info, ctx):
-        super().__init__(cfg, backbone, info, ctx)
-        self.anchored = [n for n, p in self.named_parameters() if p.requires_grad]
-        for n in self.anchored:
-            p = self.get_parameter(n)
-            self.register_buffer(self._key("A", n), torch.zeros_like(p))
-            self.register_buffer(self._key("B", n), torch.zeros_like(p))
-        self.register_buffer("C", torch.zeros(()))
-
-    @staticmethod
-    def _key(kind, name):
-        return f"ewc_{kind}_{name.replace('.', '_')}"
-
-    def quadratics(self):
-        for n in self.anchored:
-            yield self.get_parameter(n), getattr(self, self._key("A", n)), getattr(self, self._key("B", n))
-
-    @torch.no_grad()
-    def penalty(self) -> torch.Tensor:
-        """λ/2 (A θ² - 2Bθ + C) summed over the parameters: the value only (its gradient: penalty_grad)."""
-        total = self.C.clone()
-        for p, a, b in self.quadratics():
-            total += (a * p).sub_(b, alpha=2).mul_(p).sum()
-        return 0.5 * self.cfg.ewc_lambda * total
-
-    @torch.no_grad()
-    def penalty_grad(self) -> None:
-        """Add λ(A θ - B), the penalty's gradient, to every anchored parameter's gradient (creating it where
-        the loss did not reach the parameter, as differentiating the penalty would)."""
-        lam = self.cfg.ewc_lambda
-        for p, a, b in self.quadratics():
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            p.grad.addcmul_(a, p, value=lam).sub_(b, alpha=lam)
-
-    def train_task(self, task):
-        self.fit(task, lambda batch: self.loss(batch, task.id) + self.penalty(), after_backward=self.penalty_grad)
-        self.consolidate(task)
+    def strength(self) -> float:
+        return 0.5 * self.cfg.ewc_lambda
 
     def fisher(self, task) -> dict[str, torch.Tensor]:
         """Diagonal empirical Fisher: squared gradients of the log-likelihood of the true labels, per batch,
@@ -98,15 +63,7 @@ class EWC(Method):
             self._accumulate(fisher)
 
     def _accumulate(self, fisher):
-        decay = self.cfg.gamma if self.cfg.online else 1.0
-        c = torch.zeros(())
-        for (n, (p, a, b)) in zip(self.anchored, self.quadratics(), strict=True):
-            if self.cfg.online:  # one Fisher, decayed, anchored at the current weights
-                a.mul_(decay).add_(fisher[n])
-                b.copy_(a * p)
-                c = c.to(p.device) + (a * p * p).sum()
-            else:
-                a.add_(fisher[n])
-                b.add_(fisher[n] * p)
-                c = c.to(p.device) + (fisher[n] * p * p).sum()
-        self.C.copy_(c if self.cfg.online else self.C + c)
+        if self.cfg.online:  # one Fisher, decayed, anchored at the current weights
+            self.reanchor(fisher, decay=self.cfg.gamma)
+        else:  # a (F, θ*) term per task
+            self.add(fisher)
