@@ -7,7 +7,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-GROUP = ("method", "dataset", "scenario", "backbone", "protocol")  # runs of the official protocol are never
+GROUP = ("method", "dataset", "scenario", "backbone", "memory", "protocol")  # official-protocol runs are never
 # averaged with honest ones
 # metrics.json key -> its column, under the name the papers print (RA, BTI, LA: GEM, MER, La-MAML; task-aware:
 # FACIL). A metric a run does not record (task-aware in the task scenario) is left out of its mean.
@@ -33,6 +33,8 @@ def find_runs(paths: list[Path]) -> list[dict]:
             run = json.loads(metrics_file.read_text())
             run["run_dir"] = str(metrics_file.parent)
             run.setdefault("protocol", "honest")  # runs from before the official protocol existed
+            # rehearsal runs of different memory sizes are different settings, never averaged together
+            run["memory"] = (run.get("capacity") or {}).get("memory_size") or 0
             if run.get("variant"):  # listed apart: cpg without picking is PAE
                 run["method"] = f"{run['method']} ({run['variant']})"
             runs.append(run)
@@ -132,6 +134,8 @@ def cells(row: dict) -> list[str]:
 
 
 def group_cell(row: dict, key: str) -> str:
+    if key == "memory":
+        return str(row[key]) if row[key] else "–"
     return "official (selects on TEST)" if key == "protocol" and row[key] == "official" else str(row[key])
 
 
