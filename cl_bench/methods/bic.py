@@ -45,6 +45,7 @@ from ..checks import Choice
 from ..data.scenarios import Split
 from ..errors import UserError
 from .base import Method, MethodConfig, fresh_copy
+from .er import check_new_classes_every_task
 from .memory import Memory, rank_within_class
 
 EVAL_BATCH = 512  # samples per forward pass when computing features or logits once per task
@@ -107,9 +108,7 @@ class BiC(Method):
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
-        if len(set(info.offsets)) < info.num_tasks:
-            raise UserError(f"method=bic learns new classes at every task, but the tasks of {info.dataset} share "
-                            "their labels: use a split dataset (split_digits, split_mnist, split_cifar100, ...)")
+        check_new_classes_every_task("bic", info)
         held, trained = budget(cfg.memory_size, info.num_outputs, cfg.val_fraction)
         if trained < 1:
             least = next(p for p in itertools.count(2) if budget(p, 1, cfg.val_fraction)[1] >= 1)

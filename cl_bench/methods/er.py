@@ -37,6 +37,13 @@ def check_memory_holds_every_class(memory_size: int, info) -> None:
                         f"{info.dataset} ({info.scenario} scenario): use at least {info.num_outputs}")
 
 
+def check_new_classes_every_task(name: str, info) -> None:
+    """Class-incremental methods (icarl, bic, lucir) need tasks with classes of their own."""
+    if len(set(info.offsets)) < info.num_tasks:
+        raise UserError(f"method={name} learns new classes at every task, but the tasks of {info.dataset} share "
+                        "their labels: use a split dataset (split_digits, split_mnist, split_cifar100, ...)")
+
+
 class ER(Method):
     name = "er"
     scenarios = frozenset({"task", "class"})

@@ -31,9 +31,8 @@ import torch.nn.functional as F
 
 from ..checks import Choice
 from ..data.scenarios import Split
-from ..errors import UserError
 from .base import Method, MethodConfig, fresh_copy
-from .er import check_memory_holds_every_class
+from .er import check_memory_holds_every_class, check_new_classes_every_task
 from .memory import Memory
 
 FEATURE_BATCH = 512  # samples per forward pass when computing features for herding and class means
@@ -81,9 +80,7 @@ class ICaRL(Method):
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
-        if len(set(info.offsets)) < info.num_tasks:
-            raise UserError(f"method=icarl learns new classes at every task, but the tasks of {info.dataset} share "
-                            "their labels: use a split dataset (split_digits, split_mnist, split_cifar100, ...)")
+        check_new_classes_every_task("icarl", info)
         check_memory_holds_every_class(cfg.memory_size, info)
         self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device, "herding")
         # Each class's mean of normalised exemplar features, renormalised: the nearest-mean classifier.

@@ -52,7 +52,7 @@ from ..checks import Choice
 from ..data.scenarios import Split
 from ..errors import UserError
 from .base import Method, MethodConfig, fresh_copy
-from .er import check_memory_holds_every_class
+from .er import check_memory_holds_every_class, check_new_classes_every_task
 from .memory import Memory
 
 FEATURE_BATCH = 512  # samples per forward pass when computing features for imprinting and herding
@@ -149,9 +149,7 @@ class LUCIR(Method):
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
-        if len(set(info.offsets)) < info.num_tasks:
-            raise UserError(f"method=lucir learns new classes at every task, but the tasks of {info.dataset} share "
-                            "their labels: use a split dataset (split_digits, split_mnist, split_cifar100, ...)")
+        check_new_classes_every_task("lucir", info)
         fewest = min(info.sizes[1:], default=cfg.hard_negatives)
         if cfg.hard_negatives > fewest:
             raise UserError(f"method.hard_negatives={cfg.hard_negatives} exceeds the {fewest} new classes of a task "
