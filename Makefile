@@ -53,7 +53,8 @@ REPRO := outputs/sweeps
 # 20 permutations of all of MNIST) settings: MLP 2×100, one epoch, plain SGD; each method's lr, replay batch and
 # loss weights per memory size are Mammoth's utils/best_args.py (seq-mnist, perm-mnist), which the paper's
 # tables used, on pixels scaled to [0, 1] without normalisation as Mammoth feeds MNIST. Methods the paper did not
-# run take their own defaults at that batch size and one epoch.
+# run keep their own defaults for one epoch, at the benchmark's batch size (BiC, LUCIR) or their own (ER-ACE: 10;
+# GDumb: 16, and its official MNIST schedule of 128 epochs on the memory).
 SMNIST := dataset=split_mnist dataset.normalize=false scenario=class backbone=mlp backbone.hidden_sizes=[100,100] method.epochs=1 \
     method.batch_size=10 method.momentum=0 logger=none checkpoint.enabled=false seed=$(SEEDS)
 PMNIST := dataset=permuted_mnist dataset.normalize=false dataset.num_tasks=20 dataset.samples_per_task=null scenario=class backbone=mlp \
@@ -83,6 +84,8 @@ repro-baselines: $(VENV_STAMP)  ## rehearsal baselines, memory 200 and 500, on S
 	$(CL) train -m $(PMNIST) method=der method.memory_size=200,500 method.lr=0.2 method.replay_batch_size=128 method.alpha=1.0 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/der
 	$(CL) train -m $(PMNIST) method=derpp method.memory_size=200 method.lr=0.1 method.replay_batch_size=128 method.alpha=1.0 method.beta=1.0 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/derpp200
 	$(CL) train -m $(PMNIST) method=derpp method.memory_size=500 method.lr=0.2 method.replay_batch_size=128 method.alpha=1.0 method.beta=0.5 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/derpp500
+	$(CL) train -m $(PMNIST) method=er_ace method.memory_size=200,500 method.batch_size=10 $(ARGS) hydra.sweep.dir=$(RB)/pmnist/er_ace
+	$(CL) train -m $(PMNIST) method=gdumb method.memory_size=200,500 method.epochs=128 method.batch_size=16 method.momentum=0.9 method.regularization=none $(ARGS) hydra.sweep.dir=$(RB)/pmnist/gdumb
 	$(CL) report $(RB)
 
 repro-cpg: $(VENV_STAMP)  ## CPG, PAE, PackNet, independent, finetune on cifar100_20 (VGG16-BN, GPU), honest and official
