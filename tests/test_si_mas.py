@@ -26,6 +26,12 @@ def check_penalty(method, strength, omega, anchor):
     params = method.anchored_params()
     direct = strength * sum(((o * (p - a) ** 2).sum() for p, o, a in zip(params, omega, anchor, strict=True)),
                             torch.zeros(()))
+    assert_penalty_is(method, params, direct)
+
+
+def assert_penalty_is(method, params, direct):
+    """method.penalty() equals the textbook penalty `direct`, and penalty_grad() adds its autograd gradient to
+    the gradient already there."""
     want = torch.autograd.grad(direct, params)
     assert method.penalty().item() == pytest.approx(direct.item(), rel=1e-5)
     method.zero_grad(set_to_none=True)
