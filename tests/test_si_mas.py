@@ -221,8 +221,9 @@ def test_si_and_mas_state_survives_a_checkpoint():
 @pytest.mark.parametrize("scenario", ["task", "class"])
 def test_runs_through_the_cli(tmp_path, method, scenario):
     run_dir = tmp_path / "run"
-    m = train(run_dir, f"method={method}", f"scenario={scenario}", "method.epochs=2")
+    epochs = 5 if method == "mas" else 2  # MAS's lr is the authors' 0.001: its default 5 epochs get it there
+    m = train(run_dir, f"method={method}", f"scenario={scenario}", f"method.epochs={epochs}")
     assert contract_problems(run_dir) == []
     assert (m["method"], m["dataset"], m["scenario"], m["num_tasks"], m["complete"]) == (
         method, "split_digits", scenario, 5, True)
-    assert m["acc"][0][0] > 0.9  # two digit classes after two epochs: far above chance
+    assert m["acc"][0][0] > 0.9  # two digit classes after a few epochs: far above chance

@@ -3,11 +3,15 @@
 Each glance computes the gradient g on the incoming batch and, from task 1 on, a reference gradient g_ref
 on a memory batch of earlier tasks; when they conflict (g·g_ref < 0) g is projected onto the half-space
 where the memory loss does not rise: g - (g·g_ref / g_ref·g_ref) g_ref. The test is done on the device,
-with no host sync."""
+with no host sync.
+
+In the class scenario both cross-entropies read every output of the single head by default, future classes' too,
+as Mammoth's A-GEM (whose figures the DER paper tables); method.ce_outputs=seen reads the classes seen so far."""
 from dataclasses import dataclass
 
 import torch
 
+from .base import CEOutputs
 from .online import OnlineConfig, OnlineMethod, sgd_step
 
 
@@ -17,6 +21,7 @@ class AGEMConfig(OnlineConfig):
     lr: float = 0.1  # SGD lr (GEM's MNIST setting)
     inner_steps: int = 1  # glances per batch: A-GEM takes one step per batch
     replay_batch_size: int = 64  # memory samples behind the reference gradient (A-GEM uses 256 from larger memories)
+    ce_outputs: CEOutputs = CEOutputs.all  # class scenario: the outputs the cross-entropies read (Mammoth: all)
 
 
 class AGEM(OnlineMethod):
@@ -29,12 +34,12 @@ class AGEM(OnlineMethod):
 
     def glance(self, batch, task):
         with self.ctx.autocast():
-            loss = self.loss(batch, task.id)
+            loss = self.mixed_loss(batch, self.cfg.ce_outputs)
         grads = torch.autograd.grad(loss, self.params, allow_unused=True, materialize_grads=True)
         if task.id > 0:
             memory, _ = self.replay(before_task=task.id)
             with self.ctx.autocast():
-                memory_loss = self.mixed_loss(memory)
+                memory_loss = self.mixed_loss(memory, self.cfg.ce_outputs)
             ref = torch.autograd.grad(memory_loss, self.params, allow_unused=True, materialize_grads=True)
             grads = project(grads, ref)
         sgd_step(self.params, grads, self.cfg.lr)

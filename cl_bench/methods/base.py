@@ -21,6 +21,12 @@ class Optimizer(Choice):
     adamw = "adamw"
 
 
+class CEOutputs(Choice):
+    """The outputs a rehearsal method's cross-entropy reads in the class scenario (its single head)."""
+    all = "all"  # every output, future classes' too, as Mammoth's one head gives them (its er, agem, der)
+    seen = "seen"  # the classes seen so far: the outputs a prediction reads
+
+
 class Protocol(Choice):
     # honest: every choice a method makes (goals, pruning ratios, relevance) uses held-out validation data;
     # official: as reference code that selected on test data (ivclab/CPG): each task's whole training data is
@@ -225,9 +231,13 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         """Cross-entropy on a batch drawn from task task_id alone."""
         return F.cross_entropy(self(batch.x, task_id), self.targets(batch.y, task_id))
 
-    def mixed_loss(self, batch: Batch) -> torch.Tensor:
-        """Cross-entropy on a batch mixing tasks (replay, joint training)."""
-        return F.cross_entropy(self.heads.mixed(self.backbone(batch.x), batch.t), batch.y)
+    def mixed_loss(self, batch: Batch, outputs: CEOutputs = CEOutputs.seen) -> torch.Tensor:
+        """Cross-entropy on a batch mixing tasks (replay, joint training), over the outputs named (class
+        scenario; the task scenario reads each row's own task head either way)."""
+        features = self.backbone(batch.x)
+        if outputs == "all" and not self.heads.per_task:
+            return F.cross_entropy(self.heads.head(features), batch.y)
+        return F.cross_entropy(self.heads.mixed(features, batch.t), batch.y)
 
     def make_optimizer(self, params, lr: float | None = None, weight_decay: float | None = None):
         cfg = self.cfg

@@ -27,15 +27,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..checks import Choice
-from .base import Batch, Method, MethodConfig
+from .base import Batch, CEOutputs, Method, MethodConfig
 from .er import check_memory_holds_every_class
 from .memory import Memory, mean_over_drawn
-
-
-class CEOutputs(Choice):
-    all = "all"  # Mammoth: the cross-entropy runs over every output of the class scenario's head
-    seen = "seen"  # over the classes seen so far (the outputs a prediction reads), as the other methods here
 
 
 @dataclass

@@ -2,14 +2,18 @@
 
 The memory is a reservoir over the stream by default (Chaudhry et al. 2019; Mammoth's ER), written after every
 step, so that it also holds the current task's samples; memory_policy=balanced keeps Avalanche's default instead:
-written at the end of each task, an equal share per task seen, so that replay draws from past tasks only."""
+written at the end of each task, an equal share per task seen, so that replay draws from past tasks only.
+
+In the class scenario the cross-entropy of the current and the replayed samples reads every output of the single
+head by default, future classes' too, as Mammoth's ER does (its tables are the ones ER is usually quoted from);
+method.ce_outputs=seen reads the classes seen so far, as the project's other methods do."""
 from dataclasses import dataclass
 
 import torch
 
 from ..checks import Choice
 from ..errors import UserError
-from .base import Batch, Method, MethodConfig
+from .base import Batch, CEOutputs, Method, MethodConfig
 from .memory import Memory
 
 
@@ -24,6 +28,7 @@ class ERConfig(MethodConfig):
     memory_size: int = 500  # samples kept over the whole stream
     replay_batch_size: int = 0  # memory samples per step; 0 means batch_size
     memory_policy: ReplayPolicy = ReplayPolicy.reservoir
+    ce_outputs: CEOutputs = CEOutputs.all  # class scenario: the outputs the cross-entropy reads (Mammoth: all)
 
     def checks(self):
         return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1"),
@@ -64,7 +69,7 @@ class ER(Method):
                 raw, y, t, _ = self.memory.sample(m, self.ctx.generator)
                 x = self.info.view.train(raw, self.ctx.generator)
                 batch = Batch(None, torch.cat([batch.x, x]), torch.cat([batch.y, y]), torch.cat([batch.t, t]))
-            return self.mixed_loss(batch)
+            return self.mixed_loss(batch, self.cfg.ce_outputs)
 
         def store(batch: Batch):
             self.memory.add(batch.raw, batch.y, batch.t, generator=self.ctx.generator)
