@@ -4,9 +4,9 @@ bic, lucir).
 Samples are stored as uint8 pixels with their label, task id and the logits the model gave them when they
 were stored. Reservoir sampling (Vitter 1985) keeps a uniform sample of the whole stream; the per-task ring
 (GEM's episodic memory) gives each task size // num_tasks slots and keeps its newest samples; the balanced
-memory (Avalanche's default experience-balanced buffer) is written at the end of each task only, giving every
-task seen so far an equal share, size // tasks seen, of random samples. Updates and draws are tensor ops, so
-they never synchronise with the host.
+memory (Avalanche's default experience-balanced buffer, and Abati et al.'s episodic memory) is written at the end
+of each task only, giving every task seen so far an equal share, size // tasks seen, of random samples. Updates
+and draws are tensor ops, so they never synchronise with the host.
 
 Two class-balanced policies are written once per task (or per stream chunk) and may synchronise then:
 - herding (iCaRL, Rebuffi et al. 2017, Algorithms 4 and 5): each class seen so far keeps size // classes seen
@@ -141,6 +141,15 @@ class Memory(nn.Module):
                 valid = torch.where(past.any(), past, valid)
             idx = torch.multinomial(valid.float(), batch_size, replacement=True, generator=generator)
         return self.x[idx], self.y[idx], self.t[idx], self.logits[idx]
+
+    def sample_uniform_tasks(self, batch_size: int, generator=None):
+        """Balanced policy: a batch (with replacement) whose task labels are uniform over the stored tasks (each row
+        draws a task, then one of its samples), however many samples each task keeps; on the device."""
+        share = self.size // self.tasks.clamp(min=1)
+        u = torch.rand(2, batch_size, device=self.y.device, generator=generator)
+        task = (u[0] * self.tasks).long()
+        idx = task * share + (u[1] * self.count[task]).long()
+        return self.x[idx], self.y[idx], self.t[idx]
 
     def sample_distinct(self, batch_size: int, generator=None):
         """Reservoir policy: batch_size distinct stored samples drawn uniformly, as Mammoth's and AML's buffers
