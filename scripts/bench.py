@@ -37,7 +37,6 @@ SHORT = {
     "cpg": ["method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1",
             "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1"],
     "packnet": ["method.retrain_epochs=1"],
-    "gated": ["method.task_classifier_epochs=1"],
 }
 NEEDS_CONV = {"gated"}  # gates act on conv channels
 # The same job in Avalanche and in cl-bench: (Avalanche strategy and flags, cl-bench overrides on WORKLOAD).

@@ -14,13 +14,15 @@ from cl_bench import backbones, methods
 from cl_bench.config import DatasetConfig
 from cl_bench.data import scenarios
 from cl_bench.errors import UserError
+from cl_bench.methods.base import Batch
 from cl_bench.methods.gated import GatedConfig
+from cl_bench.methods.memory import Memory
 from cl_bench.nn import gated
 from cl_bench.recorders import Recorders
 
 # Three tasks of three digits each keep the CLI runs short.
 SMALL = ("method=gated", "dataset.num_tasks=3", "backbone.channels=[8,16]", "method.epochs=1", "method.lr=0.01",
-         "method.task_classifier_epochs=1", "method.memory_size=50")
+         "method.memory_size=50")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -65,23 +67,23 @@ def test_freezing_and_reinitialisation_on_known_kernels():
     known = [[0, 2, 5], [1, 2, 9, 15]]
     for layer, kernels in zip(method.layers, known):
         open_only(layer, 0, kernels)
-    before = [layer.conv.weight.detach().clone() for layer in method.layers]
+    before = [layer.convs[0].weight.detach().clone() for layer in method.layers]
     method._consolidate(tasks[0])
     for layer, kernels, w in zip(method.layers, known, before):
-        want = torch.zeros(layer.conv.out_channels, dtype=torch.bool)
+        want = torch.zeros(layer.out_channels, dtype=torch.bool)
         want[kernels] = True
         assert torch.equal(layer.frozen, want) and torch.equal(layer.usable[0], want)
-        assert torch.equal(layer.conv.weight[want], w[want])
-        assert all(not torch.equal(a, b) for a, b in zip(layer.conv.weight[~want], w[~want]))
+        assert torch.equal(layer.convs[0].weight[want], w[want])
+        assert all(not torch.equal(a, b) for a, b in zip(layer.convs[0].weight[~want], w[~want]))
     assert method.active[0].tolist() == [3.0, 4.0]  # the evaluation gates: a positive logit fires
 
     # Task 1 fires kernel 1 of the first layer besides a frozen one: the union is frozen, old rows stay put.
     open_only(method.layers[0], 1, [1, 2])
     open_only(method.layers[1], 1, [2])
-    frozen_rows = method.layers[0].conv.weight[method.layers[0].frozen].clone()
+    frozen_rows = method.layers[0].convs[0].weight[method.layers[0].frozen].clone()
     method._consolidate(tasks[1])
     assert method.layers[0].frozen.nonzero().flatten().tolist() == [0, 1, 2, 5]
-    assert torch.equal(method.layers[0].conv.weight[[0, 2, 5]], frozen_rows)
+    assert torch.equal(method.layers[0].convs[0].weight[[0, 2, 5]], frozen_rows)
     assert torch.equal(method.layers[0].usable[0], torch.isin(torch.arange(8), torch.tensor([0, 2, 5])))
 
 
@@ -92,9 +94,9 @@ def test_task_scenario_keeps_old_tasks_bit_for_bit():
     logits, frozen = {}, []  # frozen: (layer, kernels, their weights) after each task
     for task in tasks[:3]:
         free = [~layer.frozen.clone() for layer in method.layers]
-        before = [layer.conv.weight.detach().clone() for layer in method.layers]
+        before = [layer.convs[0].weight.detach().clone() for layer in method.layers]
         method.learn(task)
-        assert any(not torch.equal(layer.conv.weight[f], w[f]) for layer, f, w in zip(method.layers, free, before))
+        assert any(not torch.equal(layer.convs[0].weight[f], w[f]) for layer, f, w in zip(method.layers, free, before))
         assert not all(layer.frozen.all() for layer in method.layers)  # capacity is left, so the test bites
         method.eval()
         with torch.no_grad():
@@ -102,29 +104,32 @@ def test_task_scenario_keeps_old_tasks_bit_for_bit():
                 assert torch.equal(method.predict(method.info.view.eval(old.val.x), old.id), logits[old.id])
             logits[task.id] = method.predict(method.info.view.eval(task.val.x), task.id)
         for layer, kernels, w in frozen:
-            assert torch.equal(layer.conv.weight[kernels], w)
-        frozen += [(layer, layer.frozen.clone(), layer.conv.weight[layer.frozen].clone()) for layer in method.layers]
+            assert torch.equal(layer.convs[0].weight[kernels], w)
+        frozen += [(layer, layer.frozen.clone(), layer.convs[0].weight[layer.frozen].clone())
+                   for layer in method.layers]
 
 
-@pytest.mark.parametrize("name,options", [("convnet", {"channels": [8, 16]}), ("resnet18_reduced", {"nf": 4}),
-                                          ("resnet18", {"nf": 4}), ("vgg16_bn", {"hidden": 32})])
-def test_stacked_paths_match_single_paths_on_every_conv_backbone(name, options):
+@pytest.mark.parametrize("name,options,units", [("convnet", {"channels": [8, 16]}, 2),
+                                                ("resnet18_reduced", {"nf": 4}, 17), ("resnet18", {"nf": 4}, 17),
+                                                ("vgg16_bn", {"hidden": 32}, 13)])
+def test_stacked_paths_match_single_paths_on_every_conv_backbone(name, options, units):
     torch.manual_seed(0)
     backbone = backbones.build(OmegaConf.create({"name": name, **options}), (3, 32, 32))
-    convs = sum(isinstance(m, torch.nn.Conv2d) for m in backbone.modules())
     layers = gated.convert(backbone, num_tasks=2)
-    assert len(layers) == convs
+    assert len(layers) == units
     x = torch.randn(6, 3, 32, 32)
     backbone.train()
-    gated.route(layers, [1])
+    gated.route(backbone, [1])
     backbone(x).sum().backward()  # a training step's forward on task 1, which also moves its batch norms
     backbone.eval()
     with torch.no_grad():
-        single = [gated.route(layers, [t]) or backbone(x) for t in (0, 1)]
-        gated.route(layers, [0, 1])
+        single = [gated.route(backbone, [t]) or backbone(x) for t in (0, 1)]
+        gated.route(backbone, [0, 1])
         stacked = backbone(x.repeat(2, 1, 1, 1))
-        first = layers[0]  # and one layer against its modules: batch norm, gate with a hard threshold at 0
-        reference = torch.cat([first.bns[t](first.conv(x)) * (first.gates[t](x) > 0)[:, :, None, None] for t in (0, 1)])
+        first = layers[0]  # and one unit against its modules: conv, batch norm, ReLU, gate thresholded at 0
+        conv, norm = first.body[0], first.body[1]
+        reference = torch.cat([torch.relu(norm.bns[t](conv(x))) * (first.gates[t](x) > 0)[:, :, None, None]
+                               for t in (0, 1)])
         layer_out = first(x.repeat(2, 1, 1, 1))
     torch.testing.assert_close(stacked, torch.cat(single), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(layer_out, reference, rtol=1e-4, atol=1e-5)
@@ -168,3 +173,87 @@ def test_class_scenario_through_the_cli_and_resume(tmp_path):
 def read(state, key):
     # The memory's spare last row soaks up the samples the reservoir drops, in any order; it is never read.
     return state[key][:-1] if key == "memory.x" else state[key]
+
+
+# --- the paper's class-scenario training (joint objective, balanced memory) and gate placement ----------------
+
+def test_the_task_classifier_loss_reaches_the_current_path_and_not_the_earlier_ones():
+    method, tasks = build("class", epochs=1, memory_size=60)
+    method.learn(tasks[0])
+    method.train()
+    method.zero_grad(set_to_none=True)  # task 0's last step left its gradients
+    raw, y, t = tasks[1].train.x[:8], tasks[1].train.y[:8], tasks[1].train.t[:8]
+    method.task_loss(Batch(raw, method.info.view.train(raw), y, t), 1).backward()
+    for layer in method.layers:
+        assert layer.gates[1].fc1.weight.grad.abs().sum() > 0  # the current task's gates
+        assert layer.gates[0].fc1.weight.grad is None  # task 0's path is settled: no gradient reaches it
+        free = ~layer.frozen
+        assert free.any() and layer.convs[0].weight.grad[free].abs().sum() > 0  # the shared, unfrozen kernels
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in method.task_classifier.parameters())
+    assert all(norm.bns[1].weight.grad is not None for norm in method.norms)
+
+
+def test_joint_objective_trains_the_task_classifier_with_the_task():
+    method, tasks = build("class", epochs=1, memory_size=60)
+    method.learn(tasks[0])
+    before = [p.detach().clone() for p in method.task_classifier.parameters()]
+    calls = []
+    method._fit_task_classifier = lambda task: calls.append(task.id)  # the post-hoc fit must not run
+    method.learn(tasks[1])
+    assert calls == []
+    assert all(not torch.equal(a, p) for a, p in zip(before, method.task_classifier.parameters()))
+
+
+def test_memory_keeps_c_over_t_per_task_and_rehearsal_draws_uniform_task_labels():
+    method, tasks = build("class", epochs=1, memory_size=60)
+    memory = method.memory
+    for task in tasks[:4]:
+        method.learn(task)
+        seen = task.id + 1
+        assert torch.bincount(memory.t[memory.valid()], minlength=seen).tolist() == [60 // seen] * seen
+    _, _, t = memory.sample_uniform_tasks(8000, torch.Generator().manual_seed(3))
+    counts = torch.bincount(t, minlength=4).float()
+    chi_square = ((counts - 2000) ** 2 / 2000).sum().item()
+    assert chi_square < 16.27  # the 0.999 quantile of chi-square with 3 degrees of freedom
+
+
+def test_uniform_task_draws_hold_when_a_task_keeps_fewer_samples_than_its_share():
+    memory = Memory(90, (1, 2, 2), 6, torch.device("cpu"), "balanced", num_tasks=3)
+    for task, n in enumerate((50, 5, 50)):  # task 1 has 5 samples for a share of 30
+        x = torch.full((n, 1, 2, 2), task, dtype=torch.uint8)
+        memory.add_task(x, torch.full((n,), 2 * task), torch.full((n,), task), torch.Generator().manual_seed(task))
+    raw, _, t = memory.sample_uniform_tasks(9000, torch.Generator().manual_seed(0))
+    counts = torch.bincount(t, minlength=3).float()
+    assert ((counts - 3000) ** 2 / 3000).sum().item() < 13.82  # chi-square, 2 degrees of freedom, 0.999
+    assert torch.equal(raw[:, 0, 0, 0].long(), t)  # every draw is a stored sample of its task
+
+
+def test_threshold_zero_freezes_a_kernel_that_fired_for_one_validation_sample():
+    assert GatedConfig().freeze_threshold == 0.0
+    method, tasks = build()
+    n = len(tasks[0].val)
+    one_sample = [torch.zeros(layer.out_channels) for layer in method.layers]
+    for relevance in one_sample:
+        relevance[3] = 1 / n
+    method._firing = lambda data, task_id: one_sample
+    method._consolidate(tasks[0])
+    for layer in method.layers:
+        assert layer.frozen.nonzero().flatten().tolist() == [3]
+
+
+def test_resnet18_gates_stand_where_the_paper_puts_them():
+    backbone = backbones.build(OmegaConf.create({"name": "resnet18", "nf": 4}), (3, 32, 32))
+    blocks = [(n, m) for n, m in backbone.named_modules() if type(m).__name__ == "BasicBlock"]
+    convs = {id(m): n for n, m in backbone.named_modules() if isinstance(m, torch.nn.Conv2d)}
+    gated.convert(backbone, num_tasks=2)
+    units = {n: [convs[id(c)] for c in m.convs] for n, m in backbone.named_modules() if isinstance(m, gated.GatedUnit)}
+    want = {"stem.0": ["stem.0"]}
+    for name, block in blocks:  # one gate after ReLU(BN1), one after ReLU(residual sum) owning conv2 and shortcut
+        want[f"{name}.body.conv1"] = [f"{name}.conv1"]
+        want[name] = [f"{name}.conv2", *([f"{name}.shortcut.0"] if len(block.shortcut) else [])]
+    assert units == want and len(units) == 17
+    assert sum(1 for name in want if any("shortcut" in c for c in want[name])) == 3  # shortcuts: gated by the sum
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in backbone.modules()
+                   if not any(m is bn for norm in gated.norms_of(backbone) for bn in norm.bns))
+    block = backbone.layers[2]  # a block's gate reads the block's input: 4 channels in, 8 out
+    assert block.gates[0].fc1.in_features == 4 and block.gates[0].fc2.out_features == 8

@@ -14,8 +14,7 @@ CASES = {
     # checkpoints within tasks too, so that kills also land between them and resumes continue mid-task
     "finetune": ["method=finetune", "method.epochs=4", "checkpoint.every_epochs=1"],
     "cpg": ["experiment=cpg_split_digits", "method.epochs=3", "method.prune_epochs=1", "method.retrain_epochs=1"],
-    "gated": ["experiment=gated_split_digits", "method.epochs=2", "method.task_classifier_epochs=2",
-              "scenario=class"],
+    "gated": ["experiment=gated_split_digits", "method.epochs=2", "scenario=class"],
     "nccl": ["experiment=nccl_split_digits", "dataset.samples_per_task=60"],
 }
 

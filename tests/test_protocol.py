@@ -116,7 +116,7 @@ def test_every_method_records_validation_and_the_papers_metrics(tmp_path, monkey
 
 def test_gated_task_aware_accuracy_is_its_accuracy_with_the_task_id(tmp_path, monkeypatch):
     args = ["experiment=gated_split_digits", "scenario=class", "dataset.num_tasks=3", "method.epochs=1",
-            "method.task_classifier_epochs=1", "logger=none", "checkpoint.enabled=false"]
+            "logger=none", "checkpoint.enabled=false"]
     m, seen = run_capturing(monkeypatch, tmp_path / "run", args)
     method, sc = seen["method"], seen["scenario"]
     method.eval()

@@ -19,8 +19,8 @@ TASKS = 2
 BASE = ["logger=none", f"dataset.num_tasks={TASKS}", "method.epochs=2"]
 # Where each method is stopped: (task, phase, epoch) of the within-task checkpoint it stops after. Later
 # phases come after work between phases (PackNet's pruning, gated's consolidation) that the resume redoes.
-GATED = ["experiment=gated_split_digits", "scenario=class", "method.task_classifier_epochs=2",
-         "method.sparsity_warmup_epochs=1", *BASE]
+GATED = ["experiment=gated_split_digits", "scenario=class", "method.sparsity_warmup_epochs=1", *BASE]
+GATED_AFTER = [*GATED, "method.task_classifier_fit=after_task", "method.task_classifier_epochs=2"]
 CASES = {
     "finetune": (["method=finetune"], (1, 0, 0)),
     "er": (["method=er", "method.memory_size=20"], (1, 0, 0)),
@@ -41,8 +41,8 @@ CASES = {
     "packnet": (["method=packnet", "method.retrain_epochs=2"], (1, 1, 0)),
     # The mask scores' Adam state and their lr schedule (here dropping after epoch 0) continue across the stop.
     "piggyback": (["method=piggyback", "method.mask_lr=0.05", "method.mask_lr_milestones=[1]"], (1, 0, 0)),
-    "gated-path": (GATED, (1, 0, 0)),  # the sparsity warm-up counts steps across the stop
-    "gated-classifier": (GATED, (1, 1, 0)),
+    "gated-path": (GATED, (1, 0, 0)),  # joint: the sparsity warm-up and the rehearsal draws cross the stop
+    "gated-classifier": (GATED_AFTER, (1, 1, 0)),  # the post-hoc task classifier's own phase
     "finetune-first-task": (["method=finetune"], (0, 0, 0)),  # resumed from the initial state
 }
 

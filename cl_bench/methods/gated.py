@@ -1,21 +1,37 @@
 """Conditional channel gated networks (Abati et al., CVPR 2020).
 
-Every conv of the backbone is shared by all tasks; each task has, per conv, a gating module that picks per
-sample which kernels run, a batch norm and a head (nn/gated.py). Task t trains its gates, batch norms and head
-and the shared kernels, with an L1 sparsity term on its gates. Afterwards the kernels its gates fire for on
-the validation split are frozen and the rest re-initialised; task t's gates keep only kernels frozen by then,
-so its path never reads a weight a later task may change: old tasks are bit-for-bit unchanged.
+Every conv of the backbone is shared by all tasks; each task has, per gated unit, a gating module that picks per
+sample which kernels run, its own batch norms and a head (nn/gated.py places the gates after the activations, as
+the paper). Task t trains its gates, batch norms and head and the shared kernels, with an L1 sparsity term on its
+gates. Afterwards every kernel its gates fire for on any validation sample is frozen (relevance threshold 0) and
+the rest re-initialised; task t's gates keep only kernels frozen by then, so its path never reads a weight a
+later task may change: old tasks are bit-for-bit unchanged.
 
 Without a task id (class scenario), every seen task's path runs over the input, stacked along the batch
-dimension; a task classifier (an MLP over the concatenated pooled features of all paths, trained with
-rehearsal on an episodic memory) picks the task, whose head then gives the class.
+dimension; a task classifier (an MLP over the concatenated pooled features of all paths) picks the task, whose
+head then gives the class. As the paper (eq. 3: log p(y | x, t) + log p(t | x)), it is trained jointly with the
+task: while task t is learned, the loss adds the task classifier's cross-entropy over the paths of tasks 0..t,
+on the current batch and on a rehearsal batch of the episodic memory (C slots; at the end of task t every task
+keeps C/(t+1) random samples), re-sampled so that task labels are uniform; earlier paths are frozen, so its
+gradient shapes the current path and the classifier. task_classifier_fit=after_task fits the classifier after
+each task instead, on detached features (the project's earlier version, kept for comparison).
+
+Where the paper is silent, chosen here: the task classifier's inputs from the current path (current and
+rehearsal batch together) are computed in a second forward on the path's running batch-norm statistics, left as
+they are, so that the task's statistics stay its own and the classifier sees the normalisation it meets in
+evaluation (a first version normalised only the rehearsal batch so; the classifier then told the tasks apart by
+that, and named no sample the new task right after it was learned); the task classifier's loss weighs the
+current batch 1/(t+1) and the rehearsal batch t/(t+1), the uniform task distribution; one optimiser (method.lr)
+for the path and the classifier; the sparsity term reads the gates of the current batch's class-loss forward.
 """
+import dataclasses
 from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checks import Choice
 from ..data.scenarios import Split
 from ..nn import gated
 from .base import Heads, Method, MethodConfig, Optimizer
@@ -24,31 +40,45 @@ from .memory import Memory
 EVAL_BATCH = 1000  # samples per forward when measuring relevance and task-prediction accuracy
 
 
+class TaskClassifierFit(Choice):
+    joint = "joint"  # the paper: trained with each task, its loss beside the class loss (eq. 3)
+    after_task = "after_task"  # fitted after each task on detached features of the frozen paths
+
+
 @dataclass
 class GatedConfig(MethodConfig):
     name: str = "gated"
     optimizer: Optimizer = Optimizer.adam
     lr: float = 0.001
-    sparsity: float = 0.5  # λ_s, weight of the gates' L1 term λ_s/L Σ_l ‖G_t^l‖₁ / c_out^l
-    sparsity_warmup_epochs: int = 0  # first epochs of each task trained on cross-entropy alone
+    sparsity: float = 0.5  # λ_s, weight of the gates' L1 term λ_s/L Σ_l ‖G_t^l‖₁ / c_out^l over the gated units
+    sparsity_warmup_epochs: int = 0  # first epochs of each task trained without the sparsity term (cgate: 10-20)
+    grad_clip: float | None = None  # clip the gradient norm of each step (cgate: 1.0); None: no clipping
     tau: float = 2 / 3  # temperature of the Gumbel-sigmoid gate sampling in training
-    gate_hidden: int = 16  # hidden units of each gating module
-    gate_open_bias: float = 1.0  # initial gate logit bias: kernels start firing with probability sigmoid(it)
-    freeze_threshold: float = 0.01  # a kernel is frozen when its gate fires on more than this fraction of val
-    memory_size: int = 500  # class scenario: samples kept over the stream for the task classifier's rehearsal
+    gate_hidden: int = 16  # hidden units of each gating module (with batch norm and ReLU)
+    gate_open_bias: float | None = None  # None: gate logits from the default init (paper); a number: fc2's bias
+    freeze_threshold: float = 0.0  # a kernel is frozen when its gate fires on more than this fraction of val
+    memory_size: int = 500  # class scenario: C, the episodic memory's slots, shared equally by the tasks seen
+    replay_batch_size: int = 0  # class scenario, joint: rehearsal samples per step; 0 means batch_size
     task_classifier_hidden: int = 64  # class scenario: hidden ReLU units of the task classifier
-    task_classifier_epochs: int = 5  # class scenario: passes over the task's data plus the memory, per task
-    task_classifier_lr: float = 0.001  # class scenario: learning rate of the task classifier
+    task_classifier_fit: TaskClassifierFit = TaskClassifierFit.joint
+    task_classifier_epochs: int = 5  # after_task only: passes over the task's data plus the memory
+    task_classifier_lr: float = 0.001  # after_task only: learning rate of the task classifier
 
     def checks(self):
         return [*super().checks(), ("sparsity", self.sparsity >= 0, "0 or more"),
                 ("sparsity_warmup_epochs", self.sparsity_warmup_epochs >= 0, "0 or more"),
+                ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "null or a positive number"),
                 ("tau", self.tau > 0, "a positive number"), ("gate_hidden", self.gate_hidden >= 1, "at least 1"),
                 ("freeze_threshold", 0 <= self.freeze_threshold < 1, "a fraction in [0, 1)"),
                 ("memory_size", self.memory_size >= 1, "at least 1"),
+                ("replay_batch_size", self.replay_batch_size >= 0, "0 (batch_size) or more"),
                 ("task_classifier_hidden", self.task_classifier_hidden >= 1, "at least 1"),
                 ("task_classifier_epochs", self.task_classifier_epochs >= 1, "at least 1"),
-                ("task_classifier_lr", self.task_classifier_lr > 0, "a positive number")]
+                ("task_classifier_lr", self.task_classifier_lr > 0, "a positive number"),
+                *((f.name, self.task_classifier_fit == "after_task" or getattr(self, f.name) == f.default,
+                   f"{f.default}: it is read with task_classifier_fit=after_task only (the joint objective trains "
+                   "the task classifier with each task, at method.lr)")
+                  for f in dataclasses.fields(self) if f.name in ("task_classifier_epochs", "task_classifier_lr"))]
 
 
 class Gated(Method):
@@ -61,13 +91,15 @@ class Gated(Method):
         layers = gated.convert(backbone, info.num_tasks, cfg.gate_hidden, cfg.tau, cfg.gate_open_bias)
         super().__init__(cfg, backbone, info, ctx)
         self.layers = layers
-        self.layer_names = [n for n, m in backbone.named_modules() if isinstance(m, gated.GatedConv2d)]
+        self.norms = gated.norms_of(backbone)
+        self.layer_names = [n for n, m in backbone.named_modules() if isinstance(m, gated.GatedUnit)]
         # A head per task in both scenarios: without a task id, the predicted task's head gives the class.
         self.heads = Heads(backbone.feature_dim, replace(info, scenario="task"))
-        # Mean number of kernels each task's path runs per sample, per layer (measured on its validation split).
+        # Mean number of kernels each task's path runs per sample, per unit (measured on its validation split).
         self.register_buffer("active", torch.zeros(info.num_tasks, len(layers)))
         if info.scenario == "class":
-            self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device)
+            self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device, "balanced",
+                                 info.num_tasks)
             self.task_classifier = nn.Sequential(
                 nn.Linear(info.num_tasks * backbone.feature_dim, cfg.task_classifier_hidden), nn.ReLU(),
                 nn.Linear(cfg.task_classifier_hidden, info.num_tasks))
@@ -79,7 +111,7 @@ class Gated(Method):
     def _probe(self):
         """One forward of a blank input, so that every layer knows its output size for FLOP counts."""
         self.eval()
-        gated.route(self.layers, [0])
+        gated.route(self.backbone, [0])
         self.backbone(torch.zeros(1, *self.info.input_shape, device=self.ctx.device))
 
     # --- training -----------------------------------------------------------------------------------
@@ -88,28 +120,61 @@ class Gated(Method):
         self._fit_path(task)
         self._consolidate(task)
         if self.info.scenario == "class":
-            self._fit_task_classifier(task)
-            self._remember(task)
+            if self.cfg.task_classifier_fit == "after_task":
+                self._fit_task_classifier(task)
+            self.memory.add_task(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
 
     def resumed(self, learned_tasks):
         self.seen_tasks = list(learned_tasks)
+
+    def _joint(self, task) -> bool:
+        return self.info.scenario == "class" and self.cfg.task_classifier_fit == "joint" and task.id > 0
 
     def _fit_path(self, task):
         for layer in self.layers:
             layer.start_task()
         steps = -(-len(task.train) // self.cfg.batch_size)
+        params = self._path_params(task.id) + ([*self.task_classifier.parameters()] if self._joint(task) else [])
 
         def loss(batch):
-            ce = F.cross_entropy(self(batch.x, task.id), batch.y - task.offset)
-            if batch.step < self.cfg.sparsity_warmup_epochs * steps:
-                return ce
-            return ce + self.cfg.sparsity * self.gate_density()
+            gated.route(self.backbone, [task.id])
+            features = self.backbone(batch.x)
+            total = F.cross_entropy(self.heads(features, task.id), batch.y - task.offset)
+            if batch.step >= self.cfg.sparsity_warmup_epochs * steps:
+                total = total + self.cfg.sparsity * self.gate_density()  # of this forward, before the rehearsal one
+            if self._joint(task):
+                total = total + self.task_loss(batch, task.id)
+            return total
 
-        self.fit(task, loss, params=self._path_params(task.id), after_backward=self._mask_frozen_grads,
-                 after_step=lambda _: self._restore_frozen())
+        def after_backward():
+            self._mask_frozen_grads()
+            if self.cfg.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+
+        self.fit(task, loss, params=params, after_backward=after_backward, after_step=lambda _: self._restore_frozen())
+
+    def task_loss(self, batch, task_id: int) -> torch.Tensor:
+        """-log p(t | x) of the task classifier over the paths of tasks 0..task_id, for the current batch and a
+        rehearsal batch with uniform task labels over the earlier tasks, weighted
+        so that every seen task counts alike."""
+        raw, _, t_memory = self.memory.sample_uniform_tasks(self.cfg.replay_batch_size or self.cfg.batch_size,
+                                                            self.ctx.generator)
+        x = torch.cat([batch.x, self.info.view.train(raw, self.ctx.generator)])
+        # The current path on both, normalised as in evaluation (its running statistics, left as they are): were
+        # the current batch on its batch statistics and the memory not, the classifier could tell tasks apart by
+        # that alone, and at evaluation, where every sample is on running statistics, name no sample the new task.
+        gated.route(self.backbone, [task_id], running=True)
+        current = self.backbone(x)
+        self.backbone.eval()  # the earlier paths are settled: hard gates, their batch norms' running statistics
+        with torch.no_grad():
+            earlier = self._paths(x, task_id)
+        self.backbone.train()
+        logits = self._task_logits(torch.cat([earlier, current[None]]))
+        n = batch.x.shape[0]
+        return (F.cross_entropy(logits[:n], batch.t) + task_id * F.cross_entropy(logits[n:], t_memory)) / (task_id + 1)
 
     def gate_density(self) -> torch.Tensor:
-        """1/L Σ_l ‖G^l‖₁ / c_out^l of the last forward, averaged over its samples."""
+        """1/L Σ_l ‖G^l‖₁ / c_out^l over the gated units, of the last forward, averaged over its samples."""
         return torch.stack([layer.last_gates.mean() for layer in self.layers]).mean()
 
     def _path_params(self, task_id: int) -> list[nn.Parameter]:
@@ -118,9 +183,11 @@ class Gated(Method):
         sample, so the first task finds all of them relevant and freezes them."""
         own = [*self.heads.heads[task_id].parameters()]
         for layer in self.layers:
-            own += [*layer.kernel_params(), *layer.gates[task_id].parameters(), *layer.bns[task_id].parameters()]
-        in_layers = {id(p) for layer in self.layers for p in layer.parameters()}
-        ungated = [p for p in self.backbone.parameters() if id(p) not in in_layers]
+            own += [*layer.kernel_params(), *layer.gates[task_id].parameters()]
+        for norm in self.norms:
+            own += [*norm.bns[task_id].parameters()]
+        in_units = {id(p) for layer in self.layers for p in layer.parameters()}
+        ungated = [p for p in self.backbone.parameters() if id(p) not in in_units]
         return own + (ungated if task_id == 0 else [])
 
     def _mask_frozen_grads(self):
@@ -141,25 +208,26 @@ class Gated(Method):
 
     @torch.no_grad()
     def _firing(self, data: Split, task_id: int) -> list[torch.Tensor]:
-        """Per layer, the fraction of samples for which each kernel's gate fires on task_id's path."""
+        """Per unit, the fraction of samples for which each kernel's gate fires on task_id's path."""
         self.eval()
-        counts = [torch.zeros(layer.conv.out_channels, device=self.ctx.device) for layer in self.layers]
+        gated.route(self.backbone, [task_id])
+        counts = [torch.zeros(layer.out_channels, device=self.ctx.device) for layer in self.layers]
         for raw, _, _ in data.batches(EVAL_BATCH):
             with self.ctx.autocast():
-                self(self.info.view.eval(raw), task_id)
+                self.backbone(self.info.view.eval(raw))
             for count, layer in zip(counts, self.layers):
                 count += layer.last_gates.sum(0).float()
         return [count / len(data) for count in counts]
 
-    # --- class scenario: the task classifier --------------------------------------------------------
+    # --- class scenario: the task classifier fitted after the task (task_classifier_fit=after_task) ---------
     def _fit_task_classifier(self, task):
         """Rehearsal: the task's training data and the memory of earlier tasks, with the cross-entropy weighted
         so that every task counts alike however many samples it has there."""
         if task.id == 0:
             return  # one task: nothing to tell apart
         count = task.id + 1
-        filled = int(self.memory.filled())
-        data = Split.cat([task.train, Split(self.memory.x[:filled], self.memory.y[:filled], self.memory.t[:filled])])
+        stored = self.memory.valid()
+        data = Split.cat([task.train, Split(self.memory.x[stored], self.memory.y[stored], self.memory.t[stored])])
         per_task = torch.bincount(data.t, minlength=count).float()
         weight = per_task.sum() / (count * per_task)
 
@@ -173,14 +241,11 @@ class Gated(Method):
         self.fit(task, loss, data=data, params=params, epochs=self.cfg.task_classifier_epochs,
                  optimizer=self.make_optimizer(params, lr=self.cfg.task_classifier_lr, weight_decay=0.0))
 
-    def _remember(self, task):
-        for raw, y, t in task.train.batches(self.cfg.batch_size):
-            self.memory.add(raw, y, t, generator=self.ctx.generator)
-
     def _paths(self, x: torch.Tensor, count: int) -> torch.Tensor:
-        """Features of the first `count` tasks' paths, as count × N × feature_dim, in one stacked forward."""
-        gated.route(self.layers, list(range(count)))
-        return self.backbone(x.repeat(count, 1, 1, 1)).view(count, x.shape[0], -1)
+        """Features of the first `count` tasks' paths (evaluation mode), as count × N × feature_dim, in one
+        stacked forward."""
+        gated.route(self.backbone, list(range(count)))
+        return self.backbone(x.repeat(count, *[1] * (x.dim() - 1))).view(count, x.shape[0], -1)
 
     def _task_logits(self, features: torch.Tensor) -> torch.Tensor:
         """Task classifier over the concatenated path features; paths not learned yet enter as zeros."""
@@ -193,7 +258,7 @@ class Gated(Method):
     def forward(self, x, task_id):
         if task_id is None:
             return self._predict_class(x)
-        gated.route(self.layers, [task_id])
+        gated.route(self.backbone, [task_id])
         return self.heads(self.backbone(x), task_id)
 
     def task_aware_logits(self, x, task_id, logits):
@@ -220,12 +285,13 @@ class Gated(Method):
         out = {
             "params_total": sum(p.numel() for p in self.parameters()),
             "kernels_frozen": sum(int(layer.frozen.sum()) for layer in self.layers),
-            "kernels_total": sum(layer.conv.out_channels for layer in self.layers),
+            "kernels_total": sum(layer.out_channels for layer in self.layers),
+            "kernels_frozen_per_layer": {n: int(layer.frozen.sum()) for n, layer in zip(self.layer_names, self.layers)},
             "frozen_fraction": {n: layer.frozen.float().mean().item()
                                 for n, layer in zip(self.layer_names, self.layers)},
             "active_channels_per_sample": self.active[:seen].sum(1).tolist(),
             "flops_per_sample": flops,  # each task's path, gated convs and gating modules
-            "flops_dense_per_sample": sum(layer.flops(layer.conv.out_channels) for layer in self.layers),
+            "flops_dense_per_sample": sum(layer.flops(layer.out_channels) for layer in self.layers),
         }
         if self.info.scenario == "class" and seen:
             classifier = sum(2 * m.weight.numel() for m in self.task_classifier if isinstance(m, nn.Linear))

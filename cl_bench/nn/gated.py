@@ -1,10 +1,16 @@
-"""Channel-gated convolutions (Abati et al., CVPR 2020): per task, a gating module decides per sample which
-output channels of a shared conv are computed, and a batch norm of its own normalises them.
+"""Channel-gated networks (Abati et al., CVPR 2020): per task, a gating module decides per sample which output
+channels of a shared block are computed, and every batch norm keeps per-task statistics and affines.
 
-`convert(backbone, num_tasks)` swaps every Conv2d that a BatchNorm2d follows for a GatedConv2d holding the conv,
-one batch norm and one gating module per task, and the batch norm for an Identity. The layers run the paths of
-the tasks named by `route`: one task while training, or several stacked along the batch dimension (task-major
-rows) in evaluation, where all gates and batch norms are applied as batched tensor ops.
+`convert(backbone, num_tasks)` puts the gates where the paper does, after the activation:
+- a conv -> batch norm -> ReLU triple of a Sequential (convnet, VGG, ResNet's stem) becomes one GatedUnit;
+- a ResNet BasicBlock gets one gate after ReLU(BN1(conv1)) and one after ReLU(residual sum), the latter owning
+  conv2 and the 1x1 shortcut conv, which have no gate of their own (lit-leo/cgate's ResNet-18 places them so);
+- every batch norm becomes a TaskNorm (one BatchNorm2d per task), so that old tasks' statistics stay theirs.
+A unit's gating module reads the unit's input (for a residual block, the block's input) and its hard 0/1 gates
+multiply the unit's output; the kernels it guards are the output channels of the convs it owns.
+
+The units run the paths of the tasks named by `route`: one task while training, or several stacked along the
+batch dimension (task-major rows) in evaluation, where all gates and batch norms are batched tensor ops.
 """
 import copy
 
@@ -12,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..backbones.resnet import BasicBlock
 from ..errors import UserError
 
 
@@ -43,74 +50,95 @@ def gumbel_sigmoid(logits: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 class Gate(nn.Module):
-    """One task's gating module for one layer: pool -> Linear(c_in, hidden) -> BN -> ReLU -> Linear(hidden, c_out)."""
+    """One task's gating module for one unit: pool -> Linear(c_in, hidden) -> BN -> ReLU -> Linear(hidden, c_out)."""
 
-    def __init__(self, c_in: int, c_out: int, hidden: int, open_bias: float):
+    def __init__(self, c_in: int, c_out: int, hidden: int, open_bias: float | None):
         super().__init__()
         self.fc1 = nn.Linear(c_in, hidden)
         self.norm = nn.BatchNorm1d(hidden)
         self.fc2 = nn.Linear(hidden, c_out)
-        # Gates fire with probability sigmoid(logit): near-zero logits would switch every kernel on and off
-        # at random per sample, which drowns a new task's signal; starting open lets sparsity close them.
-        nn.init.constant_(self.fc2.bias, open_bias)
+        if open_bias is not None:  # None: PyTorch's default initialisation, as the paper
+            nn.init.constant_(self.fc2.bias, open_bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, running: bool = False) -> torch.Tensor:
         h = self.fc1(x.mean((2, 3)))
-        # A one-sample batch (the tail of an epoch) has no batch statistics: use the running ones.
-        use_batch = self.training and h.shape[0] > 1
+        # A one-sample batch (the tail of an epoch) has no batch statistics: use the running ones; so does a
+        # forward that must not move them (rehearsal samples of other tasks on the current path).
+        use_batch = self.training and h.shape[0] > 1 and not running
         h = F.batch_norm(h, self.norm.running_mean, self.norm.running_var, self.norm.weight, self.norm.bias,
                          use_batch, self.norm.momentum, self.norm.eps)
         return self.fc2(F.relu(h))
 
 
-class GatedConv2d(nn.Module):
-    """A shared conv, then per task its batch norm and its gates: out = G_t(x) ⊙ BN_t(conv(x)).
+class TaskNorm(nn.Module):
+    """A batch norm per task in place of a shared one: the routed task's in training, each row's own task's
+    (as an affine of its running statistics) in a stacked evaluation."""
 
-    `frozen` marks the kernels (output channels) some task has frozen; `usable[t]` the kernels task t may fire
-    once it has been learned (the kernels frozen by then), so that its path reads frozen weights only."""
-
-    def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d, num_tasks: int, hidden: int = 16, tau: float = 2 / 3,
-                 open_bias: float = 1.0):
+    def __init__(self, bn: nn.BatchNorm2d, num_tasks: int):
         super().__init__()
-        self.conv, self.tau = conv, tau
-        c_in, c_out = conv.in_channels, conv.out_channels
-        self.bns = nn.ModuleList(nn.BatchNorm2d(c_out, bn.eps, bn.momentum, bn.affine) for _ in range(num_tasks))
+        self.bns = nn.ModuleList(nn.BatchNorm2d(bn.num_features, bn.eps, bn.momentum, bn.affine)
+                                 for _ in range(num_tasks))
+        self.tasks: list[int] = [0]
+        self.running = False  # training on the running statistics, without moving them (set by route)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            bn = self.bns[self.tasks[0]]
+            if self.running:
+                return F.batch_norm(z, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
+            return bn(z)
+        n = z.shape[0] // len(self.tasks)
+        scale, shift = (v.repeat_interleave(n, 0)[:, :, None, None] for v in _affine([self.bns[t] for t in self.tasks]))
+        return z * scale + shift
+
+
+class GatedUnit(nn.Module):
+    """out = G_t(x) ⊙ body(x): task t's gating module reads the unit's input and picks the output channels.
+
+    The unit guards the kernels of `convs` (the convs whose output channels are the unit's): `frozen` marks those
+    some task has frozen; `usable[t]` those task t may fire once it has been learned (the kernels frozen by then),
+    so that its path reads frozen weights only."""
+
+    def __init__(self, body: nn.Module, convs: list[nn.Conv2d], c_in: int, num_tasks: int, hidden: int = 16,
+                 tau: float = 2 / 3, open_bias: float | None = None):
+        super().__init__()
+        self.body, self.tau = body, tau
+        self.convs = convs  # a plain list: the convs are registered in body
+        c_out = convs[0].out_channels
+        self.out_channels = c_out
         self.gates = nn.ModuleList(Gate(c_in, c_out, hidden, open_bias) for _ in range(num_tasks))
         self.register_buffer("frozen", torch.zeros(c_out, dtype=torch.bool))
         self.register_buffer("usable", torch.ones(num_tasks, c_out, dtype=torch.bool))
         self.tasks: list[int] = [0]  # the paths the next forward runs; set by route()
+        self.running = False  # see TaskNorm.running
         self.last_gates: torch.Tensor | None = None  # gates of the last forward, rows as the input's
         self.out_pixels = 0  # H×W of the last output, for FLOP counts
         self.anchor: list[torch.Tensor] = []  # the kernels' weights when the current task started
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.conv(x)
-        self.out_pixels = z.shape[2] * z.shape[3]
+        h = self.body(x)
+        self.out_pixels = h.shape[2] * h.shape[3]
         if self.training:  # one task's path, routed alone
-            t = self.tasks[0]
-            self.last_gates = gumbel_sigmoid(self.gates[t](x), self.tau)
-            return self.bns[t](z) * self.last_gates[:, :, None, None]
-        return self._stacked(x, z)
+            self.last_gates = gumbel_sigmoid(self.gates[self.tasks[0]](x, self.running), self.tau)
+        else:
+            self.last_gates = self._stacked_gates(x).to(h.dtype)
+        return h * self.last_gates[:, :, None, None]
 
-    @torch.no_grad()
-    def _stacked(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """Evaluation of every routed path at once: per-row gate weights and batch-norm affines gathered by task."""
+    def _stacked_gates(self, x: torch.Tensor) -> torch.Tensor:
+        """Evaluation of every routed path's gates at once: per-row gate weights gathered by task, a hard
+        threshold at logit 0, kernels a learned task may not use switched off."""
         tasks = torch.tensor(self.tasks, device=x.device)
-        n = x.shape[0] // len(self.tasks)
-        gates, bns = [self.gates[t] for t in self.tasks], [self.bns[t] for t in self.tasks]
-        pooled = x.mean((2, 3)).view(len(self.tasks), n, -1)
+        gates = [self.gates[t] for t in self.tasks]
+        pooled = x.mean((2, 3)).view(len(self.tasks), x.shape[0] // len(self.tasks), -1)
         h = torch.einsum("tnc,tkc->tnk", pooled, _stack(gates, "fc1.weight")) + _stack(gates, "fc1.bias")[:, None]
         scale, shift = _affine([g.norm for g in gates])
         h = F.relu(h * scale[:, None] + shift[:, None])
         logits = torch.einsum("tnk,tok->tno", h, _stack(gates, "fc2.weight")) + _stack(gates, "fc2.bias")[:, None]
-        on = (logits > 0) & self.usable[tasks][:, None, :]
-        self.last_gates = on.reshape(x.shape[0], -1).to(z.dtype)
-        scale, shift = (v.repeat_interleave(n, 0)[:, :, None, None] for v in _affine(bns))
-        return (z * scale + shift) * self.last_gates[:, :, None, None]
+        return ((logits > 0) & self.usable[tasks][:, None, :]).reshape(x.shape[0], -1)
 
     # --- freezing -----------------------------------------------------------------------------------
     def kernel_params(self) -> list[torch.Tensor]:
-        return [p for p in (self.conv.weight, self.conv.bias) if p is not None]
+        return [p for conv in self.convs for p in (conv.weight, conv.bias) if p is not None]
 
     def start_task(self) -> None:
         """Remember the kernels' weights, so that steps that touch frozen ones (weight decay) can be undone."""
@@ -136,19 +164,21 @@ class GatedConv2d(nn.Module):
     @torch.no_grad()
     def reinit_unfrozen(self) -> None:
         """Fresh capacity for the next task: every kernel no task has frozen is drawn anew as at construction."""
-        fresh = copy.deepcopy(self.conv)
-        fresh.reset_parameters()
-        for p, f in zip(self.kernel_params(), [q for q in (fresh.weight, fresh.bias) if q is not None]):
-            p.copy_(torch.where(_rows(self.frozen, p), p, f))
+        for conv in self.convs:
+            fresh = copy.deepcopy(conv)
+            fresh.reset_parameters()
+            for p, f in zip([q for q in (conv.weight, conv.bias) if q is not None],
+                            [q for q in (fresh.weight, fresh.bias) if q is not None]):
+                p.copy_(torch.where(_rows(self.frozen, p), p, f))
 
     # --- cost ---------------------------------------------------------------------------------------
     def flops(self, active_out: torch.Tensor) -> torch.Tensor:
-        """FLOPs per sample of the conv computing active_out kernels, plus the gating module; zero input
-        channels are not counted as saved."""
-        c = self.conv
-        per_kernel = 2 * (c.in_channels // c.groups) * c.kernel_size[0] * c.kernel_size[1] * self.out_pixels
-        hidden = self.gates[0].fc1.out_features
-        return active_out * per_kernel + 2 * hidden * (c.in_channels + c.out_channels)
+        """FLOPs per sample of the owned convs computing active_out kernels each, plus the gating module; zero
+        input channels are not counted as saved."""
+        per_kernel = sum(2 * (c.in_channels // c.groups) * c.kernel_size[0] * c.kernel_size[1] for c in self.convs)
+        gate = self.gates[0]
+        return active_out * per_kernel * self.out_pixels + 2 * gate.fc1.out_features * (
+            gate.fc1.in_features + self.out_channels)
 
 
 def _stack(modules, name: str) -> torch.Tensor:
@@ -167,27 +197,77 @@ def _rows(mask: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 
 def convert(backbone: nn.Module, num_tasks: int, hidden: int = 16, tau: float = 2 / 3,
-            open_bias: float = 1.0) -> list[GatedConv2d]:
-    """Gate every conv that a batch norm follows (in registration order, as in all our backbones); returns the
-    gated layers in registration order."""
-    for module in list(backbone.modules()):
-        children = list(module.named_children())
-        for (name, child), (next_name, after) in zip(children, children[1:]):
-            if type(child) is nn.Conv2d and isinstance(after, nn.BatchNorm2d):
-                setattr(module, name, GatedConv2d(child, after, num_tasks, hidden, tau, open_bias))
-                setattr(module, next_name, nn.Identity())
+            open_bias: float | None = None) -> list[GatedUnit]:
+    """Gate the backbone in place as the module docstring says; returns its gated units in registration order."""
+    def unit(body, convs, c_in):
+        return GatedUnit(body, convs, c_in, num_tasks, hidden, tau, open_bias)
+
+    blocks = [(parent, name, child) for parent in backbone.modules() for name, child in parent.named_children()
+              if isinstance(child, BasicBlock)]
+    in_blocks = {id(m) for _, _, block in blocks for m in block.modules()}
+    for seq in [m for m in backbone.modules() if isinstance(m, nn.Sequential) and id(m) not in in_blocks]:
+        _gate_triples(seq, unit, num_tasks)
+    for parent, name, block in blocks:
+        c_in = block.conv1.in_channels
+        setattr(parent, name, unit(_gate_block(block, unit, num_tasks), _block_convs(block), c_in))
     layers = layers_of(backbone)
     if not layers:
         raise UserError(f"gated needs a conv backbone with batch norm (convnet, resnet18_reduced, resnet18, "
                         f"vgg16_bn); {type(backbone).__name__} has no conv to gate")
+    owned = {id(c) for layer in layers for c in layer.convs}
+    norms = {id(bn) for norm in norms_of(backbone) for bn in norm.bns}
+    if any(isinstance(m, nn.Conv2d) and id(m) not in owned or isinstance(m, nn.BatchNorm2d) and id(m) not in norms
+           for m in backbone.modules()):
+        raise UserError(f"gated cannot guard every conv and batch norm of {type(backbone).__name__}: old tasks' "
+                        "paths would change")
     return layers
 
 
-def layers_of(backbone: nn.Module) -> list[GatedConv2d]:
-    return [m for m in backbone.modules() if isinstance(m, GatedConv2d)]
+def _gate_block(block: BasicBlock, unit, num_tasks: int) -> BasicBlock:
+    """One gate after ReLU(BN1(conv1)), inside the block, and per-task batch norms; the block's own forward stays
+    as it is (its ReLU of the gated, non-negative output changes nothing)."""
+    block.conv1 = unit(nn.Sequential(block.conv1, TaskNorm(block.bn1, num_tasks), nn.ReLU()), [block.conv1],
+                       block.conv1.in_channels)
+    block.bn1 = nn.Identity()
+    block.bn2 = TaskNorm(block.bn2, num_tasks)
+    for i, m in enumerate(block.shortcut):
+        if isinstance(m, nn.BatchNorm2d):
+            block.shortcut[i] = TaskNorm(m, num_tasks)
+    return block
 
 
-def route(layers: list[GatedConv2d], tasks: list[int]) -> None:
-    """Make the next forward run these tasks' paths (inputs stacked task-major when there are several)."""
-    for layer in layers:
-        layer.tasks = tasks
+def _block_convs(block: BasicBlock) -> list[nn.Conv2d]:
+    """The convs whose output channels are the block's: conv2 and the shortcut's 1x1 conv, if it has one."""
+    return [block.conv2, *(m for m in block.shortcut if isinstance(m, nn.Conv2d))]
+
+
+def _gate_triples(seq: nn.Sequential, unit, num_tasks: int) -> None:
+    """Each conv -> batch norm (-> ReLU) of the Sequential becomes one unit at the conv's place; the batch norm's
+    and the activation's places become Identity, so that the other modules keep their names."""
+    children = list(seq.named_children())
+    for i, (name, conv) in enumerate(children[:-1]):
+        bn_name, bn = children[i + 1]
+        if type(conv) is not nn.Conv2d or not isinstance(bn, nn.BatchNorm2d):
+            continue
+        body = [conv, TaskNorm(bn, num_tasks)]
+        setattr(seq, bn_name, nn.Identity())
+        if i + 2 < len(children) and isinstance(children[i + 2][1], nn.ReLU):
+            body.append(nn.ReLU())
+            setattr(seq, children[i + 2][0], nn.Identity())
+        setattr(seq, name, unit(nn.Sequential(*body), [conv], conv.in_channels))
+
+
+def layers_of(backbone: nn.Module) -> list[GatedUnit]:
+    return [m for m in backbone.modules() if isinstance(m, GatedUnit)]
+
+
+def norms_of(backbone: nn.Module) -> list[TaskNorm]:
+    return [m for m in backbone.modules() if isinstance(m, TaskNorm)]
+
+
+def route(backbone: nn.Module, tasks: list[int], running: bool = False) -> None:
+    """Make the next forward run these tasks' paths (inputs stacked task-major when there are several); with
+    running, a training forward normalises with the routed task's running statistics and leaves them as they are."""
+    for m in backbone.modules():
+        if isinstance(m, GatedUnit | TaskNorm):
+            m.tasks, m.running = tasks, running
