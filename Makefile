@@ -111,8 +111,8 @@ repro-gated: $(VENV_STAMP)  ## gated against the paper's baselines on Split MNIS
 	$(CL) train -m $(ABATI) method=ewc method.online=true scenario=task seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/ewc-on
 	$(CL) train -m $(ABATI) method=lwf scenario=task seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/lwf
 	$(CL) train -m experiment=abati_split_mnist method=hat scenario=task seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/hat
-	$(CL) train -m $(ABATI) method=icarl,er method.memory_size=500 scenario=class seed=$(SEEDS) $(ARGS) \
-	    hydra.sweep.dir=$(RG)/rehearsal
+	$(CL) train -m $(ABATI) method=icarl method.memory_size=500 scenario=class seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/icarl
+	$(CL) train -m $(ABATI) method=er method.memory_size=500 scenario=class seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/er
 	$(CL) train -m dataset=split_mnist backbone=convnet backbone.channels=[100,100,100] method=agem \
 	    method.memory_size=500 scenario=class seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/agem-mnist
 	$(CL) train -m dataset=split_svhn,split_cifar10 backbone=resnet18 method=agem method.memory_size=500 \

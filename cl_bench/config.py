@@ -254,6 +254,10 @@ def describe(e: Exception, overrides: list[str] = ()) -> str:
         for part in filter(None, parent.split(".")):
             node = node.get(part) if hasattr(node, "get") else None
         known = ", ".join(k for k in node) if hasattr(node, "keys") else ""
+        swept = [o for o in overrides if o.partition("=")[0] == key.split(".")[0] and "," in o.partition("=")[2]]
+        if swept:  # Hydra composes a multirun's base config with the group's default before sweeping it
+            return (f"unknown key {key!r} for the default {key.split('.')[0]}: a multirun over {swept[0]} applies "
+                    f"{key} to the default first, so sweep each choice in a command of its own")
         return f"unknown key {key!r}" + (f": {parent or 'the top level'} has {known}" if known else "")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if e.__cause__ is not None:

@@ -86,3 +86,10 @@ def test_a_memory_smaller_than_the_classes_is_refused(tmp_path, method):
                     f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "method.memory_size=5" in proc.stderr and "10 classes" in proc.stderr
+
+
+def test_a_multirun_over_methods_with_a_key_the_default_lacks_says_to_split_it(tmp_path):
+    from conftest import cl_bench
+    proc = cl_bench("train", "-m", "method=er,icarl", "method.memory_size=200", f"hydra.sweep.dir={tmp_path}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "a multirun over method=er,icarl" in proc.stderr and "command of its own" in proc.stderr

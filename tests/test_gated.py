@@ -257,3 +257,9 @@ def test_resnet18_gates_stand_where_the_paper_puts_them():
                    if not any(m is bn for norm in gated.norms_of(backbone) for bn in norm.bns))
     block = backbone.layers[2]  # a block's gate reads the block's input: 4 channels in, 8 out
     assert block.gates[0].fc1.in_features == 4 and block.gates[0].fc2.out_features == 8
+
+
+def test_reports_list_the_post_hoc_task_classifier_apart():
+    assert build("class")[0].variant() is None
+    assert build("class", task_classifier_fit="after_task")[0].variant() == "after_task"
+    assert build("task", task_classifier_fit="after_task")[0].variant() is None  # no task classifier there

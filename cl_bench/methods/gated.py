@@ -127,6 +127,11 @@ class Gated(Method):
     def resumed(self, learned_tasks):
         self.seen_tasks = list(learned_tasks)
 
+    def variant(self):
+        """Reports list the post-hoc task classifier apart from the paper's joint objective."""
+        after = self.info.scenario == "class" and self.cfg.task_classifier_fit == "after_task"
+        return "after_task" if after else None
+
     def _joint(self, task) -> bool:
         return self.info.scenario == "class" and self.cfg.task_classifier_fit == "joint" and task.id > 0
 
