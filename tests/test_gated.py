@@ -116,15 +116,16 @@ def test_stacked_paths_match_single_paths_on_every_conv_backbone(name, options, 
     torch.manual_seed(0)
     backbone = backbones.build(OmegaConf.create({"name": name, **options}), (3, 32, 32))
     layers = gated.convert(backbone, num_tasks=2)
+    modules = gated.routed(backbone)
     assert len(layers) == units
     x = torch.randn(6, 3, 32, 32)
     backbone.train()
-    gated.route(backbone, [1])
+    gated.route(modules, [1])
     backbone(x).sum().backward()  # a training step's forward on task 1, which also moves its batch norms
     backbone.eval()
     with torch.no_grad():
-        single = [gated.route(backbone, [t]) or backbone(x) for t in (0, 1)]
-        gated.route(backbone, [0, 1])
+        single = [gated.route(modules, [t]) or backbone(x) for t in (0, 1)]
+        gated.route(modules, [0, 1])
         stacked = backbone(x.repeat(2, 1, 1, 1))
         first = layers[0]  # and one unit against its modules: conv, batch norm, ReLU, gate thresholded at 0
         conv, norm = first.body[0], first.body[1]

@@ -92,6 +92,7 @@ class Gated(Method):
         super().__init__(cfg, backbone, info, ctx)
         self.layers = layers
         self.norms = gated.norms_of(backbone)
+        self.routed = gated.routed(backbone)
         self.layer_names = [n for n, m in backbone.named_modules() if isinstance(m, gated.GatedUnit)]
         # A head per task in both scenarios: without a task id, the predicted task's head gives the class.
         self.heads = Heads(backbone.feature_dim, replace(info, scenario="task"))
@@ -111,7 +112,7 @@ class Gated(Method):
     def _probe(self):
         """One forward of a blank input, so that every layer knows its output size for FLOP counts."""
         self.eval()
-        gated.route(self.backbone, [0])
+        gated.route(self.routed, [0])
         self.backbone(torch.zeros(1, *self.info.input_shape, device=self.ctx.device))
 
     # --- training -----------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ class Gated(Method):
         params = self._path_params(task.id) + ([*self.task_classifier.parameters()] if self._joint(task) else [])
 
         def loss(batch):
-            gated.route(self.backbone, [task.id])
+            gated.route(self.routed, [task.id])
             features = self.backbone(batch.x)
             total = F.cross_entropy(self.heads(features, task.id), batch.y - task.offset)
             if batch.step >= self.cfg.sparsity_warmup_epochs * steps:
@@ -168,7 +169,7 @@ class Gated(Method):
         # The current path on both, normalised as in evaluation (its running statistics, left as they are): were
         # the current batch on its batch statistics and the memory not, the classifier could tell tasks apart by
         # that alone, and at evaluation, where every sample is on running statistics, name no sample the new task.
-        gated.route(self.backbone, [task_id], running=True)
+        gated.route(self.routed, [task_id], running=True)
         current = self.backbone(x)
         self.backbone.eval()  # the earlier paths are settled: hard gates, their batch norms' running statistics
         with torch.no_grad():
@@ -215,7 +216,7 @@ class Gated(Method):
     def _firing(self, data: Split, task_id: int) -> list[torch.Tensor]:
         """Per unit, the fraction of samples for which each kernel's gate fires on task_id's path."""
         self.eval()
-        gated.route(self.backbone, [task_id])
+        gated.route(self.routed, [task_id])
         counts = [torch.zeros(layer.out_channels, device=self.ctx.device) for layer in self.layers]
         for raw, _, _ in data.batches(EVAL_BATCH):
             with self.ctx.autocast():
@@ -249,7 +250,7 @@ class Gated(Method):
     def _paths(self, x: torch.Tensor, count: int) -> torch.Tensor:
         """Features of the first `count` tasks' paths (evaluation mode), as count × N × feature_dim, in one
         stacked forward."""
-        gated.route(self.backbone, list(range(count)))
+        gated.route(self.routed, list(range(count)))
         return self.backbone(x.repeat(count, *[1] * (x.dim() - 1))).view(count, x.shape[0], -1)
 
     def _task_logits(self, features: torch.Tensor) -> torch.Tensor:
@@ -263,7 +264,7 @@ class Gated(Method):
     def forward(self, x, task_id):
         if task_id is None:
             return self._predict_class(x)
-        gated.route(self.backbone, [task_id])
+        gated.route(self.routed, [task_id])
         return self.heads(self.backbone(x), task_id)
 
     def task_aware_logits(self, x, task_id, logits):

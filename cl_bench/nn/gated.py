@@ -265,9 +265,14 @@ def norms_of(backbone: nn.Module) -> list[TaskNorm]:
     return [m for m in backbone.modules() if isinstance(m, TaskNorm)]
 
 
-def route(backbone: nn.Module, tasks: list[int], running: bool = False) -> None:
-    """Make the next forward run these tasks' paths (inputs stacked task-major when there are several); with
-    running, a training forward normalises with the routed task's running statistics and leaves them as they are."""
-    for m in backbone.modules():
-        if isinstance(m, GatedUnit | TaskNorm):
-            m.tasks, m.running = tasks, running
+def routed(backbone: nn.Module) -> list[GatedUnit | TaskNorm]:
+    """The modules route() sets: found once, so that the steps that route three times do not walk the backbone."""
+    return [m for m in backbone.modules() if isinstance(m, GatedUnit | TaskNorm)]
+
+
+def route(modules: list[GatedUnit | TaskNorm], tasks: list[int], running: bool = False) -> None:
+    """Make the next forward of routed(backbone) run these tasks' paths (inputs stacked task-major when there are
+    several); with running, a training forward normalises with the routed task's running statistics and leaves
+    them as they are."""
+    for m in modules:
+        m.tasks, m.running = tasks, running
