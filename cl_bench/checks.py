@@ -27,7 +27,9 @@ class Checked:
     def __post_init__(self) -> None:
         for key, holds, accepted in self.checks():
             if not holds:
-                raise UserError(f"{self.prefix}{key}={getattr(self, key)!r} is out of range: use {accepted}")
+                value = getattr(self, key)
+                shown = value.value if isinstance(value, Choice) else repr(value)
+                raise UserError(f"{self.prefix}{key}={shown} is out of range: use {accepted}")
 
     def checks(self) -> list[tuple[str, bool, str]]:
         return []

@@ -35,6 +35,13 @@ class ClassOrder(Choice):
     random = "random"  # drawn from the run's seed
 
 
+class Rotation(Choice):
+    """How dataset.kind=rotated picks and applies each task's angle."""
+
+    gem = "gem"  # GEM's generator: drawn uniformly in task t's slot [180t/T, 180(t+1)/T), PIL's nearest-neighbour rotate
+    even = "even"  # 180t/T exactly (task 0 unrotated), bilinear
+
+
 class Precision(Choice):
     auto = "auto"  # bf16 on a GPU, fp32 on the CPU
     bf16 = "bf16"
@@ -75,15 +82,20 @@ class DatasetConfig(Checked):
     classes_per_task: int | None = None  # split: default is all classes / num_tasks
     class_order: ClassOrder = ClassOrder.natural  # split
     samples_per_task: int | None = None  # cap on each task's training samples (GEM: 1000)
+    test_samples_per_task: int | None = None  # cap on each task's test samples, a random subset (CPU-sized runs
+    # of many tasks: every task's test split is evaluated after every task)
     augment: bool = False  # pad-crop and flip during training (32×32 colour data)
     normalize: bool = True  # per-channel mean/std normalisation; false: pixels in [0, 1] only (Mammoth's MNIST
-    # datasets, whose published learning rates were tuned on such inputs)
+    # datasets, whose published learning rates were tuned on such inputs; GEM's and La-MAML's)
+    rotation: Rotation = Rotation.gem  # rotated: each task's angle (see Rotation)
 
     def checks(self):
         return [("num_tasks", self.num_tasks >= 1, "at least 1"),
                 ("classes_per_task", self.classes_per_task is None or self.classes_per_task >= 1, "null or at least 1"),
-                ("samples_per_task", self.samples_per_task is None or self.samples_per_task >= 1,
-                 "null or at least 1")]
+                *((key, getattr(self, key) is None or getattr(self, key) >= 1, "null or at least 1")
+                  for key in ("samples_per_task", "test_samples_per_task")),
+                ("rotation", self.kind == "rotated" or self.rotation == "gem",
+                 "gem: it is read only by dataset.kind=rotated")]
 
 
 @dataclass

@@ -79,11 +79,13 @@ def test_permuted_mnist_shares_labels_only_in_the_class_scenario(tmp_path, scena
     assert not torch.equal(perms[0], perms[1])
 
 
-def test_rotated_mnist_task_0_is_unrotated(tmp_path):
+def test_rotated_mnist_evenly_spaced_leaves_task_0_unrotated_and_gem_rotates_every_task(tmp_path):
     raw = write_idx_dataset(tmp_path / "MNIST" / "raw")
-    s = build(tmp_path, name="rotated_mnist", source="mnist", kind="rotated", num_tasks=4)
+    s = build(tmp_path, name="rotated_mnist", source="mnist", kind="rotated", num_tasks=4, rotation="even")
     assert torch.equal(s.test[0].x[:, 0], torch.from_numpy(raw["test_x"]))
     assert not torch.equal(s.test[2].x, s.test[0].x)
+    gem = build(tmp_path, name="rotated_mnist", source="mnist", kind="rotated", num_tasks=4)
+    assert not torch.equal(gem.test[0].x[:, 0], torch.from_numpy(raw["test_x"]))  # an angle in [0°, 45°)
 
 
 def test_too_many_tasks_for_the_classes_is_a_user_error(tmp_path):

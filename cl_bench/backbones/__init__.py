@@ -6,6 +6,7 @@ from torch import nn
 
 from .convnet import ConvNet, ConvNetConfig
 from .mlp import MLP, MLPConfig
+from .pc_cnn import PCCNN, PCCNNConfig
 from .resnet import ReducedResNetConfig, ResNet18, ResNetConfig
 from .vgg import VGG16BN, VGGConfig
 
@@ -15,6 +16,7 @@ BACKBONES = {  # name: (module, config dataclass)
     "resnet18_reduced": (ResNet18, ReducedResNetConfig),
     "resnet18": (ResNet18, ResNetConfig),
     "vgg16_bn": (VGG16BN, VGGConfig),
+    "pc_cnn": (PCCNN, PCCNNConfig),
 }
 
 

@@ -2,17 +2,20 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from .init import Init, initialise
+
 
 @dataclass
 class MLPConfig:
     name: str = "mlp"
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # GEM and La-MAML: [100, 100]
+    init: Init = Init.pytorch  # La-MAML's MNIST runs: kaiming_normal
 
 
 class MLP(nn.Module):
     """Fully connected ReLU network over flattened pixels."""
 
-    def __init__(self, input_shape, hidden_sizes):
+    def __init__(self, input_shape, hidden_sizes, init=Init.pytorch):
         super().__init__()
         c, h, w = input_shape
         sizes = [c * h * w, *hidden_sizes]
@@ -21,6 +24,7 @@ class MLP(nn.Module):
             layers += [nn.Linear(d_in, d_out), nn.ReLU(inplace=True)]
         self.body = nn.Sequential(*layers)
         self.feature_dim = sizes[-1]
+        initialise(self, init)
 
     def remove_final_relu(self) -> None:
         """Features straight from the last linear layer (see backbones.remove_final_relu)."""

@@ -13,13 +13,17 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(c_out)
         self.relu = nn.ReLU(inplace=True)
         self.final_relu = True  # False: the block's output is the residual sum itself (remove_final_relu)
+        self.activation_before_add = False  # True: relu(bn2(conv2(.))) + shortcut(x), NCCL's seed block
         self.shortcut = nn.Sequential()
         if stride != 1 or c_in != c_out:
             self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
 
     def forward(self, x):
         out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out)) + self.shortcut(x)
+        out = self.bn2(self.conv2(out))
+        if self.activation_before_add:
+            return self.relu(out) + self.shortcut(x)
+        out = out + self.shortcut(x)
         return self.relu(out) if self.final_relu else out
 
 

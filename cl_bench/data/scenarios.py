@@ -145,13 +145,15 @@ def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device, select_on_t
     relabel = torch.full((int(src.train_y.max()) + 1,), -1, dtype=torch.long)
     relabel[torch.tensor(classes)] = torch.arange(len(classes)) + offset
     train_rows, test_rows = _rows(src.train_y, relabel), _rows(src.test_y, relabel)
-    transform = (_domain_transform(kind, t, cfg.num_tasks, src.train_x.shape[1:], rng)
+    transform = (_domain_transform(cfg, t, src.train_x.shape[1:], rng)
                  if kind in ("permuted", "rotated") else (lambda x: x))
     order = torch.from_numpy(rng.permutation(len(train_rows)))
     n_val = 0 if select_on_test else int(round(data_cfg.val_fraction * len(train_rows)))
     val_idx, train_idx = order[:n_val], order[n_val:]
     if cfg.samples_per_task is not None:
         train_idx = train_idx[: cfg.samples_per_task]
+    if cfg.test_samples_per_task is not None:
+        test_rows = test_rows[torch.from_numpy(np.sort(rng.permutation(len(test_rows))[: cfg.test_samples_per_task]))]
 
     def split(x, y, rows):  # one gather from the source per split: the data is copied once
         return Split(transform(x[rows]).to(device), relabel[y[rows]].to(device),
@@ -171,10 +173,14 @@ def _labels_present(y: torch.Tensor) -> list[int]:
     return torch.nonzero(torch.bincount(y)).squeeze(1).tolist()
 
 
-def _domain_transform(kind, t, num_tasks, shape, rng):
-    if kind == "permuted":
+def _domain_transform(cfg, t, shape, rng):
+    if cfg.kind == "permuted":
         perm = torch.from_numpy(rng.permutation(int(np.prod(shape))))
         return lambda x: x.flatten(1)[:, perm].reshape(x.shape)
-    angle = 180.0 * t / num_tasks  # evenly spaced in [0°, 180°)
     from torchvision.transforms.v2 import functional as TF  # imported here: torchvision takes seconds to load
-    return lambda x: TF.rotate(x, angle, interpolation=TF.InterpolationMode.BILINEAR)
+    slot = 180.0 / cfg.num_tasks
+    if cfg.rotation == "gem":  # GEM's mnist_rotations.py: uniform within the task's slot, PIL's default resampling
+        angle, mode = float(rng.uniform(slot * t, slot * (t + 1))), TF.InterpolationMode.NEAREST
+    else:
+        angle, mode = slot * t, TF.InterpolationMode.BILINEAR
+    return lambda x: TF.rotate(x, angle, interpolation=mode)

@@ -234,10 +234,13 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
     def mixed_loss(self, batch: Batch, outputs: CEOutputs = CEOutputs.seen) -> torch.Tensor:
         """Cross-entropy on a batch mixing tasks (replay, joint training), over the outputs named (class
         scenario; the task scenario reads each row's own task head either way)."""
-        features = self.backbone(batch.x)
+        return F.cross_entropy(self.mixed_outputs(self.backbone(batch.x), batch.t, outputs), batch.y)
+
+    def mixed_outputs(self, features: torch.Tensor, t: torch.Tensor, outputs: CEOutputs) -> torch.Tensor:
+        """The logits mixed_loss's cross-entropy reads."""
         if outputs == "all" and not self.heads.per_task:
-            return F.cross_entropy(self.heads.head(features), batch.y)
-        return F.cross_entropy(self.heads.mixed(features, batch.t), batch.y)
+            return self.heads.head(features)
+        return self.heads.mixed(features, t)
 
     def make_optimizer(self, params, lr: float | None = None, weight_decay: float | None = None):
         cfg = self.cfg
@@ -251,12 +254,13 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
 
     def fit(self, task: Task, loss_fn, data: Split | None = None, params=None, epochs: int | None = None,
             optimizer=None, after_backward=None, after_step=None, side_optimizers=(), milestones=None,
-            after_epoch=None) -> None:
+            after_epoch=None, glances: int = 1) -> None:
         """The common epoch loop: on-device shuffled batches, one optimiser and lr schedule (×lr_gamma at
         `milestones`, by default method.lr_milestones), and the loss accumulated on the device and read once per
         epoch (no host sync per step). side_optimizers: those the method steps itself in after_step; fit() only
         saves and restores them with within-task checkpoints. after_epoch(epoch) returning True ends the phase
-        early (a method's own stopping rule)."""
+        early (a method's own stopping rule). glances: optimiser steps on each batch (loss_fn is called afresh for
+        each; after_step runs once, after the last)."""
         data = task.train if data is None else data
         epochs = self.cfg.epochs if epochs is None else epochs
         params = [p for p in (self.parameters() if params is None else params) if p.requires_grad]
@@ -280,25 +284,26 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
             for step, (raw, y, t) in enumerate(data.batches(self.cfg.batch_size, self.ctx.generator)):
                 x = self.info.view.train(raw, self.ctx.generator)
                 batch = self._shard(Batch(raw, x, y, t, epoch * steps + step))
-                with self.ctx.autocast():
-                    loss = loss_fn(batch)
-                if self.cfg.skip_nonfinite and not torch.isfinite(loss):
-                    skipped += 1
-                    continue
-                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if self.ctx.world_size > 1:  # the step's parameters and any the method steps itself (masks)
-                    average_gradients(dict.fromkeys([*params, *self.parameters()]), self.ctx.world_size)
-                if after_backward is not None:
-                    after_backward()
-                opt.step()
+                for _ in range(glances):
+                    with self.ctx.autocast():
+                        loss = loss_fn(batch)
+                    if self.cfg.skip_nonfinite and not torch.isfinite(loss):
+                        skipped += 1
+                        continue
+                    first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if self.ctx.world_size > 1:  # the step's parameters and any the method steps itself (masks)
+                        average_gradients(dict.fromkeys([*params, *self.parameters()]), self.ctx.world_size)
+                    if after_backward is not None:
+                        after_backward()
+                    opt.step()
+                    total += loss.detach()
                 if after_step is not None:
                     after_step(batch)
-                total += loss.detach()
                 self.ctx.recorder.step()
             sched.step()
-            mean_loss, bad = torch.stack([total / max(steps - skipped, 1), first_bad.float()]).tolist()  # one sync
+            mean_loss, bad = torch.stack([total / max(steps * glances - skipped, 1), first_bad.float()]).tolist()
             if bad >= 0:
                 raise NonFiniteLoss(f"the loss became {mean_loss} at task {task.id}, epoch {epoch}, step {int(bad)}: "
                                     "lower method.lr, or pass method.skip_nonfinite=true to skip such steps; "

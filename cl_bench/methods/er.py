@@ -6,7 +6,12 @@ written at the end of each task, an equal share per task seen, so that replay dr
 
 In the class scenario the cross-entropy of the current and the replayed samples reads every output of the single
 head by default, future classes' too, as Mammoth's ER does (its tables are the ones ER is usually quoted from);
-method.ce_outputs=seen reads the classes seen so far, as the project's other methods do."""
+method.ce_outputs=seen reads the classes seen so far, as the project's other methods do.
+
+La-MAML's ER (model/eralg4.py), the baseline of its tables, is online: method.epochs=1 method.batch_size=10
+method.momentum=0 with replay_batch_size (10 on MNIST, 1 on CIFAR), glances (SGD steps per incoming batch, each on a
+fresh replay draw), grad_clip_norm=2.0 and replay_in_first_task=true (it replays from the second batch of the
+stream on, current-task samples included)."""
 from dataclasses import dataclass
 
 import torch
@@ -29,10 +34,16 @@ class ERConfig(MethodConfig):
     replay_batch_size: int = 0  # memory samples per step; 0 means batch_size
     memory_policy: ReplayPolicy = ReplayPolicy.reservoir
     ce_outputs: CEOutputs = CEOutputs.all  # class scenario: the outputs the cross-entropy reads (Mammoth: all)
+    glances: int = 1  # optimiser steps on each batch, each with a fresh replay draw (La-MAML's ER: 5 or 10)
+    grad_clip_norm: float = 0.0  # clip the gradient to this L2 norm before each step; 0: none (La-MAML: 2.0)
+    replay_in_first_task: bool = False  # replay from the memory during task 0 too (La-MAML's ER: true)
 
     def checks(self):
         return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1"),
-                ("replay_batch_size", self.replay_batch_size >= 0, "0 (batch_size) or more")]
+                ("replay_batch_size", self.replay_batch_size >= 0, "0 (batch_size) or more"),
+                ("glances", self.glances >= 1, "at least 1"), ("grad_clip_norm", self.grad_clip_norm >= 0, "0 or more"),
+                ("replay_in_first_task", self.memory_policy == "reservoir" or not self.replay_in_first_task,
+                 "false: the balanced memory is written at the end of each task, so it is empty during task 0")]
 
 
 def check_memory_holds_every_class(memory_size: int, info) -> None:
@@ -61,11 +72,16 @@ class ER(Method):
                              num_tasks=info.num_tasks)
 
     def train_task(self, task):
-        replay = task.id > 0  # the memory holds only the current task's samples during task 0
+        # In task 0 the memory holds only that task's samples (and nothing before its first batch is stored).
+        replay = task.id > 0 or self.cfg.replay_in_first_task
         m = self.cfg.replay_batch_size or self.cfg.batch_size
+        params = [p for p in self.parameters() if p.requires_grad]
+
+        def clip():
+            torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip_norm, foreach=True)
 
         def loss(batch: Batch):
-            if replay:
+            if replay and (task.id > 0 or batch.step > 0):
                 raw, y, t, _ = self.memory.sample(m, self.ctx.generator)
                 x = self.info.view.train(raw, self.ctx.generator)
                 batch = Batch(None, torch.cat([batch.x, x]), torch.cat([batch.y, y]), torch.cat([batch.t, t]))
@@ -74,11 +90,12 @@ class ER(Method):
         def store(batch: Batch):
             self.memory.add(batch.raw, batch.y, batch.t, generator=self.ctx.generator)
 
+        after_backward = clip if self.cfg.grad_clip_norm > 0 else None
         if self.cfg.memory_policy == "balanced":
-            self.fit(task, loss)
+            self.fit(task, loss, after_backward=after_backward, glances=self.cfg.glances)
             self.memory.add_task(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
         else:
-            self.fit(task, loss, after_step=store)
+            self.fit(task, loss, after_step=store, after_backward=after_backward, glances=self.cfg.glances)
 
     def capacity(self):
         return {**super().capacity(), **self.memory.capacity()}

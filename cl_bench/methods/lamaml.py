@@ -1,11 +1,21 @@
-"""La-MAML, look-ahead meta-learning for online continual learning (Gupta et al., NeurIPS 2020).
+"""La-MAML, look-ahead meta-learning for online continual learning (Gupta et al., NeurIPS 2020), as its
+official code (montrealrobotics/La-MAML, model/lamaml.py for MNIST, model/lamaml_cifar.py for CIFAR).
 
-Every weight w has its own learnable learning rate α (init alpha_init). Per glance at an incoming batch:
-starting from the current weights, take one inner SGD step per sample of the batch, w ← w - relu(α) ⊙ g;
-after each, evaluate the meta loss on the batch together with a replay batch from the memory; then move α
-down the mean meta loss's gradient (lr outer_lr) and the weights by w ← w - relu(α) ⊙ ∇w, with the new α
-(La-MAML's asynchronous update). First order by default, as in La-MAML's MNIST runs: the inner gradients are
-constants, so α's gradient flows through the steps they scale. Defaults are La-MAML's Permuted MNIST ones.
+Every weight w has its own learnable learning rate α (init alpha_init). Per glance at an incoming batch: starting
+from the current weights, walk an inner trajectory over the batch, one SGD step w ← w - relu(α) ⊙ g per chunk
+(`trajectory_chunks`; 0 is one sample per step, the MNIST code; the CIFAR code cuts the batch into 5 chunks and
+steps w - α ⊙ g without the relu, `inner_relu=false`); after each step, evaluate the meta loss on the batch
+together with a replay batch from the memory; then move α down the mean meta loss's gradient (lr outer_lr) and
+the weights by w ← w - relu(α) ⊙ ∇w, with the new α (La-MAML's asynchronous update). First order by default,
+as the MNIST runs (the inner gradients are constants, so α's gradient flows through the steps they scale);
+second_order=true differentiates through them, as the CIFAR runs. The ablations of La-MAML's table are options:
+C-MAML (`learn_lr=false`: α stays at alpha_init) and Sync (`sync_update=true`: the weights take a plain SGD step
+of weight_lr on the meta gradient, the code's opt_wt). Both meta gradients are clipped to grad_clip_norm.
+
+Batch norm: La-MAML's networks normalise with running statistics that no pass updates (`bn_training=False`; its
+MLP and pc_cnn have no batch norm at all); here too every batch norm runs on its running statistics and keeps them,
+so a fast-weight pass on one sample never moves them. On a backbone with batch norm that makes each a fixed
+affine map: use a BN-free backbone (mlp, pc_cnn) as La-MAML does. Defaults are La-MAML's Permuted MNIST ones.
 """
 from dataclasses import dataclass
 from typing import ClassVar
@@ -25,14 +35,25 @@ class LaMAMLConfig(OnlineConfig):
     outer_lr: float = 0.3  # SGD lr of the learning rates α (La-MAML's opt_lr)
     grad_clip_norm: float = 2.0  # the meta gradients of the weights and of α are each clipped to this norm
     inner_clip: float = 0.0  # clamp inner gradients to ±inner_clip; 0: none, as La-MAML's code in effect does
-    second_order: bool = False  # differentiate through the inner gradients too (costly)
+    second_order: bool = False  # differentiate through the inner gradients too (costly; the CIFAR runs)
+    trajectory_chunks: int = 0  # inner steps per glance, each on a chunk of the batch; 0: one per sample (MNIST)
+    inner_relu: bool = True  # inner step w - relu(α)·g (MNIST code); false: w - α·g (CIFAR code)
+    learn_lr: bool = True  # false: α is fixed at alpha_init (C-MAML)
+    sync_update: bool = False  # true: the weights step by weight_lr on the meta gradient (Sync, C-MAML)
+    weight_lr: float = 0.1  # SGD lr of the weights under sync_update (the code's opt_wt); read only then
     unused: ClassVar[tuple[str, ...]] = ("lr",)  # the weights step with their learned lrs α
 
     def checks(self):
         return [*super().checks(),
                 *((key, getattr(self, key) > 0, "a positive number") for key in ("alpha_init", "outer_lr",
-                                                                                  "grad_clip_norm")),
-                ("inner_clip", self.inner_clip >= 0, "0 or more")]
+                                                                                  "grad_clip_norm", "weight_lr")),
+                ("inner_clip", self.inner_clip >= 0, "0 or more"),
+                ("trajectory_chunks", 0 <= self.trajectory_chunks <= self.batch_size,
+                 f"0 (one sample a step) up to batch_size ({self.batch_size})"),
+                ("weight_lr", self.sync_update or self.weight_lr == 0.1,
+                 "0.1: it is read only with method.sync_update=true"),
+                ("outer_lr", self.learn_lr or self.outer_lr == 0.3,
+                 "0.3: the learning rates are fixed under method.learn_lr=false and it is not read")]
 
 
 class MixedNet(nn.Module):
@@ -57,6 +78,15 @@ class LaMAML(OnlineMethod):
         self.weights = [p for _, p in named]
         self.alpha = nn.ParameterList(nn.Parameter(torch.full_like(p, cfg.alpha_init)) for p in self.weights)
 
+    def train(self, mode: bool = True):
+        """Training mode everywhere but in batch norm, which keeps normalising with its running statistics
+        without updating them (La-MAML's bn_training=False)."""
+        super().train(mode)
+        for m in self.modules():
+            if isinstance(m, BATCH_NORMS):
+                m.eval()
+        return self
+
     def glance(self, batch, task):
         net = MixedNet(self.backbone, self.heads)
         n = batch.y.shape[0]
@@ -66,21 +96,25 @@ class LaMAML(OnlineMethod):
         if self.replay_ready:
             memory, _ = self.replay()
             meta_x, meta_y, meta_t = (torch.cat(p) for p in ((x, memory.x), (y, memory.y), (t, memory.t)))
+        chunk = -(-n // self.cfg.trajectory_chunks) if self.cfg.trajectory_chunks else 1
         fast = list(self.weights)
-        meta_loss = 0.0
-        for i in range(n):  # La-MAML's inner trajectory: one step per sample of the batch
-            fast = self.inner_step(net, fast, x[i: i + 1], y[i: i + 1], t[i: i + 1])
+        meta_losses = []
+        for i in range(0, n, chunk):  # La-MAML's inner trajectory over the batch
+            fast = self.inner_step(net, fast, x[i: i + chunk], y[i: i + chunk], t[i: i + chunk])
             with self.ctx.autocast():
                 logits = functional_call(net, dict(zip(self.weight_names, fast)), (meta_x, meta_t))
-                meta_loss = meta_loss + F.cross_entropy(logits, meta_y)
-        meta_loss = meta_loss / n
-        grads = torch.autograd.grad(meta_loss, self.weights + list(self.alpha), allow_unused=True,
-                                    materialize_grads=True)
+                meta_losses.append(F.cross_entropy(logits, meta_y))
+        meta_loss = sum(meta_losses) / len(meta_losses)
+        learned = list(self.alpha) if self.cfg.learn_lr else []
+        grads = torch.autograd.grad(meta_loss, self.weights + learned, allow_unused=True, materialize_grads=True)
         weight_grads = clip_norm(grads[: len(self.weights)], self.cfg.grad_clip_norm)
-        alpha_grads = clip_norm(grads[len(self.weights):], self.cfg.grad_clip_norm)
-        sgd_step(self.alpha, alpha_grads, self.cfg.outer_lr)
-        with torch.no_grad():
-            sgd_step(self.weights, [g * F.relu(a) for g, a in zip(weight_grads, self.alpha)], 1.0)
+        if learned:
+            sgd_step(learned, clip_norm(grads[len(self.weights):], self.cfg.grad_clip_norm), self.cfg.outer_lr)
+        if self.cfg.sync_update:
+            sgd_step(self.weights, weight_grads, self.cfg.weight_lr)
+        else:
+            with torch.no_grad():
+                sgd_step(self.weights, [g * F.relu(a) for g, a in zip(weight_grads, self.alpha)], 1.0)
         return meta_loss.detach()
 
     def inner_step(self, net, fast, x, y, t):
@@ -90,10 +124,14 @@ class LaMAML(OnlineMethod):
                                     materialize_grads=True)
         if self.cfg.inner_clip > 0:
             grads = [g.clamp(-self.cfg.inner_clip, self.cfg.inner_clip) for g in grads]
-        return [w - g * F.relu(a) for w, g, a in zip(fast, grads, self.alpha)]
+        rate = F.relu if self.cfg.inner_relu else (lambda a: a)
+        return [w - g * rate(a) for w, g, a in zip(fast, grads, self.alpha)]
 
     def capacity(self):
         return {**super().capacity(), "learning_rates": sum(a.numel() for a in self.alpha)}
+
+
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
 def clip_norm(grads, max_norm: float):

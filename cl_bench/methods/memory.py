@@ -142,6 +142,16 @@ class Memory(nn.Module):
             idx = torch.multinomial(valid.float(), batch_size, replacement=True, generator=generator)
         return self.x[idx], self.y[idx], self.t[idx], self.logits[idx]
 
+    def sample_task(self, batch_size: int, task: int, generator=None):
+        """A uniform batch (with replacement) of the stored samples of one task, and how many it has stored (a
+        tensor: no host sync). With none stored the batch is the cleared spare row, for the caller to discard."""
+        own = self.valid() & (self.t == task)
+        count = own.sum()
+        weights = own.float()
+        weights[self.size] += (count == 0).float()
+        idx = torch.multinomial(weights, batch_size, replacement=True, generator=generator)
+        return self.x[idx], self.y[idx], self.t[idx], self.logits[idx], count
+
     def sample_uniform_tasks(self, batch_size: int, generator=None):
         """Balanced policy: a batch (with replacement) whose task labels are uniform over the stored tasks (each row
         draws a task, then one of its samples), however many samples each task keeps; on the device."""

@@ -1,33 +1,52 @@
-"""NCCL, neuron calibration for online continual learning (Yin et al., NeurIPS 2021).
+"""NCCL, neuron calibration for online continual learning (Yin et al., NeurIPS 2021), as the seed's code.
 
 Every Linear/Conv2d of the backbone and heads is calibrated (cl_bench.nn.calibrated: WCM ψ and calibrated
 bias, FCM λ). Per incoming batch of task t:
 
-- inner loop (inner_steps glances), base weights θ only: CE(batch) + γ·(CE(memory) + reg·KL(memory)) for
-  t > 0, one clipped SGD step with inner_lr per glance;
-- outer step for t > 0, calibration parameters only: reg·KL(memory) + β·reg·Σ F ⊙ (θ̃ - θ̃_before)², where
-  θ̃_before are the calibrated weights from before the inner loop (detached tensors, no copy of the network)
-  and F the diagonal Fisher of θ̃ under the KL loss, one SGD step with outer_lr.
+- inner loop, `inner_steps` glances, base weights θ only: CE(x) + γ·(CE(memory) + reg·KL(memory)) for t > 0,
+  one clipped SGD step with inner_lr per glance. Glance 0 reads the incoming batch; glance k >= 1 reads a batch
+  of current-task samples from the memory once it holds k·batch_size of them, else the incoming batch again
+  (the seed: `memory_sampling(t, bs, intra_class=True)` when `count >= step * batch_size`). The batch and the
+  memory go through separate forwards, as in the seed, so batch norm never mixes their statistics.
+- outer step for t > 0, calibration parameters only, on a memory batch: F is the diagonal Fisher of θ̃ under
+  reg·KL(memory), and the penalty is Σ F ⊙ (θ̃ - θ̃_old)² with θ̃_old the calibrated weights at the start of
+  the last inner step (the seed deep-copies the network at the start of every step and the outer step reads the
+  last copy; here only those weights are kept, detached). outer_objective=seed (default) steps on the penalty
+  alone, scaled by β·reg (the seed backpropagates `ewc_loss` only; the KL serves to build F);
+  outer_objective=paper on Eq. 5's ½·penalty + β·reg·KL.
 
-The memory batches come from tasks before t (the seed code's memory_sampling(t)), with the soft predictions
-each sample got when it was stored. The KL is KL(stored ‖ current), the direction of the seed code's
-kl(log_softmax(z / T), stored) and of distillation in general. The Fisher is (∂L/∂θ ÷ ψ)², which is
-(∂L/∂θ̃)²: the seed code divides the base weights' gradient by tile(ψ), recovering the calibrated weights'
-gradient, the weights the penalty is on. Defaults: no published values could be found; they are La-MAML's
-MNIST settings (batch 10, 5 glances, 200 memories, replay 10, lr 0.1, clip 2) with reg = β = 1 and T = 2, and
-γ = 0.5, the best of a small grid on the validation splits of 5-task permuted MNIST (seed 0). There β (0 to
-1000), T (1 to 4) and outer_lr (0.01 to 0.1) moved validation accuracy by about a point, dropping the KL
-(reg = 0) cost two, and β = 10⁴ diverged.
+The memory batches of the inner and outer losses come from tasks before t (the seed's memory_sampling(t)), with
+the soft predictions each sample got when it was stored. The KL is KL(stored ‖ current), the direction of the
+seed code's kl(log_softmax(z / T), stored). The Fisher is (∂L/∂θ ÷ ψ)², which is (∂L/∂θ̃)²: the seed divides
+the base weights' gradient by tile(ψ), recovering the calibrated weights' gradient. On a ResNet the seed's
+residual block adds the shortcut after the second activation and leaves the 1x1 shortcut conv uncalibrated
+(block_form=seed, default); block_form=standard keeps the backbone's ReLU after the sum and calibrates every
+conv. Defaults: no published values could be found; they are La-MAML's MNIST settings (batch 10, 5 glances,
+200 memories, replay 10, lr 0.1, clip 2) with reg = β = 1, T = 2 and γ = 0.5 (chosen on validation data before
+the seed's glances and outer objective were adopted: see REPRODUCING.md).
 """
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from ..backbones.resnet import BasicBlock
+from ..checks import Choice
 from ..nn import calibrated
 from .base import Batch
 from .online import OnlineConfig, OnlineMethod, sgd_step, soft_kl
+
+
+class OuterObjective(Choice):
+    seed = "seed"  # β·reg·Σ F (θ̃ - θ̃_old)²: the seed backpropagates the penalty alone
+    paper = "paper"  # Eq. 5: ½·Σ F (θ̃ - θ̃_old)² + β·reg·KL(memory)
+
+
+class BlockForm(Choice):
+    seed = "seed"  # relu(bn2(conv2(.))) + shortcut(x), the shortcut conv uncalibrated (the seed's CalibratedBlock)
+    standard = "standard"  # the backbone's block, relu after the sum, every conv calibrated
 
 
 @dataclass
@@ -41,6 +60,8 @@ class NCCLConfig(OnlineConfig):
     beta: float = 1.0  # β, strength of the Fisher-weighted penalty, which is scaled by β·reg
     temperature: float = 2.0  # T of the softened outputs in the KL
     fcm_form: calibrated.FCMForm = calibrated.FCMForm.multiply
+    outer_objective: OuterObjective = OuterObjective.seed  # what the outer step descends (see the docstring)
+    block_form: BlockForm = BlockForm.seed  # residual backbones: the seed's block or the standard one
     unused: ClassVar[tuple[str, ...]] = ("lr",)  # the two loops have lrs of their own
 
     def checks(self):
@@ -56,20 +77,40 @@ class NCCL(OnlineMethod):
     soft_targets = True
 
     def __init__(self, cfg, backbone, info, ctx):
-        calibrated.convert(backbone, cfg.fcm_form)
+        blocks = [m for m in backbone.modules() if isinstance(m, BasicBlock)]
+        keep = set()
+        if cfg.block_form == "seed":
+            for block in blocks:
+                block.activation_before_add = True
+                keep.update(m for m in block.shortcut.modules() if isinstance(m, nn.Conv2d))
+        calibrated.convert(backbone, cfg.fcm_form, keep)
         super().__init__(cfg, backbone, info, ctx)
         calibrated.convert(self.heads, cfg.fcm_form)
         self.layers = calibrated.layers(self)
         self.base_params, self.calibration_params = calibrated.split_parameters(self)
 
     def observe(self, batch, task):
-        if task.id == 0:  # nothing to protect yet: the inner loop alone
-            return super().observe(batch, task)
-        with torch.no_grad():
-            before = [layer.calibrated_weight() for layer in self.layers]
-        loss = super().observe(batch, task)
-        self.outer_step(task, before)
+        before = None
+        for step in range(self.cfg.inner_steps):
+            if task.id > 0 and step == self.cfg.inner_steps - 1:  # the last of the seed's per-step copies
+                with torch.no_grad():
+                    before = [layer.calibrated_weight() for layer in self.layers]
+            loss = self.glance(self.glance_batch(batch, task, step), task)
+        if before is not None:
+            self.outer_step(task, before)
         return loss
+
+    def glance_batch(self, batch: Batch, task, step: int) -> Batch:
+        """Glance 0: the incoming batch; glance k >= 1: current-task memory samples once k·batch_size of them
+        are stored, else the incoming batch (decided on the device, without a host sync)."""
+        if step == 0:
+            return batch
+        n = batch.y.shape[0]
+        raw, y, t, _, count = self.memory.sample_task(n, task.id, self.ctx.generator)
+        use = count >= step * self.cfg.batch_size
+        raw, y, t = (torch.where(use.view(-1, *[1] * (a.dim() - 1)), a, b)
+                     for a, b in ((raw, batch.raw), (y, batch.y), (t, batch.t)))
+        return Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t)
 
     def glance(self, batch, task):
         """One inner step: the loss on the batch (and the memory), an SGD step on the base weights only."""
@@ -82,32 +123,31 @@ class NCCL(OnlineMethod):
         return loss.detach()
 
     def inner_loss(self, batch: Batch, task) -> torch.Tensor:
+        current = self.loss(batch, task.id)
         if task.id == 0:
-            return self.loss(batch, task.id)
+            return current
         memory, stored = self.replay(before_task=task.id)
-        n = batch.y.shape[0]
-        features = self.backbone(torch.cat([batch.x, memory.x]))  # one pass over batch and memory
-        current = F.cross_entropy(self.heads(features[:n], task.id), self.targets(batch.y, task.id))
-        z = self.heads.mixed(features[n:], memory.t)
+        z = self.mixed_logits(memory.x, memory.t)  # a forward of its own: batch norm sees the memory alone
         old = F.cross_entropy(z, memory.y) + self.cfg.reg * soft_kl(z, stored, self.cfg.temperature)
         return current + self.cfg.gamma * old
 
     def outer_step(self, task, before: list[torch.Tensor]) -> None:
-        """Calibration parameters only: the KL on a memory batch plus the Fisher-weighted penalty that keeps
-        the calibrated weights where the inner loop found them important."""
+        """Calibration parameters only: the Fisher-weighted penalty that keeps the calibrated weights where the
+        last inner step found them (seed), or Eq. 5's half of it plus β times the KL (paper)."""
         memory, stored = self.replay(before_task=task.id)
         with self.ctx.autocast():
             logits = self.mixed_logits(memory.x, memory.t)
         kl = self.cfg.reg * soft_kl(logits, stored, self.cfg.temperature)
         weights = [layer.base.weight for layer in self.layers]
-        grads = torch.autograd.grad(kl, self.calibration_params + weights, allow_unused=True,
-                                    materialize_grads=True)
-        kl_grads, weight_grads = grads[: len(self.calibration_params)], grads[len(self.calibration_params):]
+        weight_grads = torch.autograd.grad(kl, weights, retain_graph=True, allow_unused=True, materialize_grads=True)
         penalty = sum((fisher(g, layer.psi) * (layer.calibrated_weight() - old).pow(2)).sum()
                       for layer, g, old in zip(self.layers, weight_grads, before))
-        penalty_grads = torch.autograd.grad(self.cfg.beta * self.cfg.reg * penalty, self.calibration_params,
-                                            allow_unused=True, materialize_grads=True)
-        sgd_step(self.calibration_params, [a + b for a, b in zip(kl_grads, penalty_grads)], self.cfg.outer_lr)
+        if self.cfg.outer_objective == "seed":
+            objective = self.cfg.beta * self.cfg.reg * penalty
+        else:
+            objective = 0.5 * penalty + self.cfg.beta * kl
+        grads = torch.autograd.grad(objective, self.calibration_params, allow_unused=True, materialize_grads=True)
+        sgd_step(self.calibration_params, grads, self.cfg.outer_lr)
 
     def capacity(self):
         return {**super().capacity(), "calibration_params": sum(p.numel() for p in self.calibration_params)}

@@ -1,6 +1,7 @@
 """The online protocol shared by nccl, agem and lamaml: each task's training data arrives once, as a stream
 of small batches (10, as in GEM, La-MAML and NCCL); the learner may take `inner_steps` glances at each batch
 before the next arrives, and keeps an episodic memory (reservoir or per-task ring) of what it has seen.
+epochs > 1 is La-MAML's multi-pass setting: the stream is replayed that many times, stored in memory once.
 Every update is a plain SGD step taken by hand, so no optimiser state needs saving for a resume."""
 import abc
 import dataclasses
@@ -25,7 +26,7 @@ class OnlinePolicy(Choice):
 
 @dataclass
 class OnlineConfig(MethodConfig):
-    epochs: int = 1  # online: each training sample arrives once (glances repeat a batch, not the stream)
+    epochs: int = 1  # passes over each task's stream: 1 is online (single pass); La-MAML's multi-pass CIFAR runs: 10
     batch_size: int = 10  # samples per incoming batch (GEM, La-MAML, NCCL)
     momentum: float = 0.0  # online methods take plain SGD steps
     inner_steps: int = 5  # glances at each incoming batch (La-MAML's MNIST setting)
@@ -35,8 +36,8 @@ class OnlineConfig(MethodConfig):
 
     # Shared knobs the online protocol has no use for (and `unused`, those a method adds): setting one is an
     # error, not a silent no-op.
-    fixed: ClassVar[tuple[str, ...]] = ("epochs", "optimizer", "momentum", "nesterov", "weight_decay",
-                                        "lr_milestones", "skip_nonfinite")
+    fixed: ClassVar[tuple[str, ...]] = ("optimizer", "momentum", "nesterov", "weight_decay", "lr_milestones",
+                                        "skip_nonfinite")
     unused: ClassVar[tuple[str, ...]] = ()
 
     def checks(self):
@@ -46,7 +47,7 @@ class OnlineConfig(MethodConfig):
                 *((key, getattr(self, key) == defaults[key],
                    f"{defaults[key]!r}: {self.name} runs the online protocol (one pass, plain SGD steps, "
                    f"method.inner_steps glances per batch) and does not read it") for key in self.fixed + self.unused),
-                *((key, getattr(self, key) >= 1, "at least 1") for key in ("inner_steps", "memory_size",
+                *((key, getattr(self, key) >= 1, "at least 1") for key in ("epochs", "inner_steps", "memory_size",
                                                                             "replay_batch_size"))]
 
 
@@ -55,7 +56,7 @@ class OnlineMethod(Method):
 
     scenarios = frozenset({"task", "class"})
     Config = OnlineConfig
-    within_task_checkpoints = "it learns each task in one pass over the stream, not in epochs"
+    within_task_checkpoints = "it learns each task from a stream of small batches, and its passes are not checkpointed"
     soft_targets = False  # whether the memory keeps the logits each sample got when it was stored
 
     def __init__(self, cfg, backbone, info, ctx):
@@ -73,19 +74,21 @@ class OnlineMethod(Method):
 
     def train_task(self, task):
         steps = -(-len(task.train) // self.cfg.batch_size)
-        self.ctx.recorder.epoch_start(task.id, 0, 1, steps)
-        total = torch.zeros((), device=self.ctx.device)
-        for i, batch in enumerate(self.stream(task)):
-            self.replay_ready = task.id > 0 or i > 0
-            self.train()
-            total += self.observe(batch, task)
-            self.remember(batch)
-            self.ctx.recorder.step()
-        mean_loss = float(total / steps)  # the one host sync of a task
-        if not math.isfinite(mean_loss):
-            raise NonFiniteLoss(f"the loss became {mean_loss} during task {task.id}: lower the method's learning "
-                                "rates (or nccl's beta); earlier checkpoints are intact")
-        self.ctx.recorder.epoch_end(task.id, 0, mean_loss)
+        for epoch in range(self.cfg.epochs):  # multi-pass: the stream again; the memory keeps the first pass's
+            self.ctx.recorder.epoch_start(task.id, epoch, self.cfg.epochs, steps)
+            total = torch.zeros((), device=self.ctx.device)
+            for i, batch in enumerate(self.stream(task)):
+                self.replay_ready = task.id > 0 or epoch > 0 or i > 0
+                self.train()
+                total += self.observe(batch, task)
+                if epoch == 0:  # La-MAML stores each sample once, in the first pass
+                    self.remember(batch)
+                self.ctx.recorder.step()
+            mean_loss = float(total / steps)  # the one host sync of a pass
+            if not math.isfinite(mean_loss):
+                raise NonFiniteLoss(f"the loss became {mean_loss} during task {task.id}: lower the method's learning "
+                                    "rates (or nccl's beta); earlier checkpoints are intact")
+            self.ctx.recorder.epoch_end(task.id, epoch, mean_loss)
 
     def stream(self, task):
         """The task's training data, once, in shuffled batches of batch_size."""

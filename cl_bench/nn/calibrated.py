@@ -61,15 +61,18 @@ class Calibrated(nn.Module):
         return h + scaled if self.fcm_add else scaled
 
 
-def convert(module: nn.Module, fcm_form: FCMForm) -> nn.Module:
-    """Swap every Linear and Conv2d inside module (in place) for a Calibrated one sharing its weights."""
+def convert(module: nn.Module, fcm_form: FCMForm, keep=frozenset()) -> nn.Module:
+    """Swap every Linear and Conv2d inside module (in place) for a Calibrated one sharing its weights, except
+    those in `keep`, which stay plain layers (trained as base weights)."""
     for name, child in module.named_children():
+        if child in keep:
+            continue
         if isinstance(child, nn.Conv2d) and child.padding_mode != "zeros":
             raise UserError(f"calibrated layers support zero padding only, not {child.padding_mode!r} ({name})")
         if isinstance(child, (nn.Linear, nn.Conv2d)):
             setattr(module, name, Calibrated(child, fcm_form))
         else:
-            convert(child, fcm_form)
+            convert(child, fcm_form, keep)
     return module
 
 
