@@ -47,7 +47,7 @@ CL := .venv/bin/cl-bench
 SEEDS ?= 0,1,2
 REPRO := outputs/sweeps
 
-.PHONY: need-data repro-baselines repro-cpg repro-gated repro-nccl repro-smoke
+.PHONY: need-data repro-baselines repro-cpg repro-gated repro-nccl repro-nccl-mnist repro-nccl-cifar repro-smoke
 
 # The DER paper's (Buzzega et al. 2020) S-MNIST (class-IL: 5 × 2 classes, all of MNIST) and P-MNIST (domain-IL:
 # 20 permutations of all of MNIST) settings: MLP 2×100, one epoch, plain SGD; each method's lr, replay batch and
@@ -121,13 +121,88 @@ repro-gated: $(VENV_STAMP)  ## gated against the paper's baselines on Split MNIS
 	    scenario=class seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/agem-resnet
 	$(CL) report $(RG)
 
-repro-nccl: $(VENV_STAMP)  ## NCCL against A-GEM, La-MAML and ER on Permuted MNIST and Split CIFAR-100
-	$(CL) train -m experiment=gem_permuted_mnist,gem_split_cifar100 method=nccl,agem,lamaml seed=$(SEEDS) \
-	    $(ARGS) hydra.sweep.dir=$(REPRO)/repro-nccl/online
-	$(CL) train -m experiment=gem_permuted_mnist,gem_split_cifar100 method=er method.epochs=1 method.batch_size=10 \
-	    method.lr=0.1 method.momentum=0 method.memory_size=200 method.replay_batch_size=10 seed=$(SEEDS) \
-	    $(ARGS) hydra.sweep.dir=$(REPRO)/repro-nccl/er
-	$(CL) report $(REPRO)/repro-nccl
+# La-MAML's three MNIST benchmarks (montrealrobotics/La-MAML, run_experiments.sh): 20 rotations and 20 permutations
+# of 1,000 samples with 200 memories and 5 glances, 100 permutations of 200 with 500 memories; batch 10, replay 10.
+# La-MAML, C-MAML and Sync with the lrs that script gives each benchmark; NCCL, ER and A-GEM on the same budget, ER
+# and A-GEM as La-MAML's own baselines (norm clipping 2.0; ER replays from the first batch, A-GEM's reference is the
+# mean over past tasks of each one's gradient on its ring share). NCCL_SIZE and NCCL_MANY_SIZE cut the streams for
+# a CPU (REPRODUCING.md states the cut it used).
+RN := $(REPRO)/repro-nccl
+NCCL_SIZE ?=
+NCCL_MANY_SIZE ?=
+ONLINE_RUN := logger=none checkpoint.enabled=false seed=$(SEEDS)
+ROT := experiment=gem_rotated_mnist $(NCCL_SIZE) $(ONLINE_RUN)
+PERM := experiment=gem_permuted_mnist $(NCCL_SIZE) $(ONLINE_RUN)
+MANY := experiment=gem_permuted_mnist_many $(NCCL_MANY_SIZE) $(ONLINE_RUN)
+M500 := method.memory_size=500
+LA_ER := method=er method.epochs=1 method.batch_size=10 method.optimizer=sgd method.momentum=0 method.lr=0.1 \
+    method.replay_batch_size=10 method.grad_clip_norm=2.0 method.replay_in_first_task=true
+LA_AGEM := method=agem method.memory_policy=ring method.reference=per_task method.grad_clip_norm=2.0
+ONLINE_FINETUNE := method=finetune method.epochs=1 method.batch_size=10 method.optimizer=sgd method.momentum=0 method.lr=0.1
+CMAML := method=lamaml method.learn_lr=false method.sync_update=true
+SYNC := method=lamaml method.sync_update=true
+
+repro-nccl: repro-nccl-mnist repro-nccl-cifar  ## NCCL against La-MAML, C-MAML, Sync, ER, A-GEM: MNIST and Split CIFAR-100
+
+repro-nccl-mnist: $(VENV_STAMP)  ## La-MAML's MNIST rotations, permutations and many permutations (CPU-sized: see REPRODUCING.md)
+	$(CL) train -m $(ROT) method=nccl $(ARGS) hydra.sweep.dir=$(RN)/rotations/nccl
+	$(CL) train -m $(ROT) method=lamaml $(ARGS) hydra.sweep.dir=$(RN)/rotations/lamaml
+	$(CL) train -m $(ROT) $(CMAML) method.weight_lr=0.1 method.alpha_init=0.1 $(ARGS) hydra.sweep.dir=$(RN)/rotations/cmaml
+	$(CL) train -m $(ROT) $(SYNC) method.outer_lr=0.1 method.weight_lr=0.3 method.alpha_init=0.15 $(ARGS) \
+	    hydra.sweep.dir=$(RN)/rotations/sync
+	$(CL) train -m $(ROT) $(LA_ER) method.memory_size=200 method.glances=5 $(ARGS) hydra.sweep.dir=$(RN)/rotations/er
+	$(CL) train -m $(ROT) $(LA_AGEM) method.inner_steps=5 $(ARGS) hydra.sweep.dir=$(RN)/rotations/agem
+	$(CL) train -m $(ROT) $(ONLINE_FINETUNE) $(ARGS) hydra.sweep.dir=$(RN)/rotations/finetune
+	$(CL) train -m $(PERM) method=nccl $(ARGS) hydra.sweep.dir=$(RN)/permutations/nccl
+	$(CL) train -m $(PERM) method=lamaml $(ARGS) hydra.sweep.dir=$(RN)/permutations/lamaml
+	$(CL) train -m $(PERM) $(CMAML) method.weight_lr=0.1 method.alpha_init=0.03 $(ARGS) hydra.sweep.dir=$(RN)/permutations/cmaml
+	$(CL) train -m $(PERM) $(SYNC) method.outer_lr=0.1 method.weight_lr=0.1 method.alpha_init=0.15 $(ARGS) \
+	    hydra.sweep.dir=$(RN)/permutations/sync
+	$(CL) train -m $(PERM) $(LA_ER) method.memory_size=200 method.glances=5 $(ARGS) hydra.sweep.dir=$(RN)/permutations/er
+	$(CL) train -m $(PERM) $(LA_AGEM) method.inner_steps=5 $(ARGS) hydra.sweep.dir=$(RN)/permutations/agem
+	$(CL) train -m $(PERM) $(ONLINE_FINETUNE) $(ARGS) hydra.sweep.dir=$(RN)/permutations/finetune
+	$(CL) train -m $(MANY) method=nccl $(M500) method.inner_steps=10 $(ARGS) hydra.sweep.dir=$(RN)/many/nccl
+	$(CL) train -m $(MANY) method=lamaml $(M500) method.inner_steps=10 method.outer_lr=0.1 method.alpha_init=0.1 $(ARGS) \
+	    hydra.sweep.dir=$(RN)/many/lamaml
+	$(CL) train -m $(MANY) $(CMAML) $(M500) method.weight_lr=0.15 method.alpha_init=0.03 $(ARGS) hydra.sweep.dir=$(RN)/many/cmaml
+	$(CL) train -m $(MANY) $(SYNC) $(M500) method.inner_steps=10 method.outer_lr=0.1 method.weight_lr=0.03 method.alpha_init=0.03 \
+	    $(ARGS) hydra.sweep.dir=$(RN)/many/sync
+	$(CL) train -m $(MANY) $(LA_ER) $(M500) method.glances=10 $(ARGS) hydra.sweep.dir=$(RN)/many/er
+	$(CL) train -m $(MANY) $(LA_AGEM) $(M500) method.inner_steps=10 $(ARGS) hydra.sweep.dir=$(RN)/many/agem
+	$(CL) train -m $(MANY) $(ONLINE_FINETUNE) $(ARGS) hydra.sweep.dir=$(RN)/many/finetune
+	$(CL) report $(RN)/rotations
+	$(CL) report $(RN)/permutations
+	$(CL) report $(RN)/many
+
+# La-MAML's Split CIFAR-100 (20 × 5, task scenario, 200 memories, batch 10): its BN-free pc_cnn with crop and flip,
+# single pass (glances as its script) and multi pass (10 epochs, 1 glance); La-MAML with second-order steps over 5
+# chunks, no relu, clipping 1.0. NCCL on the reduced ResNet-18 of its paper. GPU-sized.
+LA_CIFAR := experiment=gem_split_cifar100 backbone=pc_cnn dataset.augment=true $(ONLINE_RUN)
+LA_CIFAR_META := method.second_order=true method.trajectory_chunks=5 method.inner_relu=false method.memory_size=200
+LA_CIFAR_ER := method=er method.batch_size=10 method.optimizer=sgd method.momentum=0 method.lr=0.03 method.memory_size=200 \
+    method.replay_batch_size=1 method.grad_clip_norm=2.0 method.replay_in_first_task=true
+LA_CIFAR_AGEM := $(LA_AGEM) method.lr=0.03 method.memory_size=200
+LAMAML_CIFAR := method=lamaml $(LA_CIFAR_META) method.inner_clip=1.0 method.grad_clip_norm=1.0 method.outer_lr=0.25 \
+    method.alpha_init=0.1
+CMAML_CIFAR := $(CMAML) $(LA_CIFAR_META) method.inner_clip=2.0 method.alpha_init=0.075 method.weight_lr=0.075
+SYNC_CIFAR := $(SYNC) $(LA_CIFAR_META) method.inner_clip=2.0 method.outer_lr=0.35 method.alpha_init=0.1 method.weight_lr=0.1
+
+repro-nccl-cifar: $(VENV_STAMP)  ## Split CIFAR-100, single and multi pass, as La-MAML's table (GPU)
+	$(CL) train -m experiment=gem_split_cifar100 method=nccl $(ONLINE_RUN) $(ARGS) hydra.sweep.dir=$(RN)/cifar-single/nccl
+	$(CL) train -m $(LA_CIFAR) $(LAMAML_CIFAR) method.inner_steps=10 $(ARGS) hydra.sweep.dir=$(RN)/cifar-single/lamaml
+	$(CL) train -m $(LA_CIFAR) $(CMAML_CIFAR) method.inner_steps=2 $(ARGS) hydra.sweep.dir=$(RN)/cifar-single/cmaml
+	$(CL) train -m $(LA_CIFAR) $(SYNC_CIFAR) method.inner_steps=5 $(ARGS) hydra.sweep.dir=$(RN)/cifar-single/sync
+	$(CL) train -m $(LA_CIFAR) $(LA_CIFAR_ER) method.epochs=1 method.glances=10 $(ARGS) hydra.sweep.dir=$(RN)/cifar-single/er
+	$(CL) train -m $(LA_CIFAR) $(LA_CIFAR_AGEM) method.inner_steps=2 $(ARGS) hydra.sweep.dir=$(RN)/cifar-single/agem
+	$(CL) train -m experiment=gem_split_cifar100 method=nccl method.epochs=10 method.inner_steps=1 $(ONLINE_RUN) $(ARGS) \
+	    hydra.sweep.dir=$(RN)/cifar-multi/nccl
+	$(CL) train -m $(LA_CIFAR) $(LAMAML_CIFAR) method.epochs=10 method.inner_steps=1 $(ARGS) hydra.sweep.dir=$(RN)/cifar-multi/lamaml
+	$(CL) train -m $(LA_CIFAR) $(CMAML_CIFAR) method.epochs=10 method.inner_steps=1 $(ARGS) hydra.sweep.dir=$(RN)/cifar-multi/cmaml
+	$(CL) train -m $(LA_CIFAR) $(SYNC_CIFAR) method.epochs=10 method.inner_steps=1 $(ARGS) hydra.sweep.dir=$(RN)/cifar-multi/sync
+	$(CL) train -m $(LA_CIFAR) $(LA_CIFAR_ER) method.epochs=10 method.glances=1 $(ARGS) hydra.sweep.dir=$(RN)/cifar-multi/er
+	$(CL) train -m $(LA_CIFAR) $(LA_CIFAR_AGEM) method.epochs=10 method.inner_steps=1 $(ARGS) hydra.sweep.dir=$(RN)/cifar-multi/agem
+	$(CL) report $(RN)/cifar-single
+	$(CL) report $(RN)/cifar-multi
 
 repro-smoke: $(VENV_STAMP)  ## all three, CPU-sized on the embedded digits: minutes on 2 cores
 	rm -rf $(REPRO)/repro-smoke

@@ -7,8 +7,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-GROUP = ("method", "dataset", "scenario", "backbone", "memory", "protocol")  # official-protocol runs are never
-# averaged with honest ones
+GROUP = ("method", "dataset", "tasks", "scenario", "backbone", "memory", "protocol")  # official-protocol runs are
+# never averaged with honest ones, nor 20 permutations with 100
 # metrics.json key -> its column, under the name the papers print (RA, BTI, LA: GEM, MER, La-MAML; task-aware:
 # FACIL). A metric a run does not record (task-aware in the task scenario) is left out of its mean.
 METRICS = {
@@ -35,6 +35,7 @@ def find_runs(paths: list[Path]) -> list[dict]:
             run.setdefault("protocol", "honest")  # runs from before the official protocol existed
             # rehearsal runs of different memory sizes are different settings, never averaged together
             run["memory"] = (run.get("capacity") or {}).get("memory_size") or 0
+            run["tasks"] = run.get("num_tasks") or len(run["acc"])
             if run.get("variant"):  # listed apart: cpg without picking is PAE
                 run["method"] = f"{run['method']} ({run['variant']})"
             runs.append(run)
@@ -265,9 +266,9 @@ def _avg_acc_curves(plt, runs, plots) -> list[Path]:
     settings = defaultdict(lambda: defaultdict(list))
     for run in runs:
         curve = [sum(row[: i + 1]) / (i + 1) for i, row in enumerate(run["acc"])]
-        settings[(run["dataset"], run["scenario"], run["backbone"])][run["method"]].append(curve)
+        settings[(run["dataset"], run["tasks"], run["scenario"], run["backbone"])][run["method"]].append(curve)
     made = []
-    for (dataset, scenario, backbone), by_method in sorted(settings.items()):
+    for (dataset, tasks, scenario, backbone), by_method in sorted(settings.items()):
         fig, ax = plt.subplots(figsize=(6, 4))
         for method, curves in sorted(by_method.items()):
             curves = np.array(curves) * 100
@@ -276,10 +277,10 @@ def _avg_acc_curves(plt, runs, plots) -> list[Path]:
             ax.plot(x, mean, marker="o", label=f"{method} (n={len(curves)})")
             ax.fill_between(x, mean - std, mean + std, alpha=0.2)
         ax.set(xlabel="tasks learned", ylabel="average accuracy on seen tasks %",
-               title=f"{dataset} · {scenario} scenario · {backbone}", xticks=x)
+               title=f"{dataset} ({tasks} tasks) · {scenario} scenario · {backbone}", xticks=x)
         ax.legend()
         ax.grid(alpha=0.3)
-        made.append(_save(plt, fig, plots / f"avg_acc_{dataset}_{scenario}_{backbone}.png"))
+        made.append(_save(plt, fig, plots / f"avg_acc_{dataset}_{tasks}tasks_{scenario}_{backbone}.png"))
     return made
 
 

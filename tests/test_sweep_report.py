@@ -40,7 +40,7 @@ def test_two_by_two_sweep_and_its_report(tmp_path):
         forgetting = [r["forgetting"] for r in runs if r["method"] == method]
         assert float(rows[method]["forgetting"]) == statistics.mean(forgetting)
     table = (sweep_dir / "report.md").read_text()
-    assert "| ewc | split_digits | task | convnet | – | honest | 2 |" in table
+    assert "| ewc | split_digits | 5 | task | convnet | – | honest | 2 |" in table
     plots = {p.name.split("_")[0] for p in (sweep_dir / "plots").glob("*.png")}
     assert {"acc", "avg"} <= plots
 
@@ -199,7 +199,7 @@ def test_the_report_gives_the_count_and_a_t_confidence_interval(tmp_path):
     assert row["avg_acc_ci95"] == pytest.approx(4.3027 * 0.1 / 3 ** 0.5, abs=1e-4)
     assert math.isnan(row["task_aware_avg_acc"])  # not recorded in the task scenario: not averaged as 0
     table = (tmp_path / "report.md").read_text()
-    assert ("| finetune | split_digits | task | convnet | – | honest | 3 | 60.00 ± 10.00 [35.16, 84.84] | 50.00 ± 10.00"
+    assert ("| finetune | split_digits | 1 | task | convnet | – | honest | 3 | 60.00 ± 10.00 [35.16, 84.84] | 50.00 ± 10.00"
             in table)
     assert "RA % (test avg_acc)" in table and "BTI %" in table and "LA %" in table
 
@@ -222,4 +222,21 @@ def test_rehearsal_runs_of_different_memory_sizes_are_reported_apart(tmp_path):
             "seed": i, "objective": "val_avg_acc"}))
     rows = report_module.report([tmp_path], plots=False)
     assert [(r["memory"], r["seeds"], round(r["avg_acc"], 6)) for r in rows] == [(200, 2, 0.75), (500, 1, 0.9)]
-    assert "| er | split_mnist | class | mlp | 500 | honest | 1 |" in (tmp_path / "report.md").read_text()
+    assert "| er | split_mnist | 1 | class | mlp | 500 | honest | 1 |" in (tmp_path / "report.md").read_text()
+
+
+def test_runs_of_different_task_counts_are_reported_apart(tmp_path):
+    """20 permutations and La-MAML's 100 are different benchmarks over one dataset name."""
+    from cl_bench import report as report_module
+    for i, (tasks, acc) in enumerate([(2, 0.7), (3, 0.8), (3, 0.6)]):
+        run = tmp_path / str(i)
+        run.mkdir()
+        (run / "metrics.json").write_text(json.dumps({
+            "method": "nccl", "dataset": "permuted_mnist", "scenario": "class", "backbone": "mlp", "complete": True,
+            "capacity": {"params_total": 1000, "memory_size": 200}, "avg_acc": acc, "val_avg_acc": acc,
+            "forgetting": 0.0, "bwt": 0.0, "bti": 0.0, "la": acc, "time_s": 1.0,
+            "acc": [[acc] * (t + 1) + [0.0] * (tasks - t - 1) for t in range(tasks)], "num_tasks": tasks, "seed": i}))
+    rows = report_module.report([tmp_path], plots=True)  # the curves too: one plot per task count
+    assert [(r["tasks"], r["seeds"], round(r["avg_acc"], 6)) for r in rows] == [(2, 1, 0.7), (3, 2, 0.7)]
+    assert {p.name for p in (tmp_path / "plots").glob("avg_acc_*")} == {
+        "avg_acc_permuted_mnist_2tasks_class_mlp.png", "avg_acc_permuted_mnist_3tasks_class_mlp.png"}

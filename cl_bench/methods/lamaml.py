@@ -127,6 +127,12 @@ class LaMAML(OnlineMethod):
         rate = F.relu if self.cfg.inner_relu else (lambda a: a)
         return [w - g * rate(a) for w, g, a in zip(fast, grads, self.alpha)]
 
+    def variant(self):
+        """La-MAML's ablations go by their own names in its table: C-MAML (fixed α, synchronous) and Sync-La-MAML."""
+        if self.cfg.sync_update:
+            return "sync" if self.cfg.learn_lr else "c-maml"
+        return None if self.cfg.learn_lr else "fixed lr"
+
     def capacity(self):
         return {**super().capacity(), "learning_rates": sum(a.numel() for a in self.alpha)}
 

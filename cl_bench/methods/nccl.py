@@ -149,6 +149,10 @@ class NCCL(OnlineMethod):
         grads = torch.autograd.grad(objective, self.calibration_params, allow_unused=True, materialize_grads=True)
         sgd_step(self.calibration_params, grads, self.cfg.outer_lr)
 
+    def variant(self):
+        """Runs of the paper's Eq. 5 outer objective are listed apart from the seed code's."""
+        return "paper objective" if self.cfg.outer_objective == "paper" else None
+
     def capacity(self):
         return {**super().capacity(), "calibration_params": sum(p.numel() for p in self.calibration_params)}
 
