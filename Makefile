@@ -174,10 +174,10 @@ repro-nccl-mnist: $(VENV_STAMP)  ## La-MAML's MNIST rotations, permutations and 
 	$(CL) report $(RN)/permutations
 	$(CL) report $(RN)/many
 
-# La-MAML's Split CIFAR-100 (20 × 5, task scenario, 200 memories, batch 10): its BN-free pc_cnn with crop and flip,
-# single pass (glances as its script) and multi pass (10 epochs, 1 glance); La-MAML with second-order steps over 5
-# chunks, no relu, clipping 1.0. NCCL on the reduced ResNet-18 of its paper. GPU-sized.
-LA_CIFAR := experiment=gem_split_cifar100 backbone=pc_cnn dataset.augment=true $(ONLINE_RUN)
+# La-MAML's Split CIFAR-100 (20 × 5, task scenario, 200 memories, batch 10): its BN-free pc_cnn with crop, flip and
+# brightness jitter, single pass (glances as its script) and multi pass (10 epochs, 1 glance); La-MAML with
+# second-order steps over 5 chunks, no relu, clipping 1.0. NCCL on the reduced ResNet-18 of its paper. GPU-sized.
+LA_CIFAR := experiment=gem_split_cifar100 backbone=pc_cnn dataset.augment=true dataset.brightness_jitter=0.247 $(ONLINE_RUN)
 LA_CIFAR_META := method.second_order=true method.trajectory_chunks=5 method.inner_relu=false method.memory_size=200
 LA_CIFAR_ER := method=er method.batch_size=10 method.optimizer=sgd method.momentum=0 method.lr=0.03 method.memory_size=200 \
     method.replay_batch_size=1 method.grad_clip_norm=2.0 method.replay_in_first_task=true

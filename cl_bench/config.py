@@ -38,7 +38,7 @@ class ClassOrder(Choice):
 class Rotation(Choice):
     """How dataset.kind=rotated picks and applies each task's angle."""
 
-    gem = "gem"  # GEM's generator: drawn uniformly in task t's slot [180t/T, 180(t+1)/T), PIL's nearest-neighbour rotate
+    gem = "gem"  # GEM's generator: uniform in task t's slot [180t/T, 180(t+1)/T), PIL's nearest-neighbour rotate
     even = "even"  # 180t/T exactly (task 0 unrotated), bilinear
 
 
@@ -85,6 +85,7 @@ class DatasetConfig(Checked):
     test_samples_per_task: int | None = None  # cap on each task's test samples, a random subset (CPU-sized runs
     # of many tasks: every task's test split is evaluated after every task)
     augment: bool = False  # pad-crop and flip during training (32×32 colour data)
+    brightness_jitter: float = 0.0  # with augment: ColorJitter(brightness=b) too (La-MAML's CIFAR: 63/255 = 0.247)
     normalize: bool = True  # per-channel mean/std normalisation; false: pixels in [0, 1] only (Mammoth's MNIST
     # datasets, whose published learning rates were tuned on such inputs; GEM's and La-MAML's)
     rotation: Rotation = Rotation.gem  # rotated: each task's angle (see Rotation)
@@ -94,6 +95,8 @@ class DatasetConfig(Checked):
                 ("classes_per_task", self.classes_per_task is None or self.classes_per_task >= 1, "null or at least 1"),
                 *((key, getattr(self, key) is None or getattr(self, key) >= 1, "null or at least 1")
                   for key in ("samples_per_task", "test_samples_per_task")),
+                ("brightness_jitter", self.brightness_jitter == 0 or (self.augment and 0 < self.brightness_jitter < 1),
+                 "0, or a strength in (0, 1) with dataset.augment=true"),
                 ("rotation", self.kind == "rotated" or self.rotation == "gem",
                  "gem: it is read only by dataset.kind=rotated")]
 

@@ -293,3 +293,17 @@ def test_pc_cnn_is_la_mamls_bn_free_net(size, convs, hidden):
     assert [m.out_features for m in linear] == [hidden, hidden] and linear[0].in_features == 160 * 16
     assert all(torch.equal(m.bias, torch.zeros_like(m.bias)) for m in conv + linear)  # kaiming weights, zero bias
     assert net(torch.zeros(2, 3, size, size)).shape == (2, hidden) and net.feature_dim == hidden
+
+
+def test_brightness_jitter_scales_each_image_by_its_own_factor_as_colorjitter():
+    from cl_bench.data.batches import random_brightness
+    x = torch.full((4000, 1, 2, 2), 100, dtype=torch.uint8)
+    x[:, :, 0, 0] = 250  # a pixel that clips when brightened
+    out = random_brightness(x, 0.25, torch.Generator().manual_seed(0))
+    factor = out[:, 0, 1, 1] / 100
+    assert factor.min() >= 0.75 and factor.max() <= 1.25 and abs(factor.mean() - 1) < 0.01
+    assert torch.allclose(out[:, 0, 0, 1], out[:, 0, 1, 1])  # one factor per image
+    torch.testing.assert_close(out[:, 0, 0, 0], (250 * factor).clamp(max=255))
+    config.register()
+    with pytest.raises(UserError, match="dataset.brightness_jitter=0.2 .*dataset.augment=true"):
+        config.validate(config.compose(["dataset=split_digits", "dataset.brightness_jitter=0.2"]))

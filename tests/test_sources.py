@@ -413,3 +413,100 @@ def test_real_mnist():
     # The normalisation constants everyone quotes for MNIST.
     assert source.mean == pytest.approx((0.1307,), abs=1e-4)
     assert source.std == pytest.approx((0.3081,), abs=1e-4)
+
+
+# --- miniImageNet (the cache pickles) and CORe50 (npz + paths) ---
+
+def write_miniimagenet(folder: Path, per_class: int = 12, seed: int = 0) -> dict[str, np.ndarray]:
+    """The three cache pickles, two classes each, every image filled with its class's index and its own rank."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = {"train": ["n03", "n01"], "val": ["n05", "n02"], "test": ["n04", "n06"]}
+    images = {}
+    for split, wnids in names.items():
+        data, class_dict = [], {}
+        for wnid in wnids:
+            block = rng.integers(0, 256, (per_class, 84, 84, 3), dtype=np.uint8)
+            class_dict[wnid] = list(range(len(data) * per_class, (len(data) + 1) * per_class))
+            images[wnid] = block
+            data.append(block)
+        order = rng.permutation(len(wnids) * per_class)  # class_dict indices point into a shuffled image array
+        stacked = np.concatenate(data)
+        shuffled = np.empty_like(stacked)
+        shuffled[order] = stacked
+        class_dict = {w: [int(order[i]) for i in rows] for w, rows in class_dict.items()}
+        with open(folder / f"mini-imagenet-cache-{split}.pkl", "wb") as f:
+            pickle.dump({"image_data": shuffled, "class_dict": class_dict}, f)
+    return images
+
+
+def test_miniimagenet_pools_the_100_class_pickles_and_holds_out_a_sixth_of_each_class(tmp_path):
+    images = write_miniimagenet(tmp_path / "miniImageNet")
+    src = sources.load("miniimagenet", tmp_path)
+    wnids = sorted(images)  # labels follow the sorted class names, whatever pickle they came from
+    assert src.train_x.shape == (6 * 10, 3, 84, 84) and src.test_x.shape == (6 * 2, 3, 84, 84)
+    for label, wnid in enumerate(wnids):
+        x = torch.from_numpy(images[wnid]).permute(0, 3, 1, 2)
+        assert torch.equal(src.train_x[src.train_y == label], x[:10])
+        assert torch.equal(src.test_x[src.test_y == label], x[10:])
+
+
+def test_miniimagenet_with_foreign_content_is_a_user_error(tmp_path):
+    write_miniimagenet(tmp_path / "miniImageNet")
+    with open(tmp_path / "miniImageNet" / "mini-imagenet-cache-val.pkl", "wb") as f:
+        pickle.dump({"image_data": np.zeros((2, 32, 32, 3), np.uint8), "class_dict": {"n1": [0, 1]}}, f)
+    with pytest.raises(UserError, match="'image_data' must be a uint8 array of shape Nx84x84x3"):
+        sources.load("miniimagenet", tmp_path)
+
+
+def write_core50(folder: Path, seed: int = 0) -> tuple[np.ndarray, list[str]]:
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [f"s{s}/o{o}/C_{s:02d}_{o:02d}_{i:03d}.png" for s in (1, 3, 7, 10, 11) for o in (1, 2, 50) for i in range(2)]
+    x = rng.integers(0, 256, (len(paths), 128, 128, 3), dtype=np.uint8)
+    np.savez_compressed(folder / "core50_imgs.npz", x=x)
+    with open(folder / "paths.pkl", "wb") as f:
+        pickle.dump(paths, f)
+    return x, paths
+
+
+def test_core50_labels_objects_and_tests_on_sessions_3_7_and_10(tmp_path):
+    x, paths = write_core50(tmp_path / "core50")
+    src = sources.load("core50", tmp_path)
+    test = np.array([p.split("/")[0] in ("s3", "s7", "s10") for p in paths])
+    labels = np.array([int(p.split("/")[1][1:]) - 1 for p in paths])
+    assert torch.equal(src.train_x, torch.from_numpy(x[~test]).permute(0, 3, 1, 2))
+    assert torch.equal(src.test_x, torch.from_numpy(x[test]).permute(0, 3, 1, 2))
+    assert src.train_y.tolist() == labels[~test].tolist() and src.test_y.tolist() == labels[test].tolist()
+    assert sorted(set(src.train_y.tolist())) == [0, 1, 49]
+
+
+def test_core50_paths_that_do_not_match_the_images_are_a_user_error(tmp_path):
+    write_core50(tmp_path / "core50")
+    with open(tmp_path / "core50" / "paths.pkl", "wb") as f:
+        pickle.dump(["s1/o1/a.png"], f)
+    with pytest.raises(UserError, match="must list one path per image"):
+        sources.load("core50", tmp_path)
+
+
+@pytest.mark.parametrize("name, folder", [("miniimagenet", "miniImageNet"), ("core50", "core50")])
+def test_datasets_torchvision_cannot_fetch_say_where_to_get_them(tmp_path, name, folder):
+    for download in (False, True):
+        with pytest.raises(UserError, match=f"{tmp_path / folder}") as caught:
+            sources.load(name, tmp_path, download=download)
+        assert "\n" not in str(caught.value) and ("cannot be downloaded" in str(caught.value)) == download
+
+
+@pytest.mark.parametrize("dataset, writer", [("split_miniimagenet", write_miniimagenet), ("split_core50", write_core50)])
+def test_split_miniimagenet_and_core50_build_through_their_configs(tmp_path, dataset, writer):
+    from cl_bench import config
+    from cl_bench.data import scenarios
+    writer(tmp_path / ("miniImageNet" if dataset == "split_miniimagenet" else "core50"))
+    config.register()
+    classes = 6 if dataset == "split_miniimagenet" else 3
+    cfg = config.compose([f"dataset={dataset}", f"data.root={tmp_path}", f"dataset.num_tasks={classes}",
+                          "data.val_fraction=0"])
+    s = scenarios.build(cfg.dataset, cfg.data, "class", 0, torch.device("cpu"))
+    assert len(s.tasks) == classes and all(t.num_classes == 1 for t in s.tasks)
+    assert sorted(c for t in s.tasks for c in t.classes) == sorted(set(sources.load(cfg.dataset.source, tmp_path)
+                                                                       .train_y.tolist()))

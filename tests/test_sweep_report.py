@@ -199,8 +199,8 @@ def test_the_report_gives_the_count_and_a_t_confidence_interval(tmp_path):
     assert row["avg_acc_ci95"] == pytest.approx(4.3027 * 0.1 / 3 ** 0.5, abs=1e-4)
     assert math.isnan(row["task_aware_avg_acc"])  # not recorded in the task scenario: not averaged as 0
     table = (tmp_path / "report.md").read_text()
-    assert ("| finetune | split_digits | 1 | task | convnet | – | honest | 3 | 60.00 ± 10.00 [35.16, 84.84] | 50.00 ± 10.00"
-            in table)
+    assert ("| finetune | split_digits | 1 | task | convnet | – | honest | 3 | 60.00 ± 10.00 [35.16, 84.84] | "
+            "50.00 ± 10.00" in table)
     assert "RA % (test avg_acc)" in table and "BTI %" in table and "LA %" in table
 
 

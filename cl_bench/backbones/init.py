@@ -6,7 +6,7 @@ from ..checks import Choice
 
 class Init(Choice):
     pytorch = "pytorch"  # each layer's own reset_parameters (kaiming-uniform with a=√5, uniform biases)
-    kaiming_normal = "kaiming_normal"  # La-MAML's Learner: torch's kaiming_normal_ weights (fan in, gain √2), zero biases
+    kaiming_normal = "kaiming_normal"  # La-MAML's Learner: kaiming_normal_ (fan in, gain √2), zero biases
 
 
 def initialise(module: nn.Module, init: Init) -> None:

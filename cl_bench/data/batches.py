@@ -5,23 +5,28 @@ import torch.nn.functional as F
 
 class View:
     """How a batch of uint8 images becomes a float batch: per-channel normalisation, and for training on
-    32×32 colour data a random 4-pixel pad-crop and horizontal flip, all as batched tensor ops."""
+    32×32 colour data a random 4-pixel pad-crop and horizontal flip, and optionally a random brightness factor
+    (torchvision's ColorJitter(brightness=b): each image scaled by U[1 - b, 1 + b] in [0, 1], clipped), all as
+    batched tensor ops."""
 
-    def __init__(self, mean, std, augment: bool, device, channels_last: bool = False, pad: int = 4):
+    def __init__(self, mean, std, augment: bool, device, channels_last: bool = False, pad: int = 4,
+                 brightness: float = 0.0):
         mean = torch.tensor(mean, device=device).view(1, -1, 1, 1)
         std = torch.tensor(std, device=device).view(1, -1, 1, 1)
         # (x / 255 - mean) / std as one multiply and one add, both in place
         self.scale, self.shift = 1 / (255 * std), -mean / std
         self.augment = augment
         self.pad = pad
+        self.brightness = brightness
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
 
     def eval(self, x: torch.Tensor) -> torch.Tensor:
+        """x: uint8 pixels, or floats on the same 0-255 scale."""
         x = x.float().mul_(self.scale).add_(self.shift)
         return x.contiguous(memory_format=self.memory_format)
 
     def train(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        x = self.eval(x)
+        x = self.eval(random_brightness(x, self.brightness, generator) if self.augment and self.brightness else x)
         if self.augment:
             x = random_flip(random_crop(x, self.pad, generator), generator).contiguous(memory_format=self.memory_format)
         return x
@@ -43,3 +48,11 @@ def random_crop(x: torch.Tensor, pad: int, generator=None) -> torch.Tensor:
 def random_flip(x: torch.Tensor, generator=None) -> torch.Tensor:
     flip = torch.rand(x.shape[0], device=x.device, generator=generator) < 0.5
     return torch.where(flip[:, None, None, None], x.flip(3), x)
+
+
+def random_brightness(x: torch.Tensor, strength: float, generator=None) -> torch.Tensor:
+    """Each image's pixels (0-255) times its own factor drawn from U[max(0, 1 - strength), 1 + strength], clipped
+    to 0-255, as torchvision's ColorJitter(brightness=strength) on images in [0, 1]."""
+    low = max(0.0, 1 - strength)
+    u = torch.rand(x.shape[0], 1, 1, 1, device=x.device, generator=generator)
+    return (x.float() * (low + u * (1 + strength - low))).clamp_(0, 255)

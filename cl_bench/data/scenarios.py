@@ -109,7 +109,7 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
         raise UserError(f"dataset.kind={kind!r} is unknown: use split, superclass, permuted or rotated")
     offsets = _offsets(task_classes, shared_labels and scenario == "class")
     mean, std = (src.mean, src.std) if dataset_cfg.normalize else ([0.0] * len(src.mean), [1.0] * len(src.std))
-    view = View(mean, std, dataset_cfg.augment, device, channels_last)
+    view = View(mean, std, dataset_cfg.augment, device, channels_last, brightness=dataset_cfg.brightness_jitter)
     info = Info(dataset_cfg.name, scenario, tuple(src.train_x.shape[1:]), task_classes, offsets, view)
     tasks, test = zip(*(_task(src, t, task_classes[t], offsets[t], kind, dataset_cfg, data_cfg, rng, device,
                               select_on_test) for t in range(len(task_classes))))

@@ -11,6 +11,7 @@ import gzip
 import math
 import os
 import pickle
+import re
 import struct
 import zlib
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ class SourceName(Choice):
     cifar10 = "cifar10"
     cifar100 = "cifar100"
     svhn = "svhn"
+    miniimagenet = "miniimagenet"  # the 100 classes of miniImageNet's cache pickles, 84×84
+    core50 = "core50"  # CORe50's 50 objects, 128×128
 
 
 @dataclass
@@ -54,8 +57,9 @@ class _Layout:
     folder: str  # where torchvision's download leaves the files, relative to data.root
     files: tuple[str, ...]
     suffixes: tuple[str, ...]  # accepted endings of each file, preferred first
-    torchvision_class: str  # the torchvision.datasets class whose download=True fetches the files
+    torchvision_class: str | None  # the torchvision.datasets class whose download=True fetches the files
     splits: tuple[dict, ...]  # its keyword arguments for the train and the test split
+    where: str = ""  # for a dataset torchvision cannot fetch: where to get the files
 
 
 _IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -75,7 +79,17 @@ _LAYOUTS = {
     "svhn": _Layout(
         "SVHN", "", ("train_32x32.mat", "test_32x32.mat"), ("",), "SVHN", ({"split": "train"}, {"split": "test"})
     ),
+    "miniimagenet": _Layout(
+        "miniImageNet", "miniImageNet", tuple(f"mini-imagenet-cache-{s}.pkl" for s in ("train", "val", "test")), ("",),
+        None, (), "the cache pickles of Ravi & Larochelle's split, as learn2learn and Mammoth download them",
+    ),
+    "core50": _Layout(
+        "CORe50", "core50", ("core50_imgs.npz", "paths.pkl"), ("",), None, (),
+        "the 128×128 images as one npz and their paths, from the CORe50 site (vlomonaco.github.io/core50)",
+    ),
 }
+MINIIMAGENET_TEST_SHARE = 6  # the last sixth of each class's images (100 of 600) is its test split
+CORE50_TEST_SESSIONS = (3, 7, 10)  # CORe50's test sessions (Lomonaco & Maltoni 2017); the other 8 train
 
 
 def load(name: str, root: str | os.PathLike, download: bool = False, use_cache: bool = False) -> Source:
@@ -98,6 +112,10 @@ def _read(name: str, paths: list[Path]) -> Source:
         return _load_cifar100(paths)
     if name == "svhn":
         return _load_svhn(paths)
+    if name == "miniimagenet":
+        return _load_miniimagenet(paths)
+    if name == "core50":
+        return _load_core50(paths)
     return _load_idx(name, paths)
 
 
@@ -109,6 +127,9 @@ def _files(name: str, root: Path, download: bool) -> list[Path]:
     layout = _LAYOUTS[name]
     folder = root / layout.folder
     missing = _missing(folder, layout)
+    if missing and download and layout.torchvision_class is None:
+        raise UserError(f"{name} cannot be downloaded by cl-bench: put {layout.where} "
+                        f"({', '.join(missing)}) in {folder}")
     if missing and download:
         _download(layout, root)
         missing = _missing(folder, layout)
@@ -116,9 +137,11 @@ def _files(name: str, root: Path, download: bool) -> list[Path]:
             raise UserError(f"{layout.title} was downloaded into {root} but {folder} still lacks {', '.join(missing)}")
     if missing:
         holder = f"contains {layout.folder}" if layout.folder else "holds them"
+        fetch = f"; they are {layout.where}" if layout.torchvision_class is None else (
+            ", or pass data.download=true to fetch them")
         raise UserError(
-            f"{name} needs the {layout.title} files in {folder}, which lacks {', '.join(missing)}: put them there, "
-            f"set data.root to the folder that {holder}, or pass data.download=true to fetch them"
+            f"{name} needs the {layout.title} files in {folder}, which lacks {', '.join(missing)}: put them there "
+            f"or set data.root to the folder that {holder}{fetch}"
         )
     return [_first_existing(folder, stem, layout.suffixes) for stem in layout.files]
 
@@ -267,12 +290,67 @@ class _ArrayOnlyUnpickler(pickle.Unpickler):
         return _ARRAY_GLOBALS[module, name]
 
 
-def _unpickle(path: Path):
+def _unpickle(path: Path, what: str = "a CIFAR pickle"):
     try:
         with open(path, "rb") as stream:
             return _ArrayOnlyUnpickler(stream, encoding="bytes").load()
     except Exception as error:  # a damaged pickle can fail with almost any exception type
-        raise UserError(f"refusing to read {path} as a CIFAR pickle: {error}") from error
+        raise UserError(f"refusing to read {path} as {what}: {error}") from error
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _load_miniimagenet(paths: list[Path]) -> Source:
+    """The three cache pickles ({'image_data': Nx84x84x3 uint8, 'class_dict': {wnid: indices}}) pooled: the 100
+    classes, labelled in the order of their names; each class's last sixth (in file order) is its test split."""
+    per_class = {}
+    for path in paths:
+        cache_file = _unpickle(path, "a miniImageNet cache pickle")
+        if not isinstance(cache_file, dict):
+            raise UserError(f"{path} is not a miniImageNet cache pickle: it holds a {type(cache_file).__name__}")
+        images, class_dict = _entry(cache_file, "image_data", path), _entry(cache_file, "class_dict", path)
+        if not (isinstance(images, np.ndarray) and images.dtype == np.uint8 and images.shape[1:] == (84, 84, 3)):
+            raise UserError(f"{path}: 'image_data' must be a uint8 array of shape Nx84x84x3")
+        for name, rows in class_dict.items():
+            rows = np.asarray(rows)
+            if rows.dtype.kind not in "iu" or rows.size == 0 or rows.min() < 0 or rows.max() >= len(images):
+                raise UserError(f"{path}: class {_text(name)} lists image indices outside 0..{len(images) - 1}")
+            per_class[_text(name)] = images[rows]
+    train, test = ([], []), ([], [])
+    for label, name in enumerate(sorted(per_class)):
+        images = per_class[name]
+        cut = len(images) - len(images) // MINIIMAGENET_TEST_SHARE
+        for (xs, ys), part in ((train, images[:cut]), (test, images[cut:])):
+            xs.append(part)
+            ys.append(np.full(len(part), label, dtype=np.int64))
+    return _source("miniimagenet", *((np.concatenate(x).transpose(0, 3, 1, 2), np.concatenate(y)) for x, y in
+                                     (train, test)))
+
+
+def _load_core50(paths: list[Path]) -> Source:
+    """core50_imgs.npz ('x': Nx128x128x3 uint8) and paths.pkl (N paths 'sS/oO/...'): label = object O - 1 (50
+    classes), test = the sessions CORE50_TEST_SESSIONS."""
+    npz_path, paths_path = paths
+    try:
+        with np.load(npz_path, allow_pickle=False) as npz:
+            images = npz["x"]
+    except (OSError, KeyError, ValueError, zlib.error) as error:
+        raise UserError(f"cannot read {npz_path} as CORe50's image archive: {error}") from error
+    if not (images.dtype == np.uint8 and images.ndim == 4 and images.shape[1:] == (128, 128, 3)):
+        raise UserError(f"{npz_path}: 'x' must be a uint8 array of shape Nx128x128x3")
+    names = _unpickle(paths_path, "CORe50's list of image paths")
+    if not isinstance(names, list) or len(names) != len(images):
+        raise UserError(f"{paths_path} must list one path per image of {npz_path} ({len(images)})")
+    parsed = [re.match(r"s(\d+)/o(\d+)/", _text(n)) for n in names]
+    if any(m is None or not 1 <= int(m[2]) <= 50 for m in parsed):
+        raise UserError(f"{paths_path}: every path must start 'sS/oO/' with O in 1..50")
+    session = np.array([int(m[1]) for m in parsed])
+    labels = np.array([int(m[2]) - 1 for m in parsed], dtype=np.int64)
+    test = np.isin(session, CORE50_TEST_SESSIONS)
+    return _source("core50", (images[~test].transpose(0, 3, 1, 2), labels[~test]),
+                   (images[test].transpose(0, 3, 1, 2), labels[test]))
 
 
 def _load_svhn(paths: list[Path]) -> Source:
