@@ -51,6 +51,7 @@ class Precision(Choice):
 class LoggerMode(Choice):
     offline = "offline"
     online = "online"
+    disabled = "disabled"  # W&B's no-op run: nothing written, nothing sent
 
 
 class Objective(Choice):
@@ -124,7 +125,10 @@ class LoggerConfig:
     project: str = "cl-bench"
     entity: str | None = None
     mode: LoggerMode = LoggerMode.offline
-    tags: list[str] = field(default_factory=list)
+    name: str | None = None  # W&B run name; null: <method>_<dataset>_<scenario>_s<seed> (or ${hydra:job.override_dirname})
+    group: str | None = None  # W&B group; null: the sweep directory's name in a multirun, none in a single run
+    tags: list[str] = field(default_factory=list)  # beside the method, dataset and scenario, which every run gets
+    log_checkpoints: bool = False  # log each task's checkpoint as a W&B artifact (aliases task_<ttt> and latest)
 
 
 @dataclass

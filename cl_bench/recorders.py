@@ -2,6 +2,7 @@
 models: they receive numbers and the metrics record that train.py assembles."""
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ class Recorder:
     def step(self): ...
     def epoch_end(self, task_id: int, epoch: int, loss: float): ...
     def task_end(self, task_id: int, record: dict): ...
+    def checkpoint_saved(self, task_id: int, path: Path): ...
     def run_end(self, record: dict): ...
     def warning(self, message: str): ...
     def close(self): ...
@@ -52,8 +54,12 @@ def step_metrics(record: dict) -> dict:
 
 
 def write_json_atomic(path: Path, obj) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
@@ -192,15 +198,30 @@ def _row(values: list[float | None]) -> str:
 
 class WandbRecorder(Recorder):
     """Weights & Biases: per-task metrics with the number of tasks learned as the step, the accuracy matrix
-    as a table and the summary at the end. The run lives in <run_dir>/wandb; offline unless asked."""
+    as a table and the summary at the end. The run lives in <run_dir>/wandb; offline unless asked. Its id is kept
+    in <run_dir>/wandb/run_id, so that `resume=` continues the same W&B run."""
 
     def __init__(self, cfg, run_dir: Path):
         import wandb
         from omegaconf import OmegaConf
-        self.wandb = wandb
+        self.wandb, self.cfg = wandb, cfg.logger
+        id_file = Path(run_dir) / "wandb" / "run_id"
+        run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
+        if cfg.logger.mode != "disabled":
+            id_file.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(id_file, run_id + "\n")
         self.run = wandb.init(project=cfg.logger.project, entity=cfg.logger.entity, mode=cfg.logger.mode,
-                              dir=str(run_dir), name=Path(run_dir).name, tags=list(cfg.logger.tags),
+                              dir=str(run_dir), id=run_id, resume="allow", name=cfg.logger.name or run_name(cfg),
+                              group=cfg.logger.group or sweep_group(),
+                              tags=[cfg.method.name, cfg.dataset.name, cfg.scenario, *cfg.logger.tags],
                               config=OmegaConf.to_container(cfg, resolve=True))
+
+    def checkpoint_saved(self, task_id: int, path: Path):
+        if self.cfg.log_checkpoints:
+            artifact = self.wandb.Artifact(f"{self.run.id}-checkpoint", type="checkpoint",
+                                           metadata={"task": task_id})
+            artifact.add_dir(str(path))
+            self.run.log_artifact(artifact, aliases=[f"task_{task_id:03d}", "latest"])
 
     def task_end(self, task_id, record):
         self.run.log(step_metrics(record), step=len(record["acc"]))
@@ -220,6 +241,19 @@ class WandbRecorder(Recorder):
 
     def close(self):
         self.run.finish()
+
+
+def run_name(cfg) -> str:
+    return f"{cfg.method.name}_{cfg.dataset.name}_{cfg.scenario}_s{cfg.seed}"
+
+
+def sweep_group() -> str | None:
+    """In a Hydra multirun, the sweep directory's name: the runs of one sweep form one W&B group."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return Path(HydraConfig.get().sweep.dir).name
+    return None
 
 
 def build(cfg, run_dir: Path) -> Recorders:

@@ -109,8 +109,9 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
         recorder.task_end(task.id, record)
         if cfg.checkpoint.enabled and writer:
             with guard():
-                checkpoint.save(run_dir, task.id, method, results.matrices(),
-                                hardware.rng_state(ctx.generator, ctx.device), record["time_s"])
+                path = checkpoint.save(run_dir, task.id, method, results.matrices(),
+                                       hardware.rng_state(ctx.generator, ctx.device), record["time_s"])
+            recorder.checkpoint_saved(task.id, path)
     if start == len(tasks):
         record = make_record(cfg, scenario.info, results, method, elapsed, ctx.device, random_init)
     recorder.run_end(record)

@@ -1,4 +1,4 @@
-"""NCCL as the seed's code and La-MAML as its official code, point by point (fidelity.md, NCCL #1-#9): the
+"""NCCL as the seed's code and La-MAML as its official code (montrealrobotics/La-MAML), point by point: the
 penalty's reference, the outer objective, the glances, the separate forwards, the seed's residual block; La-MAML's
 batch norm, trajectory, C-MAML and Sync; La-MAML's A-GEM and ER; GEM's rotations; the pc_cnn."""
 import pytest

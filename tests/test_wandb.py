@@ -1,5 +1,6 @@
 """logger=wandb writes a real offline W&B run under the run directory; read its records back."""
 import json
+import shutil
 import struct
 
 from conftest import cl_bench
@@ -59,3 +60,55 @@ def test_offline_wandb_run_holds_per_task_series_and_summary(tmp_path):
     assert any("acc_matrix" in k for k in summary)  # the matrix as a table
     assert config["method"]["name"] == "finetune"
     assert config["dataset"]["name"] == "split_digits"
+
+
+def runs_and_artifacts(run_dir):
+    """The run record and the artifact records of every offline W&B run under run_dir, oldest first."""
+    found = []
+    for run_file in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb")):
+        records = list(wandb_records(run_file))
+        [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+        found.append((run, [r.artifact for r in records if r.WhichOneof("record_type") == "artifact"]))
+    return found
+
+
+def test_wandb_run_is_named_tagged_logs_checkpoints_and_resumes_under_its_id(tmp_path):
+    run_dir = tmp_path / "run"
+    common = ("logger=wandb", "method.epochs=1", "dataset.num_tasks=3")
+    proc = cl_bench("train", f"hydra.run.dir={run_dir}", *common, "logger.log_checkpoints=true", "logger.tags=[mine]")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [(run, artifacts)] = runs_and_artifacts(run_dir)
+    run_id = (run_dir / "wandb" / "run_id").read_text().strip()
+    assert run.run_id == run_id and run.display_name == "finetune_split_digits_task_s0" and run.run_group == ""
+    assert list(run.tags) == ["finetune", "split_digits", "task", "mine"]
+    artifacts = [a for a in artifacts if a.type == "checkpoint"]  # the accuracy tables are artifacts too
+    assert [sorted(a.aliases) for a in artifacts] == [["latest", f"task_{t:03d}"] for t in range(3)]
+    assert {e.path for e in artifacts[-1].manifest.contents} >= {"state.safetensors", "meta.json"}
+
+    # killed after task 1: `resume=` continues the same W&B run
+    shutil.rmtree(run_dir / "checkpoints" / "task_002")
+    (run_dir / "checkpoints" / "last").write_text("task_001")
+    proc = cl_bench("train", f"resume={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = runs_and_artifacts(run_dir)
+    assert len(runs) == 2 and runs[1][0].run_id == run_id
+
+
+def test_wandb_runs_of_a_sweep_share_its_group(tmp_path):
+    sweep_dir = tmp_path / "my-sweep"
+    proc = cl_bench("train", "-m", "seed=0,1", "logger=wandb", "method.epochs=1", "dataset.num_tasks=2",
+                    f"hydra.sweep.dir={sweep_dir}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = [run for job in ("0", "1") for run, _ in runs_and_artifacts(sweep_dir / job)]
+    assert [(r.run_group, r.display_name) for r in runs] == [("my-sweep", "finetune_split_digits_task_s0"),
+                                                            ("my-sweep", "finetune_split_digits_task_s1")]
+    assert runs[0].run_id != runs[1].run_id
+
+
+def test_wandb_disabled_writes_nothing_and_runs(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "logger=wandb", "logger.mode=disabled", "method.epochs=1",
+                    "dataset.num_tasks=2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((run_dir / "metrics.json").read_text())["complete"]
+    assert not list(run_dir.glob("wandb/offline-run-*")) and not (run_dir / "wandb" / "run_id").exists()
