@@ -30,11 +30,6 @@ class Kind(Choice):
     rotated = "rotated"  # one rotation per task, every class in each
 
 
-class ClassOrder(Choice):
-    natural = "natural"
-    random = "random"  # drawn from the run's seed
-
-
 class Rotation(Choice):
     """How dataset.kind=rotated picks and applies each task's angle."""
 
@@ -81,7 +76,10 @@ class DatasetConfig(Checked):
     kind: Kind = Kind.split
     num_tasks: int = 5
     classes_per_task: int | None = None  # split: default is all classes / num_tasks
-    class_order: ClassOrder = ClassOrder.natural  # split
+    class_order: Any = "natural"  # split: natural, random (from the seed) or a list of class ids, split in order
+    task_classes: list[list[int]] | None = None  # split: the class ids of each task, given outright
+    path: str | None = None  # sources tensors and image_folder: the .npz/.safetensors file or the folder
+    image_size: int | None = None  # image_folder: resize every image to image_size × image_size when decoding
     samples_per_task: int | None = None  # cap on each task's training samples (GEM: 1000)
     test_samples_per_task: int | None = None  # cap on each task's test samples, a random subset (CPU-sized runs
     # of many tasks: every task's test split is evaluated after every task)
@@ -92,7 +90,21 @@ class DatasetConfig(Checked):
     rotation: Rotation = Rotation.gem  # rotated: each task's angle (see Rotation)
 
     def checks(self):
+        order = self.class_order
+        custom = self.source in ("tensors", "image_folder")
         return [("num_tasks", self.num_tasks >= 1, "at least 1"),
+                ("class_order", order in ("natural", "random") or (
+                    isinstance(order, list) and all(isinstance(c, int) for c in order)
+                    and len(set(order)) == len(order)), "natural, random or a list of distinct class ids"),
+                ("task_classes", self.task_classes is None or (
+                    len(self.task_classes) == self.num_tasks and all(self.task_classes)
+                    and self.class_order == "natural" and self.classes_per_task is None),
+                 f"null, or one non-empty list per task: set dataset.num_tasks={len(self.task_classes or [])}, "
+                 "and no class_order or classes_per_task beside it"),
+                ("path", custom == (self.path is not None),
+                 "a file or folder with dataset.source=tensors or image_folder, and null with any other source"),
+                ("image_size", self.image_size is None or (self.source == "image_folder" and self.image_size >= 1),
+                 "null, or a size in pixels with dataset.source=image_folder"),
                 ("classes_per_task", self.classes_per_task is None or self.classes_per_task >= 1, "null or at least 1"),
                 *((key, getattr(self, key) is None or getattr(self, key) >= 1, "null or at least 1")
                   for key in ("samples_per_task", "test_samples_per_task")),
@@ -125,7 +137,7 @@ class LoggerConfig:
     project: str = "cl-bench"
     entity: str | None = None
     mode: LoggerMode = LoggerMode.offline
-    name: str | None = None  # W&B run name; null: <method>_<dataset>_<scenario>_s<seed> (or ${hydra:job.override_dirname})
+    name: str | None = None  # W&B run name; null: <method>_<dataset>_<scenario>_s<seed> (see the README)
     group: str | None = None  # W&B group; null: the sweep directory's name in a multirun, none in a single run
     tags: list[str] = field(default_factory=list)  # beside the method, dataset and scenario, which every run gets
     log_checkpoints: bool = False  # log each task's checkpoint as a W&B artifact (aliases task_<ttt> and latest)

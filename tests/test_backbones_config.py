@@ -31,12 +31,13 @@ YAML_GROUPS = ("dataset", "hardware", "logger")
 OPTIONS = {"method": sorted(methods.METHODS), "backbone": sorted(backbones.BACKBONES),
            **{g: sorted(p.stem for p in (config.CONF / g).glob("*.yaml")) for g in YAML_GROUPS}}
 PRESETS = sorted(p.stem for p in (config.CONF / "experiment").glob("*.yaml"))
+NEEDS = {"custom": ["dataset.path=my_data.npz"]}  # an option that is only complete with the user's own value
 
 
 @pytest.mark.parametrize(("group", "option"), [(g, o) for g, opts in OPTIONS.items() for o in opts])
 def test_every_config_composes_and_validates(group, option):
     scenario = "task" if group != "method" else sorted(methods.METHODS[option].scenarios)[-1]
-    cfg = compose_config(f"{group}={option}", f"scenario={scenario}")
+    cfg = compose_config(f"{group}={option}", f"scenario={scenario}", *NEEDS.get(option, []))
     config.validate(cfg)
     if group == "method":
         assert cfg.method.name == option

@@ -95,7 +95,8 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
     """Read the dataset's source and cut it into tasks, all resident on `device`. select_on_test (the official
     protocol of reference code that selected on test data): nothing is held out, and the split a learner
     selects on (Task.val) is the task's test split."""
-    src = sources.load(dataset_cfg.source, data_cfg.root, data_cfg.download, data_cfg.cache)
+    src = sources.load(dataset_cfg.source, data_cfg.root, data_cfg.download, data_cfg.cache, dataset_cfg.path,
+                       dataset_cfg.image_size)
     rng = np.random.default_rng(seed)
     kind = dataset_cfg.kind
     if kind == "split":
@@ -118,13 +119,28 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
 
 def _class_split(src, cfg, rng) -> list[list[int]]:
     classes = _labels_present(src.train_y)
+    if cfg.task_classes is not None:
+        _check_known(cfg, [c for task in cfg.task_classes for c in task], classes, "dataset.task_classes")
+        return [list(task) for task in cfg.task_classes]
+    given_order = not isinstance(cfg.class_order, str)  # a list of class ids (a ListConfig from Hydra)
+    if given_order:
+        _check_known(cfg, list(cfg.class_order), classes, "dataset.class_order")
+        classes = list(cfg.class_order)
     per_task = cfg.classes_per_task or len(classes) // cfg.num_tasks
     if per_task < 1 or per_task * cfg.num_tasks > len(classes):
         raise UserError(f"{cfg.name}: {cfg.num_tasks} tasks of {per_task} classes need more than the "
                         f"{len(classes)} classes {cfg.source} has; lower dataset.num_tasks")
     if cfg.class_order == "random":
         classes = rng.permutation(classes).tolist()
-    return [sorted(classes[i * per_task:(i + 1) * per_task]) for i in range(cfg.num_tasks)]
+    tasks = [classes[i * per_task:(i + 1) * per_task] for i in range(cfg.num_tasks)]
+    return tasks if given_order else [sorted(task) for task in tasks]  # a given order holds within tasks too
+
+
+def _check_known(cfg, given: list[int], classes: list[int], key: str) -> None:
+    unknown = sorted(set(given) - set(classes))
+    if unknown or len(set(given)) != len(given):
+        what = f"classes {unknown} that {cfg.source} does not have" if unknown else "a class twice"
+        raise UserError(f"{key} names {what}: use distinct ids among {classes[0]}..{classes[-1]}")
 
 
 def _superclasses(src) -> list[list[int]]:

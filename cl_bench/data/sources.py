@@ -36,6 +36,8 @@ class SourceName(Choice):
     svhn = "svhn"
     miniimagenet = "miniimagenet"  # the 100 classes of miniImageNet's cache pickles, 84×84
     core50 = "core50"  # CORe50's 50 objects, 128×128
+    tensors = "tensors"  # your own arrays: an .npz or .safetensors file at dataset.path
+    image_folder = "image_folder"  # your own images: dataset.path/{train,test}/<class>/<image>
 
 
 @dataclass
@@ -92,11 +94,20 @@ MINIIMAGENET_TEST_SHARE = 6  # the last sixth of each class's images (100 of 600
 CORE50_TEST_SESSIONS = (3, 7, 10)  # CORe50's test sessions (Lomonaco & Maltoni 2017); the other 8 train
 
 
-def load(name: str, root: str | os.PathLike, download: bool = False, use_cache: bool = False) -> Source:
+def load(name: str, root: str | os.PathLike, download: bool = False, use_cache: bool = False,
+         path: str | os.PathLike | None = None, image_size: int | None = None) -> Source:
     """The train and test split of dataset `name`, read from its canonical files under `root` (or from the
-    cache of decoded datasets, see data/cache.py, when `use_cache` and it holds these very files)."""
+    cache of decoded datasets, see data/cache.py, when `use_cache` and it holds these very files). Your own data
+    (tensors, image_folder) is read from `path` instead, image folders resized to image_size when given."""
     if name == "digits":
         return _load_digits()
+    if name in ("tensors", "image_folder"):
+        files = _custom_files(name, Path(path))
+
+        def read():
+            return _load_tensors(files[0]) if name == "tensors" else _load_image_folder(Path(path), image_size)
+        key = name if image_size is None else f"{name}-{image_size}px"
+        return cache.cached(key, files, read, Source) if use_cache else read()
     if name not in _LAYOUTS:  # the config names SourceName's values only; this guards direct calls
         raise UserError(f"unknown data source '{name}': choose one of {', '.join(SourceName)}")
     paths = _files(name, Path(root), download)
@@ -382,6 +393,107 @@ def _read_svhn_split(path: Path) -> tuple[np.ndarray, np.ndarray]:
     labels = _labels(labels.reshape(-1), images.shape[3], range(1, 11), path)
     labels[labels == 10] = 0
     return images.transpose(3, 2, 0, 1), labels
+
+
+# --- your own data ---
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")  # as torchvision's ImageFolder
+
+
+def _custom_files(name: str, path: Path) -> list[Path]:
+    """The files a custom source reads (the cache's key): the array file, or every image of the two splits."""
+    if name == "tensors":
+        if not (path.is_file() and path.suffix in (".npz", ".safetensors")):
+            raise UserError(f"dataset.path={path} must be an .npz or .safetensors file holding train_x, train_y, "
+                            "test_x and test_y")
+        return [path]
+    if not all((path / split).is_dir() for split in ("train", "test")):
+        raise UserError(f"dataset.path={path} must hold train/ and test/, each with one folder of images per class "
+                        "(torchvision's ImageFolder layout)")
+    return [f for split in ("train", "test") for f in sorted((path / split).rglob("*"))
+            if f.suffix.lower() in IMAGE_SUFFIXES]
+
+
+def _load_tensors(path: Path) -> Source:
+    """train_x, train_y, test_x, test_y: images N×H×W (grey), N×C×H×W or N×H×W×C (C of 1 or 3), uint8 or
+    floats in [0, 1] (stored as 8 bits, like every source), integer labels from 0."""
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as packed:
+                arrays = {k: packed[k] for k in packed.files}
+        else:
+            from safetensors.numpy import load_file
+            arrays = load_file(path)
+    except Exception as error:  # numpy and safetensors report damage with many exception types
+        raise UserError(f"cannot read {path}: {error}") from error
+    missing = [k for k in ("train_x", "train_y", "test_x", "test_y") if k not in arrays]
+    if missing:
+        raise UserError(f"{path} lacks {', '.join(missing)}: it needs train_x, train_y, test_x and test_y")
+    splits = []
+    for split in ("train", "test"):
+        x = _as_nchw_uint8(arrays[f"{split}_x"], path, f"{split}_x")
+        y = np.asarray(arrays[f"{split}_y"]).reshape(-1)
+        splits.append((x, _labels(y, len(x), range(0, max(int(y.max(initial=0)) + 1, 1)), path)))
+    if splits[0][0].shape[1:] != splits[1][0].shape[1:]:
+        raise UserError(f"{path}: train_x and test_x images differ in shape ({splits[0][0].shape[1:]} and "
+                        f"{splits[1][0].shape[1:]})")
+    return _source("tensors", *splits)
+
+
+def _as_nchw_uint8(x: np.ndarray, path: Path, key: str) -> np.ndarray:
+    if x.ndim == 3:
+        x = x[:, None]
+    elif x.ndim == 4 and x.shape[3] in (1, 3) and x.shape[1] not in (1, 3):
+        x = x.transpose(0, 3, 1, 2)
+    elif not (x.ndim == 4 and x.shape[1] in (1, 3)):
+        raise UserError(f"{path}: {key} must be images N×H×W, N×C×H×W or N×H×W×C with 1 or 3 channels, "
+                        f"not of shape {x.shape}")
+    if x.dtype == np.uint8:
+        return x
+    if x.dtype.kind == "f" and x.size and (np.nanmin(x) < 0 or np.nanmax(x) > 1 or np.isnan(x).any()):
+        raise UserError(f"{path}: {key} holds floats outside [0, 1]: scale them to [0, 1] or store uint8 pixels")
+    if x.dtype.kind != "f":
+        raise UserError(f"{path}: {key} must be uint8 pixels or floats in [0, 1], not {x.dtype}")
+    return np.rint(x * 255).astype(np.uint8)
+
+
+def _load_image_folder(root: Path, image_size: int | None) -> Source:
+    """root/{train,test}/<class>/<image>: classes labelled in the order of their folder names (as ImageFolder),
+    grey if every image is, else RGB; decoded once (the cache keeps the result)."""
+    classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
+    test_classes = sorted(p.name for p in (root / "test").iterdir() if p.is_dir())
+    if not classes or not set(test_classes) <= set(classes):
+        raise UserError(f"{root}/train must hold one folder per class and {root}/test only folders among them; "
+                        f"found {classes or 'none'} and {test_classes}")
+    from PIL import Image, UnidentifiedImageError
+    decoded = {}
+    for split in ("train", "test"):
+        for label, name in enumerate(classes):
+            for f in sorted((root / split / name).glob("*")) if (root / split / name).is_dir() else []:
+                if f.suffix.lower() not in IMAGE_SUFFIXES:
+                    continue
+                try:
+                    image = Image.open(f)
+                    image.load()
+                except (UnidentifiedImageError, OSError) as error:
+                    raise UserError(f"{f} could not be decoded as an image ({error})") from error
+                if image_size:
+                    image = image.resize((image_size, image_size), Image.BILINEAR)
+                decoded.setdefault(split, []).append((image, label, f))
+    grey = all(image.mode in ("L", "1") for part in decoded.values() for image, _, _ in part)
+    splits = []
+    for split in ("train", "test"):
+        if not decoded.get(split):
+            raise UserError(f"{root}/{split} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+        arrays = [np.asarray(image.convert("L" if grey else "RGB")) for image, _, _ in decoded[split]]
+        shapes = {a.shape for a in arrays}
+        if len(shapes) > 1:
+            raise UserError(f"{root}/{split}: images of different sizes ({', '.join(map(str, sorted(shapes)))}): "
+                            "pass dataset.image_size=N to resize them")
+        x = np.stack(arrays)
+        splits.append((x[:, None] if grey else x.transpose(0, 3, 1, 2),
+                       np.array([label for _, label, _ in decoded[split]], dtype=np.int64)))
+    return _source("image_folder", *splits)
 
 
 # --- shared checks and assembly ---
