@@ -175,6 +175,7 @@ class Config:
     scenario: Scenario = Scenario.task
     eval_future: bool = False  # also evaluate tasks not yet learned (forward transfer, fwt)
     resume: str | None = None  # a run directory to continue from its last complete checkpoint
+    init_from: str | None = None  # RUN_DIR[/checkpoints/task_<ttt>]: a new run branching from that finished task
 
     def __post_init__(self) -> None:
         """What holds across groups: the method supports the scenario (and DDP, and within-task checkpoints)."""

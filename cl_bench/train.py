@@ -1,7 +1,10 @@
 """run(cfg): THE task loop. The only place that orchestrates data, model, method, evaluation, recorders
 and checkpoints."""
 import contextlib
+import json
+import os
 import random
+import shutil
 import signal
 import threading
 import time
@@ -95,7 +98,9 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
     tasks, batch = scenario.tasks, cfg.data.eval_batch_size
     results, start, elapsed = Results.empty(cfg.scenario), 0, 0.0
     random_init = accuracy_on_test(method, scenario, tasks, ctx, batch) if cfg.eval_future else None
-    if cfg.resume:
+    if cfg.init_from and not (run_dir / "checkpoints" / "last").is_file():  # a branch's first start
+        branch(Path(cfg.init_from), run_dir, tasks)
+    if cfg.resume or cfg.init_from:
         results, start, elapsed = resume(method, run_dir, tasks, ctx.generator, ctx.device, recorder)
     recorder.run_start(cfg, scenario.info, run_dir, start)
     t0 = time.perf_counter() - elapsed
@@ -188,6 +193,42 @@ def resume(method, run_dir, tasks, generator, device, recorder):
     set_rng(rng)
     method.resumed(tasks[:start])
     return results, start, meta["elapsed_s"]
+
+
+def branch(source: Path, run_dir: Path, tasks) -> None:
+    """init_from: copy a finished task's checkpoint of another run (its last, or the one named), and those of the
+    tasks before it, into this run's checkpoints/, so that this run continues from it as a resume would, under its
+    own config. The source run's
+    tasks must be this run's. Each process copies into its own run directory (ranks after 0 keep a scratch one);
+    the copy is renamed into place, so processes sharing one directory never see half of it."""
+    if source.parent.name == "checkpoints":
+        source_run, name = source.parent.parent, source.name
+    else:
+        source_run, last = source, source / "checkpoints" / "last"
+        name = last.read_text().strip() if last.is_file() else None
+    if name is None or not (source_run / "checkpoints" / name).is_dir() or name.endswith("_within"):
+        raise UserError(f"init_from={source}: not a run directory with a finished task's checkpoint, nor one of its "
+                        "checkpoints/task_<ttt> folders")
+    learned = source_run / "metrics.json"
+    theirs = json.loads(learned.read_text())["tasks"] if learned.is_file() else None
+    if theirs != [{"id": t.id, "classes": t.classes} for t in tasks]:
+        raise UserError(f"init_from={source}: that run's tasks are not this run's (dataset, num_tasks, class order "
+                        "and seed must match)")
+    parts = [f"task_{task_id:03d}" for task_id in range(int(name[len("task_"):]) + 1)]
+    missing = [p for p in parts if not (source_run / "checkpoints" / p).is_dir()]
+    if missing:
+        raise UserError(f"init_from={source}: {source_run}/checkpoints lacks {', '.join(missing)}, which a branch "
+                        "copies with it")
+    root = run_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    for part in parts:  # every finished task up to it: a complete run directory
+        tmp = root / f".{part}.branch{os.getpid()}"
+        shutil.copytree(source_run / "checkpoints" / part, tmp)
+        try:
+            tmp.rename(root / part)
+        except OSError:  # another process of this run put it there first
+            shutil.rmtree(tmp)
+    recorders.write_text_atomic(root / "last", name)
 
 
 def task_start_state(run_dir, task_id: int) -> tuple[dict, dict]:

@@ -1,0 +1,39 @@
+"""init_from=RUN_DIR[/checkpoints/task_<ttt>]: a new run that branches from another run's finished task."""
+import json
+
+import pytest
+from conftest import cl_bench, contract_problems, train
+from omegaconf import OmegaConf
+
+COMMON = ("dataset.num_tasks=3", "method.epochs=1", "backbone=mlp", "backbone.hidden_sizes=[32]")
+
+
+@pytest.mark.parametrize("method", [("method=er", "scenario=class", "method.memory_size=40"),  # memory
+                                    ("method=packnet", "method.epochs=1")])  # masks
+def test_a_branch_continues_from_the_task_with_weights_masks_memory_and_records_its_origin(tmp_path, method):
+    parent = tmp_path / "parent"
+    full = train(parent, *COMMON, *method)
+    same = tmp_path / "same"  # the same settings from task 1's checkpoint: the parent's run, exactly
+    again = train(same, *COMMON, *method, f"init_from={parent / 'checkpoints' / 'task_001'}")
+    drop = ("time_s", "peak_mem_mb")
+    assert {k: v for k, v in again.items() if k not in drop} == {k: v for k, v in full.items() if k not in drop}
+    events = [json.loads(line) for line in (same / "events.jsonl").read_text().splitlines()]
+    assert [e["task"] for e in events if e["event"] == "task_start"] == [2]  # it learned task 2 only
+    assert contract_problems(same) == []
+
+    other = tmp_path / "other"  # new hyperparameters from the parent's last checkpoint (task 2): nothing to learn
+    branched = train(other, *COMMON, *method, "method.lr=0.003", f"init_from={parent}")
+    assert branched["acc"] == full["acc"]
+    recorded = OmegaConf.load(other / ".hydra" / "config.yaml")
+    assert recorded.init_from == str(parent) and recorded.method.lr == 0.003
+
+
+def test_branching_from_another_setting_or_nowhere_is_one_line(tmp_path):
+    parent = tmp_path / "parent"
+    train(parent, *COMMON)
+    for overrides, complaint in [(("dataset.num_tasks=4",), "that run's tasks are not this run's"),
+                                 ((), "not a run directory with a finished task's checkpoint")]:
+        source = parent if overrides else tmp_path
+        proc = cl_bench("train", f"hydra.run.dir={tmp_path / 'x'}", "logger=none", *COMMON, *overrides,
+                        f"init_from={source}")
+        assert proc.returncode != 0 and complaint in proc.stderr and "Traceback" not in proc.stderr
