@@ -462,7 +462,8 @@ def test_miniimagenet_with_foreign_content_is_a_user_error(tmp_path):
 def write_core50(folder: Path, seed: int = 0) -> tuple[np.ndarray, list[str]]:
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [f"s{s}/o{o}/C_{s:02d}_{o:02d}_{i:03d}.png" for s in (1, 3, 7, 10, 11) for o in (1, 2, 50) for i in range(2)]
+    paths = [f"s{s}/o{o}/C_{s:02d}_{o:02d}_{i:03d}.png"
+             for s in (1, 3, 7, 10, 11) for o in (1, 2, 50) for i in range(2)]
     x = rng.integers(0, 256, (len(paths), 128, 128, 3), dtype=np.uint8)
     np.savez_compressed(folder / "core50_imgs.npz", x=x)
     with open(folder / "paths.pkl", "wb") as f:
@@ -497,7 +498,8 @@ def test_datasets_torchvision_cannot_fetch_say_where_to_get_them(tmp_path, name,
         assert "\n" not in str(caught.value) and ("cannot be downloaded" in str(caught.value)) == download
 
 
-@pytest.mark.parametrize("dataset, writer", [("split_miniimagenet", write_miniimagenet), ("split_core50", write_core50)])
+@pytest.mark.parametrize("dataset, writer", [("split_miniimagenet", write_miniimagenet),
+                                             ("split_core50", write_core50)])
 def test_split_miniimagenet_and_core50_build_through_their_configs(tmp_path, dataset, writer):
     from cl_bench import config
     from cl_bench.data import scenarios
