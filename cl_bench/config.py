@@ -176,6 +176,7 @@ class Config:
     eval_future: bool = False  # also evaluate tasks not yet learned (forward transfer, fwt)
     resume: str | None = None  # a run directory to continue from its last complete checkpoint
     init_from: str | None = None  # RUN_DIR[/checkpoints/task_<ttt>]: a new run branching from that finished task
+    profile_task: int | None = None  # record a torch profiler trace of this task's training into profile/
 
     def __post_init__(self) -> None:
         """What holds across groups: the method supports the scenario (and DDP, and within-task checkpoints)."""

@@ -108,7 +108,8 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
         ctx.epoch_done = within_task_saver(cfg.checkpoint.every_epochs, run_dir, method, results, ctx, guard, t0)
     for task in tasks[start:]:
         recorder.task_start(task)
-        method.learn(task)
+        with profiled(run_dir if writer and cfg.profile_task == task.id else None, task.id, ctx.device):
+            method.learn(task)
         results.add(*evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
         record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx.device, random_init)
         recorder.task_end(task.id, record)
@@ -121,6 +122,25 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
         record = make_record(cfg, scenario.info, results, method, elapsed, ctx.device, random_init)
     recorder.run_end(record)
     return objective(record, cfg.sweep.objective)
+
+
+@contextlib.contextmanager
+def profiled(run_dir: Path | None, task_id: int, device: torch.device):
+    """Within it, a torch profiler records (CPU, and CUDA on a GPU), when run_dir is given: the trace goes to
+    run_dir/profile/task_<ttt>.json and the operators that took longest to task_<ttt>.txt."""
+    if run_dir is None:
+        yield
+        return
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profile:
+        yield
+    out = run_dir / "profile"
+    out.mkdir(exist_ok=True)
+    profile.export_chrome_trace(str(out / f"task_{task_id:03d}.json"))
+    sort = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+    (out / f"task_{task_id:03d}.txt").write_text(profile.key_averages().table(sort_by=sort, row_limit=30) + "\n")
 
 
 def objective(record: dict, name: str) -> float:

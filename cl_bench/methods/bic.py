@@ -30,7 +30,9 @@ imagenet_main.py) and FACIL (mmasana/FACIL, src/approach/bic.py):
 - herding runs after stage 1 on the features of everything stage 1 trained on, so that the old classes are
   re-herded from their stored exemplars (both codes), on L2-normalised features as memory.py's herding (iCaRL,
   FACIL; the official code herds on raw features);
-- the first task has no stage 2, but its held-out samples are already kept apart (both codes).
+- the first task has no stage 2, but its held-out samples are already kept apart (both codes);
+- a new class with fewer samples than its share (tiny tasks, debug=fast) holds out ceil(val_fraction · its count)
+  of them instead, so that stage 1 keeps some to train on (neither code meets the case).
 Defaults are the paper's CIFAR-100 settings (Sec. 6): 250 epochs, batch 128, lr 0.1 divided by 10 after epochs
 100, 150 and 200, weight decay 2e-4, momentum 0.9, 2,000 exemplars, a 9:1 split, T = 2.
 """
@@ -151,7 +153,9 @@ class BiC(Method):
         n = int(self.held_count)  # one sync per task
         old_y = self.held_y[:n]
         keep = rank_within_class(old_y) < per_class
-        taken = rank_within_class(new.y) < per_class
+        count = torch.bincount(new.y, minlength=self.info.num_outputs)
+        cap = torch.clamp((count * self.cfg.val_fraction - 1e-9).ceil().long(), max=per_class)
+        taken = rank_within_class(new.y) < torch.where(count > per_class, per_class, cap)[new.y]
         parts = [(self.held_x[:n][keep], new.x[taken]), (old_y[keep], new.y[taken]),
                  (self.held_t[:n][keep], new.t[taken])]
         for buf, (old, fresh) in zip((self.held_x, self.held_y, self.held_t), parts):
