@@ -30,6 +30,8 @@ def run(args: list[str]) -> int:
 
     from . import config, hardware
     config.register()
+    if cfg_job_request(args):
+        return print_config_tree([a for a in args if a not in ("--cfg", "-c", "job")])
     resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
     if resume:
         args = resume_overrides(resume, args)
@@ -54,6 +56,38 @@ def run(args: list[str]) -> int:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = full_error
+    return 0
+
+
+def cfg_job_request(args: list[str]) -> bool:
+    """`--cfg job` (or `-c job`) of a single run: cl-bench prints the config itself, as a tree."""
+    pairs = zip(args, args[1:])
+    return any(a in ("--cfg", "-c") and b == "job" for a, b in pairs) and not ({"-m", "--multirun"} & set(args))
+
+
+def print_config_tree(overrides: list[str]) -> int:
+    """The composed config (what a run would use, checked) as a rich tree: one branch per group, in YAML."""
+    from omegaconf import OmegaConf
+    from rich.syntax import Syntax
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from . import cli, config
+    cfg = config.compose(overrides)
+    config.validate(cfg)
+    console = cli.rich_console()
+
+    def block(node) -> Syntax | Text:  # highlighted on a terminal, plain text in a file or a pipe
+        text = OmegaConf.to_yaml(node, resolve=False).rstrip()
+        return Syntax(text, "yaml", background_color="default") if console.is_terminal else Text(text)
+
+    tree = Tree("config", guide_style="dim")
+    scalars = {key: value for key, value in cfg.items() if not OmegaConf.is_config(value)}
+    for key, value in cfg.items():
+        if OmegaConf.is_config(value):
+            tree.add(f"[bold]{key}[/bold]").add(block(value))
+    tree.add("[bold]run[/bold]").add(block(OmegaConf.create(scalars)))
+    console.print(tree)
     return 0
 
 

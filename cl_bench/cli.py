@@ -109,19 +109,35 @@ def data(args: list[str]) -> int:
 
 
 def list_all() -> int:
+    from rich.table import Table
+
     from . import backbones, config, methods
-    print("methods:")
-    for name, cls in sorted(methods.METHODS.items()):
-        scenarios = ",".join(sorted(cls.scenarios))
-        print(f"  {name:<14} scenarios: {scenarios:<11} {first_line(sys.modules[cls.__module__])}")
-    print("datasets:")
-    for path in sorted((config.CONF / "dataset").glob("*.yaml")):
-        first = path.read_text().splitlines()[0]
-        print(f"  {path.stem:<20} {first.lstrip('# ').strip() if first.startswith('#') else ''}")
-    print("backbones:")
-    for name, (module, _) in sorted(backbones.BACKBONES.items()):
-        print(f"  {name:<20} {first_line(module)}")
+    tables = []
+    for title, rows in (
+            ("methods", [(name, ",".join(sorted(cls.scenarios)), first_line(sys.modules[cls.__module__]))
+                         for name, cls in sorted(methods.METHODS.items())]),
+            ("datasets", [(p.stem, yaml_comment(p)) for p in sorted((config.CONF / "dataset").glob("*.yaml"))]),
+            ("backbones", [(name, first_line(module)) for name, (module, _) in sorted(backbones.BACKBONES.items())])):
+        table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
+        for column in ("name", "scenarios", "what it is") if title == "methods" else ("name", "what it is"):
+            table.add_column(column, no_wrap=column != "what it is")
+        for row in rows:
+            table.add_row(*row)
+        tables.append(table)
+    console = rich_console()
+    for table in tables:
+        console.print(table)
     return 0
+
+
+def yaml_comment(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    return first.lstrip("# ").strip() if first.startswith("#") else ""
+
+
+def rich_console():
+    from rich.console import Console
+    return Console(width=None if sys.stdout.isatty() else 160)  # piped into a file or a log: not cut at 80
 
 
 def first_line(obj) -> str:

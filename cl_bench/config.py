@@ -202,8 +202,9 @@ def register() -> None:
     OmegaConf.register_new_resolver("unique_dir", unique_dir, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
+    # At the top level, not in a group: `cl-bench train --help` lists groups, and these are no options to choose.
     for group, node in (("dataset", DatasetConfig), ("hardware", HardwareConfig), ("logger", LoggerConfig)):
-        cs.store(group="schemas", name=group, node=node)
+        cs.store(name=f"{group}_schema", node=node)
     for name, (_, schema) in backbones.BACKBONES.items():
         cs.store(group="backbone", name=name, node=schema)
     for name, cls in methods.METHODS.items():

@@ -94,3 +94,13 @@ def test_the_package_uses_no_private_hydra_or_interpreter_api():
     found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}" for path in sorted((ROOT / "cl_bench").rglob("*.py"))
              for n, line in enumerate(path.read_text().splitlines(), 1) if any(p in line for p in private)]
     assert found == []
+
+
+def test_cfg_job_prints_the_checked_config_as_a_tree_and_help_lists_no_schemas():
+    proc = cl_bench("train", "method=er", "method.memory_size=300", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    assert "├── method" in proc.stdout and "memory_size: 300" in proc.stdout and "└── run" in proc.stdout
+    bad = cl_bench("train", "method.memory_size=0", "method=er", "--cfg", "job")
+    assert bad.returncode != 0 and "method.memory_size=0 is out of range" in bad.stderr
+    help_text = cl_bench("train", "--help").stdout
+    assert "debug: fast, profile" in help_text and "schema" not in help_text
