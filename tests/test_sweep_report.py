@@ -210,16 +210,20 @@ def test_t_quantiles_match_the_tables(df, table):
     assert t_quantile_975(df) == pytest.approx(table, abs=5e-4)
 
 
+def write_run(run, method, dataset, acc, seed, memory=200, tasks=1):
+    """A finished run's metrics.json, its accuracy matrix `tasks` rows of `acc` on the tasks seen."""
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({
+        "method": method, "dataset": dataset, "scenario": "class", "backbone": "mlp", "complete": True,
+        "capacity": {"params_total": 1000, "memory_size": memory}, "avg_acc": acc, "val_avg_acc": acc,
+        "forgetting": 0.0, "bwt": 0.0, "bti": 0.0, "la": acc, "time_s": 1.0, "num_tasks": tasks, "seed": seed,
+        "acc": [[acc] * (t + 1) + [0.0] * (tasks - t - 1) for t in range(tasks)], "objective": "val_avg_acc"}))
+
+
 def test_rehearsal_runs_of_different_memory_sizes_are_reported_apart(tmp_path):
     from cl_bench import report as report_module
     for i, (memory, acc) in enumerate([(200, 0.7), (200, 0.8), (500, 0.9)]):
-        run = tmp_path / str(i)
-        run.mkdir()
-        (run / "metrics.json").write_text(json.dumps({
-            "method": "er", "dataset": "split_mnist", "scenario": "class", "backbone": "mlp", "complete": True,
-            "capacity": {"params_total": 1000, "memory_size": memory}, "avg_acc": acc, "val_avg_acc": acc,
-            "forgetting": 0.0, "bwt": 0.0, "bti": 0.0, "la": acc, "time_s": 1.0, "acc": [[acc]], "num_tasks": 1,
-            "seed": i, "objective": "val_avg_acc"}))
+        write_run(tmp_path / str(i), "er", "split_mnist", acc, i, memory=memory)
     rows = report_module.report([tmp_path], plots=False)
     assert [(r["memory"], r["seeds"], round(r["avg_acc"], 6)) for r in rows] == [(200, 2, 0.75), (500, 1, 0.9)]
     assert "| er | split_mnist | 1 | class | mlp | 500 | honest | 1 |" in (tmp_path / "report.md").read_text()
@@ -229,13 +233,7 @@ def test_runs_of_different_task_counts_are_reported_apart(tmp_path):
     """20 permutations and La-MAML's 100 are different benchmarks over one dataset name."""
     from cl_bench import report as report_module
     for i, (tasks, acc) in enumerate([(2, 0.7), (3, 0.8), (3, 0.6)]):
-        run = tmp_path / str(i)
-        run.mkdir()
-        (run / "metrics.json").write_text(json.dumps({
-            "method": "nccl", "dataset": "permuted_mnist", "scenario": "class", "backbone": "mlp", "complete": True,
-            "capacity": {"params_total": 1000, "memory_size": 200}, "avg_acc": acc, "val_avg_acc": acc,
-            "forgetting": 0.0, "bwt": 0.0, "bti": 0.0, "la": acc, "time_s": 1.0,
-            "acc": [[acc] * (t + 1) + [0.0] * (tasks - t - 1) for t in range(tasks)], "num_tasks": tasks, "seed": i}))
+        write_run(tmp_path / str(i), "nccl", "permuted_mnist", acc, i, tasks=tasks)
     rows = report_module.report([tmp_path], plots=True)  # the curves too: one plot per task count
     assert [(r["tasks"], r["seeds"], round(r["avg_acc"], 6)) for r in rows] == [(2, 1, 0.7), (3, 2, 0.7)]
     assert {p.name for p in (tmp_path / "plots").glob("avg_acc_*")} == {
