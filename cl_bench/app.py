@@ -49,7 +49,7 @@ def run(args: list[str]) -> int:
     except ValueError as e:
         if _jobs_started:
             raise
-        raise UserError(str(e)) from None  # Hydra's own command-line checks
+        raise UserError(config.unknown_choice(args) or str(e)) from None  # Hydra's own command-line checks
     finally:
         sys.argv = saved_argv
         if full_error is None:

@@ -253,6 +253,31 @@ def compose(overrides: list[str]):
         return hydra_compose(overrides)
     except (HydraException, OmegaConfBaseException) as e:
         raise UserError(describe(e, overrides)) from None
+    except ValueError as e:  # Hydra's own parse of a group choice that reads as another type (method=true)
+        raise UserError(unknown_choice(overrides) or str(e)) from None
+
+
+def group_options(group: str) -> list[str]:
+    """The choices of a config group: the registries for methods and backbones, the YAML files for the rest."""
+    if group == "method":
+        return sorted(methods.METHODS)
+    if group == "backbone":
+        return sorted(backbones.BACKBONES)
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def unknown_choice(overrides: list[str]) -> str | None:
+    """The first `group=value` whose value names none of the group's choices, as one line; None if all do.
+    Hydra reports a choice that YAML reads as a boolean, a number or null (method=true) as a bare ValueError."""
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        group = key.lstrip("+~")
+        is_group = group in ("method", "backbone") or (CONF / group).is_dir()
+        if sep and is_group and "." not in group and "," not in value:
+            options = group_options(group)
+            if value not in options:
+                return f"unknown {group} {value!r}: choose one of {', '.join(options)}"
+    return None
 
 
 def hydra_compose(overrides: list[str]):

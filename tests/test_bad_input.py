@@ -93,3 +93,10 @@ def test_a_multirun_over_methods_with_a_key_the_default_lacks_says_to_split_it(t
     proc = cl_bench("train", "-m", "method=er,icarl", "method.memory_size=200", f"hydra.sweep.dir={tmp_path}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert "a multirun over method=er,icarl" in proc.stderr and "command of its own" in proc.stderr
+
+
+@pytest.mark.parametrize("override", ["method=true", "dataset=null", "backbone=nan", "logger=3"])
+def test_a_choice_that_reads_as_another_type_is_an_unknown_name(override):
+    """Hydra hands YAML's reading of these (a boolean, null, a number) to the group as a bare ValueError."""
+    group, name = override.split("=")
+    assert f"unknown {group} '{name}': choose one of" in one_clear_line(outcome([override]))
