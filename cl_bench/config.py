@@ -184,6 +184,9 @@ class Config:
         methods.check_scenario(name, self.scenario)
         if self.hardware.distributed:
             methods.check_distributed(name, self.scenario)
+            if self.method.skip_nonfinite:  # each rank would skip on its own loss, and the ranks would part
+                raise UserError("method.skip_nonfinite=true does not combine with hardware=ddp: drop it, or "
+                                "lower method.lr if the loss diverges")
         if self.eval_future and self.scenario == "class" and self.dataset.kind not in ("permuted", "rotated"):
             raise UserError("eval_future=true in the class scenario needs tasks that share labels (permuted_mnist, "
                             "rotated_mnist): a future task's classes have no outputs yet; use scenario=task")

@@ -31,7 +31,7 @@ def build(cfg, recorder):
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last,
                                select_on_test=cfg.method.protocol == "official")
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
-    ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size)
+    ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size, cfg.seed)
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)

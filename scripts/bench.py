@@ -7,6 +7,8 @@
     python scripts/bench.py scaling                     # per-task cost, memory, checkpoint size at 5/10/20 tasks
     python scripts/bench.py gpu                         # samples/s per method on a CUDA GPU, bf16, channels_last,
                                                         # with and without hardware.compile (skips without a GPU)
+    python scripts/bench.py ddp                         # step time on 2 CPU processes with DistributedDataParallel,
+                                                        # with a per-parameter all-reduce, and on one process
 
 Every section takes --data (a data root holding MNIST/raw; default $CL_BENCH_DATA). Results are printed, merged
 by section into docs/benchmarks.json and rendered into docs/benchmarks.md (plots into docs/img/).
@@ -286,6 +288,36 @@ def gpu(opts) -> dict:
     return out
 
 
+DDP_MODES = ("single", "ddp", "per_param")
+
+
+def ddp(opts) -> dict:
+    """Step time of one global batch of 128 on 2 CPU processes (gloo), one thread each, and on one process;
+    then cl-bench's finetune workload as one process and under torchrun with hardware=ddp."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    steps = {}
+    for backbone in ("convnet", "resnet18_reduced"):
+        rows = {mode: [] for mode in DDP_MODES}
+        for _ in range(opts.repeats):  # interleaved, so drifting machine load hits every mode alike
+            for mode in DDP_MODES:
+                cmd = [*(torchrun if mode != "single" else [sys.executable]), "scripts/ddp_step.py", mode,
+                       f"--backbone={backbone}"]
+                rows[mode].append(json.loads(timed(cmd)[1].strip().splitlines()[-1])["step_ms"])
+        steps[backbone] = {mode: statistics.median(v) for mode, v in rows.items()}
+        print(backbone, json.dumps(steps[backbone]), file=sys.stderr)
+    runs = {"one process": [], "hardware=ddp, 2 processes": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(opts.repeats):
+            job = [*WORKLOAD, f"data.root={opts.data}"]
+            runs["one process"].append(cl_bench([*job, "hardware=cpu", "hardware.threads=1"], Path(tmp) / f"one{i}")[1])
+            timed([*torchrun, "-m", "cl_bench", "train", *job, "hardware=ddp", "hardware.threads=1",
+                   f"hydra.run.dir={Path(tmp) / f'ddp{i}'}"])
+            runs["hardware=ddp, 2 processes"].append(json.loads((Path(tmp) / f"ddp{i}" / "metrics.json").read_text()))
+    workload = {k: {"train_eval_s": statistics.median(m["time_s"] for m in v),
+                    "avg_acc": statistics.median(m["avg_acc"] for m in v)} for k, v in runs.items()}
+    return {"repeats": opts.repeats, "step_ms": steps, "workload": workload}
+
+
 # --- rendering ---------------------------------------------------------------------------------------------
 def render(results: dict) -> str:
     lines = ["# Benchmarks", "", "Written by `python scripts/bench.py SECTION` (`make bench` runs the CPU sections) "
@@ -293,7 +325,8 @@ def render(results: dict) -> str:
              "one run of the script, with the runs of both sides interleaved.", ""]
     floor = results.get("overhead", {}).get("median", {}).get("import torch, torch._dynamo", {}).get("wall_s")
     for section, fn in (("overhead", render_overhead), ("peers", lambda p: render_peers(p, floor)),
-                        ("methods", render_methods), ("scaling", render_scaling), ("gpu", render_gpu)):
+                        ("methods", render_methods), ("scaling", render_scaling), ("gpu", render_gpu),
+                        ("ddp", render_ddp)):
         if section in results:
             lines += fn(results[section]) + [""]
     return "\n".join(lines)
@@ -468,7 +501,26 @@ def render_gpu(g) -> list[str]:
     return lines
 
 
-SECTIONS = {"overhead": overhead, "peers": peers, "methods": methods, "scaling": scaling, "gpu": gpu}
+def render_ddp(d) -> list[str]:
+    lines = ["## Data-parallel on 2 CPU processes", "",
+             f"{where(d)}, `python scripts/bench.py ddp`, median of {d['repeats']} interleaved runs. Step time of one "
+             "global batch of 128 CIFAR-shaped images (forward, backward, gradient averaging, SGD step) by "
+             "`scripts/ddp_step.py`, one thread per process: DistributedDataParallel (bucketed all-reduce, "
+             "overlapped with the backward pass, as `hardware=ddp` trains), one blocking all-reduce per parameter "
+             "after the backward pass (how `hardware=ddp` averaged gradients before), and one process with the "
+             "whole batch.", "", "| backbone | one process, ms | DDP, 2 processes, ms | per-parameter all-reduce, "
+             "2 processes, ms | DDP speedup over one process |", "|---|---|---|---|---|"]
+    for backbone, r in d["step_ms"].items():
+        lines.append(f"| {backbone} | {r['single']:.1f} | {r['ddp']:.1f} | {r['per_param']:.1f} | "
+                     f"{r['single'] / r['ddp']:.2f}x |")
+    lines += ["", "The overhead workload (Split MNIST, MLP 784-256-256, one epoch a task, `hardware.threads=1`) "
+              "through `cl-bench train`:", "", "| run | train+eval s | avg_acc |", "|---|---|---|"]
+    for name, r in d["workload"].items():
+        lines.append(f"| {name} | {r['train_eval_s']:.2f} | {r['avg_acc']:.4f} |")
+    return lines
+
+
+SECTIONS = {"overhead": overhead, "peers": peers, "methods": methods, "scaling": scaling, "gpu": gpu, "ddp": ddp}
 
 
 def commit() -> str:

@@ -1,12 +1,18 @@
-"""hardware=ddp under torchrun: 2 CPU processes (gloo) match one process with the same global batch."""
+"""hardware=ddp under torchrun: 2 CPU processes (gloo) under DistributedDataParallel match one process with the
+same global batch, the rehearsal methods with one memory on every rank; each rank augments its own shard."""
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import ROOT, cl_bench, contract_problems, train
 from safetensors.torch import load_file
+
+from cl_bench import backbones, config, methods, recorders
+from cl_bench.data import scenarios
+from cl_bench.data.batches import View
 
 COMMON = ["method=finetune", "backbone=mlp", "method.batch_size=64", "method.epochs=2", "logger=none"]
 
@@ -64,10 +70,71 @@ def test_the_baselines_that_declare_ddp_match_one_process(tmp_path, method, scen
             assert stored_samples(tmp_path / "ddp", task) == stored_samples(tmp_path / "single", task)
 
 
+def memory_of(run_dir, task: int) -> dict:
+    state = load_file(run_dir / "checkpoints" / f"task_{task:03d}" / "state.safetensors")
+    return {k.removeprefix("memory."): v for k, v in state.items() if k.startswith("memory.")}
+
+
+@pytest.mark.parametrize("method, extra", [("er", ["scenario=class"]),
+                                           ("der", ["scenario=task", "method.batch_size=63"])])
+def test_rehearsal_under_two_processes_keeps_one_memory_and_learns_as_one(tmp_path, method, extra):
+    """Every rank stores the global batch and draws the same replay rows from the shared stream, so the memory
+    after each task is the one a single process fills, sample for sample; DER's stored logits, computed on each
+    rank's shard and gathered (an odd global batch of 63: shards of 32 and 31), equal the single process's up
+    to the order of float sums. On the 8x8 digits, with no augmentation, the runs then agree as finetune does."""
+    overrides = [f"method={method}", "backbone=mlp", "method.epochs=2", "logger=none", *extra]
+    single, ddp = single_and_ddp(tmp_path, *overrides)
+    assert single["avg_acc"] > 0.5
+    assert_close_runs(ddp, single, 0.02, 0.06)
+    for task in range(len(single["acc"])):
+        one, two = memory_of(tmp_path / "single", task), memory_of(tmp_path / "ddp", task)
+        for key in ("x", "y", "t", "seen"):
+            assert torch.equal(one[key], two[key]), (task, key)
+        assert torch.allclose(one["logits"], two["logits"], atol=0.05), task
+        if method == "der":
+            assert one["logits"].abs().sum() > 0  # the logits were stored, not left at zero
+
+
+def rank_view(rank: int):
+    """A split_digits method as rank `rank` of 2 sees it, with the pad-crop and flip of the colour datasets."""
+    config.register()
+    cfg = config.validate(config.compose(["method=finetune", "backbone=mlp"]))
+    device = torch.device("cpu")
+    scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, device)
+    ctx = methods.Context(device, None, torch.Generator().manual_seed(0), recorders.Recorder(), rank, 2, seed=0)
+    method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
+    method.info.view = View((0.5,) * 3, (0.25,) * 3, augment=True, device=device)
+    return method, ctx
+
+
+def test_each_rank_augments_its_own_shard_from_its_own_stream():
+    raw = torch.randint(0, 256, (9, 3, 8, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    y, t = torch.arange(9), torch.zeros(9, dtype=torch.long)
+    batches = []
+    for rank in (0, 1):
+        method, ctx = rank_view(rank)
+        shared = ctx.generator.get_state()
+        method._seed_shard_augmentation(task_id=0, phase=0, epoch=3)
+        batch = method._training_batch(raw, y, t, step=0)
+        assert torch.equal(batch.raw, raw[rank::2]) and torch.equal(batch.y, y[rank::2])
+        assert batch.unsharded().raw is raw  # what a memory stores: the global batch
+        assert torch.equal(ctx.generator.get_state(), shared)  # the shared stream stays as one process draws it
+        method._seed_shard_augmentation(task_id=0, phase=0, epoch=3)  # a resumed epoch augments as before
+        assert torch.equal(method._training_batch(raw, y, t, step=0).x, batch.x)
+        method._seed_shard_augmentation(task_id=0, phase=0, epoch=3)
+        batches.append(method.augment(raw[:4]))  # the same rows through each rank's stream
+    assert not torch.equal(batches[0], batches[1])
+
+
 def test_a_method_outside_the_epoch_loop_refuses_ddp_clearly(tmp_path):
-    proc = cl_bench("train", "hardware=ddp", "method=er", f"hydra.run.dir={tmp_path / 'run'}")
+    proc = cl_bench("train", "hardware=ddp", "method=agem", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "method=er does not support hardware=ddp" in proc.stderr and "finetune" in proc.stderr
+    assert "method=agem does not support hardware=ddp" in proc.stderr and "finetune" in proc.stderr
+
+
+def test_skipping_nonfinite_steps_refuses_ddp_clearly(tmp_path):
+    proc = cl_bench("train", "hardware=ddp", "method.skip_nonfinite=true", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "skip_nonfinite" in proc.stderr
 
 
 def test_ddp_outside_torchrun_says_how_to_start_it(tmp_path):

@@ -68,9 +68,17 @@ class Context:
     recorder: object
     rank: int = 0  # this process's place among world_size data-parallel processes
     world_size: int = 1
+    seed: int = 0  # the run's seed
     # Called by fit() after each epoch with (task, phase, epoch, optimizer, side optimizers): the run's
     # within-task checkpoints.
     epoch_done: Callable | None = None
+    # Data-parallel: this rank's own augmentation stream (every rank draws the batch order, the replay draws and
+    # the memory updates from `generator`, alike; each augments only its own shard, with this one).
+    shard_generator: torch.Generator | None = None
+
+    @property
+    def augment_generator(self) -> torch.Generator:
+        return self.generator if self.shard_generator is None else self.shard_generator
 
     def autocast(self):
         return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
@@ -84,6 +92,11 @@ class Batch:
     y: torch.Tensor  # labels in the scenario's label space
     t: torch.Tensor  # task id of each sample
     step: int = 0  # the step's index within its fit() call, counted across epochs
+    whole: "Batch | None" = None  # data-parallel: the global batch (raw, y, t) this rank's shard is taken from
+
+    def unsharded(self) -> "Batch":
+        """The global batch, as every rank holds it: what a memory stores, so that it stays alike on all ranks."""
+        return self if self.whole is None else self.whole
 
 
 class Heads(nn.Module):
@@ -275,26 +288,25 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
                 return
             first_epoch = self._resume_at.restore(self, opt, sched, side_optimizers)
             self._resume_at = None
+        objective = self._data_parallel(loss_fn)
         for epoch in range(first_epoch, epochs):
             self.train()
+            self._seed_shard_augmentation(task.id, phase, epoch)
             self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
             total = torch.zeros((), device=self.ctx.device)
             first_bad = torch.full((), -1, device=self.ctx.device)  # first step with a non-finite loss
             skipped = 0
             for step, (raw, y, t) in enumerate(data.batches(self.cfg.batch_size, self.ctx.generator)):
-                x = self.info.view.train(raw, self.ctx.generator)
-                batch = self._shard(Batch(raw, x, y, t, epoch * steps + step))
+                batch = self._training_batch(raw, y, t, epoch * steps + step)
                 for _ in range(glances):
                     with self.ctx.autocast():
-                        loss = loss_fn(batch)
+                        loss = objective(batch)
                     if self.cfg.skip_nonfinite and not torch.isfinite(loss):
                         skipped += 1
                         continue
                     first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
                     opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    if self.ctx.world_size > 1:  # the step's parameters and any the method steps itself (masks)
-                        average_gradients(dict.fromkeys([*params, *self.parameters()]), self.ctx.world_size)
+                    loss.backward()  # data-parallel: DistributedDataParallel averages the gradients meanwhile
                     if after_backward is not None:
                         after_backward()
                     opt.step()
@@ -315,15 +327,66 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
                 self.ctx.epoch_done(task, phase, epoch, opt, side_optimizers)
             if after_epoch is not None and after_epoch(epoch):
                 break
+        if self.ctx.world_size > 1:
+            average_batch_norm_statistics(self)
 
-
-    def _shard(self, batch: Batch) -> Batch:
-        """Data-parallel: this rank's share of the global batch. Every rank draws the same order and the
-        same augmentation for the whole batch, so their random streams never drift apart."""
+    # --- data-parallel training (hardware=ddp) -----------------------------------------------------------
+    def _data_parallel(self, loss_fn):
+        """The step's loss as DistributedDataParallel's module, so that its gradients are all-reduced in
+        buckets while the backward pass runs; loss_fn itself when alone."""
         if self.ctx.world_size == 1:
-            return batch
+            return loss_fn
+        from torch.nn.parallel import DistributedDataParallel
+        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+        # find_unused_parameters: a step need not reach every parameter (other tasks' heads, frozen paths).
+        # forward_sync_buffers=False: buffers hold memories and masks, alike on every rank already; the batch-norm
+        # statistics, which are not, are averaged at the end of the phase.
+        return DistributedDataParallel(Objective(self, loss_fn), device_ids=device_ids,
+                                       find_unused_parameters=True, forward_sync_buffers=False)
+
+    def _seed_shard_augmentation(self, task_id: int, phase: int, epoch: int) -> None:
+        """Data-parallel: each rank's augmentation stream for the epoch, seeded from the run's seed, the place
+        in the run and the rank: the shared stream is left as one process would draw it, and a resumed epoch
+        augments as the first try did."""
+        if self.ctx.world_size > 1:
+            if self.ctx.shard_generator is None:
+                self.ctx.shard_generator = torch.Generator(self.ctx.device)
+            place = (self.ctx.seed, task_id, phase, epoch, self.ctx.rank)
+            self.ctx.shard_generator.manual_seed(hash(place) & (2**63 - 1))  # ints hash alike in every process
+
+    def _training_batch(self, raw, y, t, step: int) -> Batch:
+        """One augmented training batch: data-parallel, this rank's shard of the global batch, augmented alone."""
+        if self.ctx.world_size == 1:
+            return Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t, step)
+        whole = Batch(raw, None, y, t, step)
+        raw, y, t = self.shard(raw, y, t)
+        return Batch(raw, self.augment(raw), y, t, step, whole)
+
+    def shard(self, *rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Data-parallel: this rank's rows (r, r + w, ...) of tensors every rank holds alike, such as a replay
+        draw; the tensors themselves when alone."""
+        if self.ctx.world_size == 1:
+            return rows
         r, w = self.ctx.rank, self.ctx.world_size
-        return Batch(batch.raw[r::w], batch.x[r::w], batch.y[r::w], batch.t[r::w], batch.step)
+        return tuple(x[r::w] for x in rows)
+
+    def unshard(self, x: torch.Tensor, rows: int) -> torch.Tensor:
+        """Data-parallel: the `rows` rows of the global batch from a tensor computed on each rank's shard (say,
+        its logits), gathered in the global batch's order on every rank; x itself when alone."""
+        if self.ctx.world_size == 1:
+            return x
+        import torch.distributed as dist
+        w = self.ctx.world_size
+        per_rank = -(-rows // w)  # rank 0's shard, the largest: the others are padded to it for the gather
+        padded = F.pad(x, (0, 0) * (x.dim() - 1) + (0, per_rank - len(x)))
+        shards = [torch.empty_like(padded) for _ in range(w)]
+        dist.all_gather(shards, padded)
+        # shards[r][i] is global row i * w + r: interleaved back into order, the padding (rows past the end) cut
+        return torch.stack(shards, dim=1).reshape(w * per_rank, *x.shape[1:])[:rows]
+
+    def augment(self, raw: torch.Tensor) -> torch.Tensor:
+        """Training view of stored pixels (a replay draw), from this rank's augmentation stream."""
+        return self.info.view.train(raw, self.ctx.augment_generator)
 
 
 @dataclass
@@ -360,13 +423,32 @@ class NonFiniteLoss(UserError):
     """Training diverged: the run stops before anything is checkpointed from the diverged weights."""
 
 
-def average_gradients(params, world_size: int) -> None:
-    """All-reduce the gradients so that every rank steps with the gradient of the global batch."""
+class Objective(nn.Module):
+    """A step's loss as a module over the method (DistributedDataParallel wraps a module whose forward makes
+    the output that backward starts from)."""
+
+    def __init__(self, method: Method, loss_fn):
+        super().__init__()
+        self.method, self.loss_fn = method, loss_fn
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.loss_fn(batch)
+
+
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+
+@torch.no_grad()
+def average_batch_norm_statistics(module: nn.Module) -> None:
+    """Data-parallel: each rank's batch norms tracked the statistics of its own shards; their average is the
+    global batch's mean (and nearly its variance), set on every rank so that they evaluate alike."""
     import torch.distributed as dist
-    for p in params:
-        if p.grad is not None:
-            dist.all_reduce(p.grad)
-            p.grad.div_(world_size)
+    world_size = dist.get_world_size()
+    for m in module.modules():
+        if isinstance(m, BATCH_NORMS) and m.running_mean is not None:  # None: track_running_stats=False
+            for stat in (m.running_mean, m.running_var):
+                dist.all_reduce(stat)
+                stat.div_(world_size)
 
 
 def fresh_copy(module: nn.Module) -> nn.Module:

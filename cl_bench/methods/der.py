@@ -62,6 +62,8 @@ class DERppConfig(DERConfig):
 class DER(Method):
     name = "der"
     scenarios = frozenset({"task", "class"})
+    # Data-parallel: every rank stores the global batch with its logits (gathered) and draws the same replay rows.
+    distributed_scenarios = frozenset({"task", "class"})
     Config = DERConfig
 
     def __init__(self, cfg, backbone, info, ctx):
@@ -81,8 +83,9 @@ class DER(Method):
             return total
 
         def store(batch: Batch):
-            logits = pending.pop("logits")
-            self.memory.add(batch.raw, batch.y, batch.t, logits=logits.masked_fill(logits.isinf(), 0),
+            whole = batch.unsharded()  # data-parallel: the global batch and its logits, gathered from the ranks
+            logits = self.unshard(pending.pop("logits"), len(whole.y))
+            self.memory.add(whole.raw, whole.y, whole.t, logits=logits.masked_fill(logits.isinf(), 0),
                             generator=self.ctx.generator)
 
         self.fit(task, loss, after_step=store)
@@ -103,8 +106,9 @@ class DER(Method):
 
     def replay(self):
         """One memory batch, augmented as training batches are: (x, y, t, stored logits, which rows are real)."""
-        raw, y, t, logits, drawn = self.memory.sample_distinct(self.cfg.replay_batch_size, self.ctx.generator)
-        return self.info.view.train(raw, self.ctx.generator), y, t, logits, drawn
+        drawn = self.memory.sample_distinct(self.cfg.replay_batch_size, self.ctx.generator)
+        raw, y, t, logits, drawn = self.shard(*drawn)  # data-parallel: every rank draws alike, trains on its rows
+        return self.augment(raw), y, t, logits, drawn
 
     def replay_loss(self) -> torch.Tensor:
         x, _, t, stored, drawn = self.replay()

@@ -63,6 +63,9 @@ def check_new_classes_every_task(name: str, info) -> None:
 class ER(Method):
     name = "er"
     scenarios = frozenset({"task", "class"})
+    # Data-parallel: every rank stores the global batch and draws the same replay rows, so the memories stay
+    # alike; each rank trains on its shard of both.
+    distributed_scenarios = frozenset({"task", "class"})
     Config = ERConfig
 
     def __init__(self, cfg, backbone, info, ctx):
@@ -82,13 +85,14 @@ class ER(Method):
 
         def loss(batch: Batch):
             if replay and (task.id > 0 or batch.step > 0):
-                raw, y, t, _ = self.memory.sample(m, self.ctx.generator)
-                x = self.info.view.train(raw, self.ctx.generator)
+                raw, y, t = self.shard(*self.memory.sample(m, self.ctx.generator)[:3])
+                x = self.augment(raw)
                 batch = Batch(None, torch.cat([batch.x, x]), torch.cat([batch.y, y]), torch.cat([batch.t, t]))
             return self.mixed_loss(batch, self.cfg.ce_outputs)
 
         def store(batch: Batch):
-            self.memory.add(batch.raw, batch.y, batch.t, generator=self.ctx.generator)
+            whole = batch.unsharded()
+            self.memory.add(whole.raw, whole.y, whole.t, generator=self.ctx.generator)
 
         after_backward = clip if self.cfg.grad_clip_norm > 0 else None
         if self.cfg.memory_policy == "balanced":

@@ -47,6 +47,7 @@ class ERACEConfig(MethodConfig):
 class ERACE(Method):
     name = "er_ace"
     scenarios = frozenset({"class"})
+    distributed_scenarios = frozenset({"class"})  # the memory stores the global batch, alike on every rank
     Config = ERACEConfig
 
     def __init__(self, cfg, backbone, info, ctx):
@@ -61,7 +62,7 @@ class ERACE(Method):
 
         def loss(batch: Batch):
             logits = self(batch.x, None)
-            keep = self.incoming_classes(batch.y)
+            keep = self.incoming_classes(batch.unsharded().y)  # the global batch's classes, alike on all ranks
             if asymmetric:
                 logits = logits.masked_fill(~keep[: logits.shape[1]], float("-inf"))
             total = F.cross_entropy(logits, batch.y)
@@ -71,7 +72,8 @@ class ERACE(Method):
             return total
 
         def store(batch: Batch):
-            self.memory.add(batch.raw, batch.y, batch.t, generator=self.ctx.generator)
+            whole = batch.unsharded()
+            self.memory.add(whole.raw, whole.y, whole.t, generator=self.ctx.generator)
 
         self.fit(task, loss, after_step=store)
 
@@ -86,8 +88,8 @@ class ERACE(Method):
 
     def replay_loss(self) -> torch.Tensor:
         raw, y, _, _, drawn = self.memory.sample_distinct(self.cfg.replay_batch_size, self.ctx.generator)
-        x = self.info.view.train(raw, self.ctx.generator)
-        return mean_over_drawn(F.cross_entropy(self(x, None), y, reduction="none"), drawn)
+        raw, y, drawn = self.shard(raw, y, drawn)
+        return mean_over_drawn(F.cross_entropy(self(self.augment(raw), None), y, reduction="none"), drawn)
 
     def capacity(self):
         return {**super().capacity(), **self.memory.capacity()}
