@@ -23,8 +23,8 @@ test: $(VENV_STAMP)  ## the suite, on two workers (one torch thread each); CL_BE
 lint: $(VENV_STAMP)  ## ruff over the package, tests and scripts
 	.venv/bin/ruff check cl_bench tests scripts
 
-# The benchmarks read real data from a data root you give: DATA=DIR holding MNIST/raw (and, for bench-gpu,
-# CIFAR10=the CIFAR-10 files you have, which `cl-bench data prepare cifar10` turns into DIR/cifar-10-batches-py).
+# The benchmarks read real data from a data root you give: DATA=DIR holding MNIST/raw; bench-gpu reads
+# CIFAR10=the CIFAR-10 files you have, which `cl-bench data prepare cifar10` turns into cifar-10-batches-py/.
 need-data:
 	@test -n "$(DATA)" || { echo "make: pass DATA=DIR, a data root holding MNIST/raw"; exit 2; }
 
@@ -34,10 +34,9 @@ bench: $(VENV_STAMP) need-data  ## the CPU sections of scripts/bench.py into doc
 	$(PY) scripts/bench.py methods --data $(DATA)
 	$(PY) scripts/bench.py scaling --data $(DATA)
 
-bench-gpu: $(VENV_STAMP) need-data  ## the GPU section: make bench-gpu DATA=DIR CIFAR10=SRC MACHINE="..."
+bench-gpu: $(VENV_STAMP)  ## the GPU check (scripts/gpu_check.sh, < 8 min): make bench-gpu CIFAR10=SRC
 	@test -n "$(CIFAR10)" || { echo "make: pass CIFAR10=SRC (cifar-10-python.tar.gz, an image folder or an .npz)"; exit 2; }
-	.venv/bin/cl-bench data prepare cifar10 --from $(CIFAR10) --root $(DATA)
-	$(PY) scripts/bench.py gpu --data $(DATA) --cifar-root $(DATA) --machine "$(MACHINE)"
+	bash scripts/gpu_check.sh $(CIFAR10)
 
 clean:  ## remove .venv and the run and sweep directories
 	rm -rf .venv outputs/runs outputs/sweeps

@@ -60,6 +60,7 @@ def _setup(cfg, device: torch.device | None = None) -> Hardware:
     bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and on_gpu)
     channels_last = on_gpu if cfg.channels_last is None else cfg.channels_last
     if on_gpu:
+        torch.cuda.reset_peak_memory_stats(device)  # this run's peak, when a multirun runs jobs in one process
         torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
         torch.backends.cudnn.allow_tf32 = cfg.tf32
         torch.backends.cudnn.benchmark = not cfg.deterministic

@@ -258,33 +258,84 @@ def plot_scaling(runs: dict) -> None:
     fig.savefig(DOCS / "img" / "scaling.png", dpi=110)
 
 
-GPU_METHODS = ("finetune", "ewc", "lwf", "er", "packnet", "piggyback", "cpg", "gated", "nccl", "agem", "lamaml")
+# The GPU check (scripts/gpu_check.sh): every method on split_cifar10, grouped into one multirun per workload shape
+# (one process each, so start-up is paid once a group). Sizes: the GPU's (resnet18_reduced, a few hundred steps a
+# method) and --cpu's (a tiny conv net, a batch or two a task: the path, not the figures).
+GPU_SIZES = {
+    "gpu": {"backbone": ["backbone=resnet18_reduced"], "samples": 2000, "test_samples": 2000, "epochs": 3,
+            "batch": 128},
+    "cpu": {"backbone": ["backbone=convnet", "backbone.channels=[8,8]"], "samples": 32, "test_samples": 32,
+            "epochs": 1, "batch": 16},
+}
+GPU_COMPILED = ("finetune", "cpg")  # also run with hardware.compile=true (on the GPU only: inductor's CPU build is slow)
+CHANCE = {"class": 0.1, "task": 0.5}  # split_cifar10's final row: one of 10 classes, or of the task's 2
+SANE_MARGIN = 0.02  # a method whose final row is not this far above chance on the GPU sizes is flagged
+
+
+def gpu_groups(cpu: bool) -> list[tuple[str, list[str], list[str]]]:
+    """(scenario, methods, overrides) for each multirun of the GPU check."""
+    from cl_bench.methods import METHODS
+    from cl_bench.methods.online import OnlineMethod
+    online = sorted(n for n, c in METHODS.items() if issubclass(c, OnlineMethod))
+    class_ = sorted(n for n, c in METHODS.items() if "class" in c.scenarios and n not in online)
+    task = sorted(n for n, c in METHODS.items() if "class" not in c.scenarios and n != "cpg")
+    groups = [("class", class_, []), ("task", task, []), ("task", ["cpg"], SHORT["cpg"]), ("class", online, [])]
+    if not cpu:
+        groups += [(scenario, [name], ["hardware.compile=true", *SHORT.get(name, [])])
+                   for scenario, name in (("class", "finetune"), ("task", "cpg"))]
+    return groups
+
+
+def gpu_sanity(m: dict, scenario: str, margin: float) -> str | None:
+    """What is wrong with a GPU-check run's metrics.json, or None: it must be complete, finite, and its final
+    row above chance by `margin`."""
+    final = m["acc"][-1]
+    if not m.get("complete") or any(a != a for a in final):  # a != a: NaN
+        return "incomplete or NaN"
+    mean = sum(final) / len(final)
+    if mean <= CHANCE[scenario] + margin:
+        return f"final accuracy {mean:.3f} is at chance ({CHANCE[scenario]})"
+    return None
 
 
 def gpu(opts) -> dict:
     import torch
-    if not torch.cuda.is_available():
-        return skip("gpu skipped: no CUDA GPU is visible on this machine")
-    out = {"device": torch.cuda.get_device_name(0)}
+    if not opts.cpu and not torch.cuda.is_available():
+        return skip("gpu skipped: no CUDA GPU is visible on this machine (scripts/gpu_check.sh --cpu runs it small)")
+    size = GPU_SIZES["cpu" if opts.cpu else "gpu"]
+    out = {"device": opts.machine if opts.cpu else torch.cuda.get_device_name(0), "cpu": opts.cpu, "runs": {}}
+    common = ["dataset=split_cifar10", *size["backbone"], f"data.root={opts.cifar_root}",
+              f"hardware={'cpu' if opts.cpu else 'gpu'}", "logger=none", "checkpoint.enabled=false",
+              f"dataset.test_samples_per_task={size['test_samples']}"]
     with tempfile.TemporaryDirectory() as tmp:
-        for compile_ in (False, True):
-            for name in GPU_METHODS:
-                scenario = "task" if name in ("packnet", "piggyback", "cpg") else "class"
-                args = [f"method={name}", f"scenario={scenario}", "dataset=split_cifar10",
-                        "backbone=resnet18_reduced", f"data.root={opts.cifar_root}", "hardware=gpu",
-                        f"hardware.compile={str(compile_).lower()}", "logger=none", "checkpoint.enabled=false",
-                        "data.val_fraction=0" if name != "cpg" else "data.val_fraction=0.1", *SHORT.get(name, [])]
-                # One batch size for every method with epochs, so that samples/s compares their work per sample.
-                args += ["dataset.samples_per_task=2000"] if name in ONLINE else ["method.epochs=2",
-                                                                                 "method.batch_size=128"]
-                run_dir = Path(tmp) / f"{name}{int(compile_)}"
-                wall, m = cl_bench(args, run_dir)
-                # training samples seen: 2,000 per task online, else two epochs over 10,000 (9,000 for cpg)
-                samples = 2000 * 5 if name in ONLINE else 2 * 5 * (9000 if name == "cpg" else 10000)
-                out[f"{name}/compile={compile_}"] = {"samples_per_s": samples / m["time_s"], "time_s": m["time_s"],
-                                                     "wall_s": wall, "avg_acc": m["avg_acc"],
-                                                     "peak_mem_mb": m["peak_mem_mb"]}
-                print(name, compile_, json.dumps(out[f"{name}/compile={compile_}"]), file=sys.stderr)
+        for i, (scenario, names, extra) in enumerate(gpu_groups(opts.cpu)):
+            online = names[0] in ONLINE
+            # One batch size and epoch count for every method with epochs, so samples/s compares work per sample;
+            # the online methods keep their own batch (10) and single pass.
+            shape = [f"dataset.samples_per_task={size['samples']}"] + ([] if online else [
+                f"method.epochs={size['epochs']}", f"method.batch_size={size['batch']}"])
+            sweep = Path(tmp) / f"group{i}"
+            args = ["-m", f"method={','.join(names)}", f"scenario={scenario}", *common, *shape, *extra,
+                    f"hydra.sweep.dir={sweep}"]
+            try:
+                timed([sys.executable, "-m", "cl_bench", "train", *args])
+            except Failed as e:  # the jobs that finished still report; the others are listed as failed
+                print(f"bench: group {names} stopped: {e}", file=sys.stderr)
+            compiled = "hardware.compile=true" in extra
+            done = {m["method"]: m for m in (json.loads(f.read_text()) for f in sweep.glob("*/metrics.json"))}
+            for name in names:
+                key = f"{name}/compile={compiled}"
+                m = done.get(name)
+                if m is None:
+                    out["runs"][key] = {"scenario": scenario, "failed": "no metrics.json (see the group's log)"}
+                    continue
+                samples = m["num_tasks"] * size["samples"] * (1 if online else size["epochs"])
+                problem = gpu_sanity(m, scenario, -1.0 if opts.cpu else SANE_MARGIN)  # --cpu: complete, finite
+                out["runs"][key] = {"scenario": scenario, "samples_per_s": samples / m["time_s"],
+                                    "time_s": m["time_s"], "avg_acc": m["avg_acc"], "peak_mem_mb": m["peak_mem_mb"],
+                                    **({"insane": problem} if problem else {})}
+                print(key, json.dumps(out["runs"][key]), file=sys.stderr)
+    out["flagged"] = sorted(k for k, r in out["runs"].items() if "failed" in r or "insane" in r)
     return out
 
 
@@ -489,15 +540,23 @@ def render_scaling(s) -> list[str]:
 
 
 def render_gpu(g) -> list[str]:
-    lines = ["## GPU", "", f"{g['device']} ({where(g)}), split_cifar10 with resnet18_reduced, hardware=gpu (bf16 "
-             "autocast, channels_last, TF32), two epochs per task at batch 128 (online methods: 2,000 samples per "
-             "task in batches of 10), `python scripts/bench.py gpu`; samples/s counts training samples over "
-             "train+eval time.", "", "| method | samples/s | samples/s with hardware.compile | avg_acc |",
-             "|---|---|---|---|"]
-    for name in GPU_METHODS:
-        a, b = g.get(f"{name}/compile=False"), g.get(f"{name}/compile=True")
-        if a and b:
-            lines.append(f"| {name} | {a['samples_per_s']:.0f} | {b['samples_per_s']:.0f} | {a['avg_acc']:.4f} |")
+    size = GPU_SIZES["cpu" if g.get("cpu") else "gpu"]
+    lines = ["## GPU check", "", f"{where(g)}, `bash scripts/gpu_check.sh CIFAR10_SRC"
+             f"{' --cpu' if g.get('cpu') else ''}`: split_cifar10 with {' '.join(size['backbone'])}, "
+             f"{'hardware=cpu (the tiny path check: its figures mean nothing)' if g.get('cpu') else 'hardware=gpu (bf16 autocast, channels_last, TF32)'}, "
+             f"{size['samples']} training samples a task, epochs: {size['epochs']}, batch {size['batch']} (online "
+             "methods: one pass in batches of 10); samples/s counts training samples over train+eval time (the "
+             "mask methods' extra phases come on top). Peak memory: the GPU's allocated peak of each run (on the "
+             "CPU, the process's resident peak, cumulative over a group's jobs).", "",
+             "| method | scenario | samples/s | peak MB | avg_acc | check |", "|---|---|---|---|---|---|"]
+    for key, r in sorted(g.get("runs", {}).items()):
+        name, compiled = key.split("/compile=")
+        label = name + (" (hardware.compile=true)" if compiled == "True" else "")
+        if "failed" in r:
+            lines.append(f"| {label} | {r['scenario']} | failed | | | {r['failed']} |")
+        else:
+            lines.append(f"| {label} | {r['scenario']} | {r['samples_per_s']:.0f} | {r['peak_mem_mb']:.0f} | "
+                         f"{r['avg_acc']:.4f} | {r.get('insane', 'ok')} |")
     return lines
 
 
@@ -550,26 +609,31 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="scaling: every task count for every method")
     parser.add_argument("--machine", default=f"{os.cpu_count()}-core CPU",
                         help="words for the machine, recorded with the figures")
+    parser.add_argument("--cpu", action="store_true", help="gpu: run the check on the CPU at tiny sizes")
+    parser.add_argument("--docs", type=Path, default=DOCS, help="where benchmarks.json and benchmarks.md live")
     opts = parser.parse_args()
-    if opts.data is None:
-        sys.exit("bench: pass --data DIR (a data root holding MNIST/raw) or set CL_BENCH_DATA")
-    if not (Path(opts.data) / "MNIST" / "raw").is_dir() and not (ROOT / opts.data / "MNIST" / "raw").is_dir():
-        sys.exit(f"bench: no MNIST under {opts.data}/MNIST/raw; pass --data")
+    if opts.section != "gpu":  # the GPU check reads CIFAR-10 alone
+        if opts.data is None:
+            sys.exit("bench: pass --data DIR (a data root holding MNIST/raw) or set CL_BENCH_DATA")
+        if not (Path(opts.data) / "MNIST" / "raw").is_dir() and not (ROOT / opts.data / "MNIST" / "raw").is_dir():
+            sys.exit(f"bench: no MNIST under {opts.data}/MNIST/raw; pass --data")
     try:
         result = SECTIONS[opts.section](opts)
     except Failed as e:
         sys.exit(f"bench: a benchmarked run failed: {e}")
     if result is None:  # skipped, with the reason printed
         return
-    result["machine"] = opts.machine
+    result["machine"] = result.get("device", opts.machine)
     result["measured"] = f"{datetime.date.today().isoformat()}, commit {commit()}"
-    DOCS.mkdir(exist_ok=True)
-    store = DOCS / "benchmarks.json"
+    opts.docs.mkdir(parents=True, exist_ok=True)
+    store = opts.docs / "benchmarks.json"
     results = json.loads(store.read_text()) if store.exists() else {}
     results[opts.section] = result
     store.write_text(json.dumps(results, indent=1))
-    (DOCS / "benchmarks.md").write_text(render(results))
+    (opts.docs / "benchmarks.md").write_text(render(results))
     print(json.dumps(result, indent=1))
+    if result.get("flagged"):
+        sys.exit(f"bench: failed or not sane (see {opts.docs / 'benchmarks.md'}): {', '.join(result['flagged'])}")
 
 
 if __name__ == "__main__":

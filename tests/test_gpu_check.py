@@ -1,0 +1,63 @@
+"""scripts/gpu_check.sh, the prepared GPU run, on the CPU at tiny sizes (--cpu): it prepares CIFAR-10 from an
+archive written here, runs every method through its multiruns and writes the table; and its sanity check."""
+import io
+import json
+import pickle
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+from conftest import ROOT
+
+from cl_bench.methods import METHODS
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench  # noqa: E402
+
+
+def cifar_archive(path, per_class_train: int, per_class_test: int) -> None:
+    """cifar-10-python.tar.gz in the official layout, random pixels (the check runs the path, not the figures)."""
+    rng = np.random.default_rng(0)
+
+    def images(per_class):
+        y = np.repeat(np.arange(10), per_class)
+        return rng.integers(0, 256, (len(y), 3 * 32 * 32), dtype=np.uint8), y
+
+    x, y = images(per_class_train)
+    splits = {f"data_batch_{i + 1}": (x[part], y[part]) for i, part in enumerate(np.array_split(np.arange(len(y)), 5))}
+    splits["test_batch"] = images(per_class_test)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, (x, y) in splits.items():
+            blob = pickle.dumps({b"data": x, b"labels": y.tolist()})
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+
+
+def test_gpu_check_runs_every_method_on_the_cpu(tmp_path):
+    cifar_archive(tmp_path / "cifar-10-python.tar.gz", per_class_train=40, per_class_test=20)
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "cifar-10-python.tar.gz"), "--cpu",
+                           "--docs", str(tmp_path / "docs")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "docs" / "benchmarks.json").read_text())["gpu"]
+    assert {key.split("/")[0] for key in result["runs"]} == set(METHODS)
+    assert result["flagged"] == [] and all(r["samples_per_s"] > 0 for r in result["runs"].values())
+    table = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert "## GPU check" in table and all(f"| {name} |" in table for name in METHODS)
+
+
+def test_gpu_check_refuses_a_missing_source_in_one_line(tmp_path):
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "nothing")], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "does not exist" in proc.stderr
+
+
+def test_the_sanity_check_flags_nan_incomplete_and_chance_runs():
+    def run(final, complete=True):
+        return {"acc": [[0.9], final], "complete": complete}
+    assert bench.gpu_sanity(run([0.9, 0.5]), "task", 0.02) is None
+    assert "chance" in bench.gpu_sanity(run([0.5, 0.52]), "task", 0.02)  # mean 0.51: within the margin of 0.5
+    assert "chance" in bench.gpu_sanity(run([0.1, 0.1]), "class", 0.02)
+    assert bench.gpu_sanity(run([float("nan"), 0.9]), "class", 0.02) == "incomplete or NaN"
+    assert bench.gpu_sanity(run([0.9, 0.9], complete=False), "class", 0.02) == "incomplete or NaN"
