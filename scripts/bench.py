@@ -267,7 +267,6 @@ GPU_SIZES = {
     "cpu": {"backbone": ["backbone=convnet", "backbone.channels=[8,8]"], "samples": 32, "test_samples": 32,
             "epochs": 1, "batch": 16},
 }
-GPU_COMPILED = ("finetune", "cpg")  # also run with hardware.compile=true (on the GPU only: inductor's CPU build is slow)
 CHANCE = {"class": 0.1, "task": 0.5}  # split_cifar10's final row: one of 10 classes, or of the task's 2
 SANE_MARGIN = 0.02  # a method whose final row is not this far above chance on the GPU sizes is flagged
 
@@ -541,9 +540,10 @@ def render_scaling(s) -> list[str]:
 
 def render_gpu(g) -> list[str]:
     size = GPU_SIZES["cpu" if g.get("cpu") else "gpu"]
+    hardware = ("hardware=cpu (the tiny path check: its figures mean nothing)" if g.get("cpu") else
+                "hardware=gpu (bf16 autocast, channels_last, TF32; finetune and cpg also with hardware.compile=true)")
     lines = ["## GPU check", "", f"{where(g)}, `bash scripts/gpu_check.sh CIFAR10_SRC"
-             f"{' --cpu' if g.get('cpu') else ''}`: split_cifar10 with {' '.join(size['backbone'])}, "
-             f"{'hardware=cpu (the tiny path check: its figures mean nothing)' if g.get('cpu') else 'hardware=gpu (bf16 autocast, channels_last, TF32)'}, "
+             f"{' --cpu' if g.get('cpu') else ''}`: split_cifar10 with {' '.join(size['backbone'])}, {hardware}, "
              f"{size['samples']} training samples a task, epochs: {size['epochs']}, batch {size['batch']} (online "
              "methods: one pass in batches of 10); samples/s counts training samples over train+eval time (the "
              "mask methods' extra phases come on top). Peak memory: the GPU's allocated peak of each run (on the "
