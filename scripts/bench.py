@@ -7,6 +7,8 @@
     python scripts/bench.py scaling                     # per-task cost, memory, checkpoint size at 5/10/20 tasks
     python scripts/bench.py gpu                         # samples/s per method on a CUDA GPU, bf16, channels_last,
                                                         # with and without hardware.compile (skips without a GPU)
+    python scripts/bench.py images [--avalanche-python ...]  # split_cifar10 with augmentation: cl-bench, Avalanche
+                                                        # and a DataLoader loop, on a conv net and resnet18_reduced
     python scripts/bench.py ddp                         # step time on 2 CPU processes with DistributedDataParallel,
                                                         # with a per-parameter all-reduce, and on one process
 
@@ -338,6 +340,65 @@ def gpu(opts) -> dict:
     return out
 
 
+# The image workload: split_cifar10 with pad-crop and flip, SGD 0.01/0.9, batch 32, one epoch a task, a random
+# subset a task (the same size for every tool), evaluation of the seen tasks after each. (method, cl-bench
+# overrides, the plain loop's method, Avalanche's strategy or why there is none).
+IMAGE_JOB = ["dataset=split_cifar10", "data.val_fraction=0", "method.epochs=1", "method.batch_size=32",
+             "method.lr=0.01", "method.momentum=0.9", "logger=none", "checkpoint.enabled=false"]
+IMAGE_METHODS = {
+    "finetune": (["method=finetune", "scenario=class"], "finetune", "naive"),
+    # the memory both peers keep: written at each task's end, an equal share per task; CE over the seen classes
+    "er": (["method=er", "scenario=class", "method.memory_size=500", "method.memory_policy=balanced",
+            "method.ce_outputs=seen"], "er", "replay"),
+    # one epoch, prune half, one epoch retraining at the same lr, plain SGD without weight decay, PyTorch's init
+    "packnet": (["method=packnet", "scenario=task", "method.prune_ratio=0.5", "method.retrain_epochs=1",
+                 "method.retrain_lr=0.01", "method.lr_milestones=[]", "method.retrain_lr_milestones=[]",
+                 "method.nesterov=false", "method.weight_decay=0", "method.init=pytorch"], "packnet",
+                "Avalanche's PackNet refuses networks with BatchNorm2d (both of these have them)"),
+}
+IMAGE_SIZES = {  # backbone: (cl-bench overrides, training samples a task, repeats; None: --repeats)
+    "convnet": (["backbone=convnet"], 2000, None),
+    "resnet18_reduced": (["backbone=resnet18_reduced"], 1000, 1),  # ~0.4 s a step here: one repeat
+}
+IMAGE_TEST_SAMPLES = 1000
+IMAGE_WORKERS = 2  # DataLoader workers for the peers: the machine's cores
+
+
+def images(opts) -> dict:
+    if not (Path(opts.cifar_root) / "cifar-10-batches-py").is_dir():
+        return skip(f"no {opts.cifar_root}/cifar-10-batches-py: write it with cl-bench data prepare cifar10 --from "
+                    f"SRC --root {opts.cifar_root}")
+    python = Path(opts.avalanche_python)
+    have_avalanche = python.is_file()
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for backbone, (ours_backbone, samples, repeats) in IMAGE_SIZES.items():
+            sizes = [f"--backbone={backbone}", f"--samples={samples}", f"--test-samples={IMAGE_TEST_SAMPLES}",
+                     f"--workers={IMAGE_WORKERS}"]
+            for name, (ours, plain, theirs) in IMAGE_METHODS.items():
+                rows = {"cl-bench": [], "plain DataLoader loop": [], "avalanche": []}
+                for i in range(repeats or opts.repeats):  # interleaved, so drifting load hits every tool alike
+                    args = [*IMAGE_JOB, *ours_backbone, *ours, f"data.root={opts.cifar_root}",
+                            f"dataset.samples_per_task={samples}",
+                            f"dataset.test_samples_per_task={IMAGE_TEST_SAMPLES}"]
+                    wall, m = cl_bench(args, Path(tmp) / f"{backbone}_{name}{i}")
+                    rows["cl-bench"].append({"wall_s": wall, "train_eval_s": m["time_s"], "avg_acc": m["avg_acc"]})
+                    peers = [("plain DataLoader loop", [sys.executable, "scripts/plain_split_cifar10.py", plain])]
+                    if have_avalanche and " " not in theirs:
+                        peers.append(("avalanche", [str(python), "scripts/avalanche_split_cifar10.py", theirs]))
+                    for peer, cmd in peers:
+                        wall, text = timed([*cmd[:2], opts.cifar_root, *cmd[2:], *sizes])
+                        r = json.loads(text.strip().splitlines()[-1])
+                        rows[peer].append({"wall_s": wall, "train_eval_s": r["train_eval_s"],
+                                           "avg_acc": r["final_avg_acc"]})
+                med = {k: median_rows(v) for k, v in rows.items() if v}
+                out[f"{backbone}/{name}"] = {"median": med, "repeats": repeats or opts.repeats, "samples": samples,
+                                             "cl_bench_overrides": ours,
+                                             **({} if " " not in theirs else {"no_avalanche": theirs})}
+                print(backbone, name, json.dumps(med), file=sys.stderr)
+    return {"runs": out, "avalanche": have_avalanche, "test_samples": IMAGE_TEST_SAMPLES, "workers": IMAGE_WORKERS}
+
+
 DDP_MODES = ("single", "ddp", "per_param")
 
 
@@ -375,6 +436,7 @@ def render(results: dict) -> str:
              "one run of the script, with the runs of both sides interleaved.", ""]
     floor = results.get("overhead", {}).get("median", {}).get("import torch, torch._dynamo", {}).get("wall_s")
     for section, fn in (("overhead", render_overhead), ("peers", lambda p: render_peers(p, floor)),
+                        ("images", render_images),
                         ("methods", render_methods), ("scaling", render_scaling), ("gpu", render_gpu),
                         ("ddp", render_ddp)):
         if section in results:
@@ -560,6 +622,36 @@ def render_gpu(g) -> list[str]:
     return lines
 
 
+def render_images(d) -> list[str]:
+    lines = ["## Image workload: Split CIFAR-10 with augmentation", "",
+             f"{where(d)}, `python scripts/bench.py images --cifar-root DIR`. split_cifar10, pad-crop 4 and "
+             "horizontal flip on every training batch, SGD lr 0.01 momentum 0.9, batch 32, one epoch a task, a random "
+             f"subset of training images a task (column), {d['test_samples']} test images a task, the seen tasks "
+             "evaluated after each; finetune and ER in the class scenario (ER: 500 samples, an equal share per task "
+             "written at each task's end), PackNet in the task scenario (one epoch, half pruned, one epoch "
+             "retraining). Peers: `scripts/plain_split_cifar10.py` (torchvision transforms on PIL images, a "
+             f"DataLoader with {d['workers']} workers, the way most research code is written) and "
+             "`scripts/avalanche_split_cifar10.py` (Avalanche 0.6.0, its DataLoaders with the same workers); all "
+             "three train cl-bench's own backbone module. Medians of the interleaved repeats; seconds.", "",
+             "| backbone | method | samples a task | repeats | cl-bench train+eval | plain train+eval | Avalanche "
+             "train+eval | cl-bench whole process | plain whole | Avalanche whole | avg_acc cl-bench / plain / "
+             "Avalanche | speedup train+eval over plain / Avalanche |", "|---" * 12 + "|"]
+    for key, r in d["runs"].items():
+        backbone, name = key.split("/")
+        ours, plain = r["median"]["cl-bench"], r["median"]["plain DataLoader loop"]
+        theirs = r["median"].get("avalanche")
+        dash = lambda x, f: f.format(x) if x is not None else "–"  # noqa: E731
+        lines.append(
+            f"| {backbone} | {name} | {r['samples']} | {r['repeats']} | {ours['train_eval_s']:.1f} | "
+            f"{plain['train_eval_s']:.1f} | {dash(theirs and theirs['train_eval_s'], '{:.1f}')} | "
+            f"{ours['wall_s']:.1f} | {plain['wall_s']:.1f} | {dash(theirs and theirs['wall_s'], '{:.1f}')} | "
+            f"{ours['avg_acc']:.3f} / {plain['avg_acc']:.3f} / {dash(theirs and theirs['avg_acc'], '{:.3f}')} | "
+            f"{plain['train_eval_s'] / ours['train_eval_s']:.2f}x / "
+            f"{dash(theirs and theirs['train_eval_s'] / ours['train_eval_s'], '{:.2f}x')} |")
+    notes = sorted({r["no_avalanche"] for r in d["runs"].values() if "no_avalanche" in r})
+    return lines + [f"\nNo Avalanche row for packnet: {n}." for n in notes]
+
+
 def render_ddp(d) -> list[str]:
     lines = ["## Data-parallel on 2 CPU processes", "",
              f"{where(d)}, `python scripts/bench.py ddp`, median of {d['repeats']} interleaved runs. Step time of one "
@@ -579,7 +671,8 @@ def render_ddp(d) -> list[str]:
     return lines
 
 
-SECTIONS = {"overhead": overhead, "peers": peers, "methods": methods, "scaling": scaling, "gpu": gpu, "ddp": ddp}
+SECTIONS = {"overhead": overhead, "peers": peers, "images": images, "methods": methods, "scaling": scaling,
+            "gpu": gpu, "ddp": ddp}
 
 
 def commit() -> str:
