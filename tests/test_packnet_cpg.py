@@ -58,6 +58,39 @@ def test_binarize_is_straight_through():
     assert score.grad.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
 
 
+def test_masked_weight_skips_only_trivial_masks():
+    """The forward weight equals the reference's weight × mask in every state, and the product is skipped just
+    where the mask is all ones (PackNet's newest task, every weight its own or earlier tasks') or where a picking
+    task has no earlier weights to pick from."""
+    torch.manual_seed(0)
+    layer = masked.MaskedLinear(torch.nn.Linear(6, 4), num_tasks=3, picking=(1e-2, 5e-3))
+    w = layer.weight.detach()
+
+    def reference(t):  # PackNet's rule, and CPG's while learning t with every score above the threshold
+        own = layer.owner
+        return w * ((own > 0) & (own <= t + 1))
+
+    def check(t, trivial):
+        layer.task = t
+        masks = layer.constant_masks(6)
+        assert (all(m is None for m in masks) if trivial else any(m is not None for m in masks)), (t, masks)
+        assert torch.equal(layer.masked_weight(6), reference(t))
+
+    layer.claim(0)
+    check(0, trivial=True)  # task 0 owns everything: w itself
+    assert layer.trainable_mask(0) is None
+    layer.release(0, 0.5)
+    check(0, trivial=False)  # released weights leave the forward pass
+    assert torch.equal(layer.trainable_mask(0), (layer.owner == 1).float())
+    layer.claim(1)
+    check(0, trivial=False)  # task 0 does not see task 1's weights
+    check(1, trivial=True)  # the newest task computes with every weight
+    layer.start_picking(1)  # CPG: a score over task 0's weights, all picked at the start
+    layer.learning = 1
+    own, earlier = layer.constant_masks(6)
+    assert own is not None and earlier is not None and torch.equal(layer.masked_weight(6), reference(1))
+
+
 def test_cubic_sparsity_schedule():
     assert cubic_sparsity(0, 0, 100, 0.2, 0.5) == pytest.approx(0.2)
     assert cubic_sparsity(100, 0, 100, 0.2, 0.5) == pytest.approx(0.5)

@@ -123,6 +123,10 @@ class MaskedMethod(Method):
             # A product, not a fill, for speed: a NaN gradient would pass it, but a step whose loss is not finite
             # is skipped (skip_nonfinite) or ends the run before any checkpoint is written.
             trainable = layer.trainable_mask(task_id)
+            if trainable is None:  # the task owns every weight of the layer
+                if self.cfg.weight_decay:
+                    grad.add_(layer.weight.detach(), alpha=self.cfg.weight_decay)
+                continue
             grad.mul_(trainable)
             if self.cfg.weight_decay:
                 grad.addcmul_(layer.weight.detach(), trainable, value=self.cfg.weight_decay)

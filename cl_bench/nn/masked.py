@@ -84,6 +84,7 @@ class MaskedLayer(nn.Module):
         self._folded = None  # (key, masked weight) of the last task evaluated
         self._masks = None  # (key, masks) of the task being computed: see constant_masks
         self._trainable = None  # (key, mask) of the weights the task being learned may change
+        self._released = None  # (key, mask) of the free weights
 
     # --- the forward weight ---------------------------------------------------------------------------
     def pick(self, task_id: int) -> torch.Tensor | None:
@@ -94,15 +95,20 @@ class MaskedLayer(nn.Module):
         masks = self.constant_masks(in_width)
         if len(masks) == 2:  # the task being learned: its own weights, and the earlier ones its score picks
             own, earlier = masks
+            if earlier is None:  # no earlier weights here (the first task): nothing to pick, no score to apply
+                return w if own is None else w * own
             score = self.score[: self._widths[self.task], :in_width]
-            return w * (own + earlier * binarize(score, self.mask_threshold))
-        return w * masks[0]
+            return w * ((1.0 if own is None else own) + earlier * binarize(score, self.mask_threshold))
+        return w if masks[0] is None else w * masks[0]
 
     def constant_masks(self, in_width: int) -> tuple[torch.Tensor, ...]:
         """The parts of the task's mask that change only with ownership or picking, as float tensors: built
         once and reused by every step, so that a training step multiplies by the mask instead of comparing the
         owner tensor afresh (on small layers those comparisons cost as much as the matmul). (mask,) for a task
-        computing with fixed weights; (own, earlier) for the task being learned with a picking score."""
+        computing with fixed weights; (own, earlier) for the task being learned with a picking score. A mask
+        of all ones is None (the newest task of PackNet computes with every weight), and so is an `earlier` of
+        all zeros (the first task has nothing to pick): the forward then skips the product, which on small
+        layers costs as much as the matmul. Deciding that reads the mask once per build, not per step."""
         t, k = self.task, self.task + 1
         learning = self.score is not None and t == self.learning
         pick = None if learning or not self.picking else self.pick(t)
@@ -118,7 +124,15 @@ class MaskedLayer(nn.Module):
         if torch.compiler.is_compiling():  # a compiled graph fuses the comparisons anyway
             return build()
         key = (t, in_width, learning, self._widths[t], self.weight.dtype, *_versions(self.owner, pick))
-        return self._memo("_masks", key, build)
+        return self._memo("_masks", key, lambda: self._drop_trivial(build(), learning))
+
+    @staticmethod
+    def _drop_trivial(masks: tuple[torch.Tensor, ...], learning: bool) -> tuple[torch.Tensor | None, ...]:
+        """The masks with an all-ones one (and, while learning, an all-zeros `earlier`) as None."""
+        if learning:
+            own, earlier = masks
+            return (None if bool(own.all()) else own), (None if not bool(earlier.any()) else earlier)
+        return tuple(None if bool(m.all()) else m for m in masks)
 
     def weight_for(self, in_width: int) -> torch.Tensor:
         """The task's masked weight; in evaluation folded once per task rather than recomputed per batch."""
@@ -159,11 +173,15 @@ class MaskedLayer(nn.Module):
     def trainable(self, task_id: int) -> torch.Tensor:
         return self.owner == task_id + 1
 
-    def trainable_mask(self, task_id: int) -> torch.Tensor:
+    def trainable_mask(self, task_id: int) -> torch.Tensor | None:
         """trainable(task_id) as 0/1 in the weight's dtype, kept while ownership is unchanged: every training
-        step multiplies the gradient by it (on CPUs a product is ~20× faster than a boolean fill or compare)."""
+        step multiplies the gradient by it (on CPUs a product is ~20× faster than a boolean fill or compare).
+        None when the task owns every weight (PackNet's and CPG's first task before pruning): nothing to mask."""
+        def build():
+            mask = self.trainable(task_id)
+            return None if bool(mask.all()) else mask.to(self.weight.dtype)
         key = (task_id, self.weight.dtype, *_versions(self.owner))
-        return self._memo("_trainable", key, lambda: self.trainable(task_id).to(self.weight.dtype))
+        return self._memo("_trainable", key, build)
 
     @torch.no_grad()
     def release(self, task_id: int, sparsity: float) -> None:
@@ -183,7 +201,10 @@ class MaskedLayer(nn.Module):
 
     @torch.no_grad()
     def zero_released(self) -> None:
-        self.weight.masked_fill_(self.owner == 0, 0.0)
+        """Set the free weights to 0 (CPG's gradual pruning does so after every step): the comparison is kept
+        while ownership is unchanged."""
+        released = self._memo("_released", _versions(self.owner), lambda: self.owner == 0)
+        self.weight.masked_fill_(released, 0.0)
 
     def start_picking(self, task_id: int) -> None:
         """A real-valued picking mask for task_id over the weights earlier tasks own (Piggyback's init)."""
@@ -227,7 +248,7 @@ class MaskedLayer(nn.Module):
                     self.biases[j] = nn.Parameter(_padded(self.biases[j].detach(), (o1,), 0.0))
             self.task_out[from_task:] = o1
             self._widths = self.task_out.tolist()
-        self._folded = self._masks = self._trainable = None
+        self._folded = self._masks = self._trainable = self._released = None
 
     # --- loading: take the shapes of the state first (a grown checkpoint into a freshly built layer) -------
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
@@ -249,7 +270,7 @@ class MaskedLayer(nn.Module):
                     self.biases[j] = nn.Parameter(value.new_empty(value.shape).to(self.owner.device))
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
         self._widths = self.task_out.tolist()
-        self._folded = self._masks = self._trainable = None
+        self._folded = self._masks = self._trainable = self._released = None
 
 
 class MaskedConv2d(MaskedLayer):
