@@ -9,6 +9,9 @@
                                                         # with and without hardware.compile (skips without a GPU)
     python scripts/bench.py images [--avalanche-python ...]  # split_cifar10 with augmentation: cl-bench, Avalanche
                                                         # and a DataLoader loop, on a conv net and resnet18_reduced
+    python scripts/bench.py masks [--before DIR]        # packnet, piggyback and cpg over finetune, on a checkout and
+                                                        # on another (DIR: a worktree of an earlier commit), with the
+                                                        # top operators of one profiled task
     python scripts/bench.py ddp                         # step time on 2 CPU processes with DistributedDataParallel,
                                                         # with a per-parameter all-reduce, and on one process
 
@@ -264,10 +267,11 @@ def plot_scaling(runs: dict) -> None:
 # (one process each, so start-up is paid once a group). Sizes: the GPU's (resnet18_reduced, a few hundred steps a
 # method) and --cpu's (a tiny conv net, a batch or two a task: the path, not the figures).
 GPU_SIZES = {
-    "gpu": {"backbone": ["backbone=resnet18_reduced"], "samples": 2000, "test_samples": 2000, "epochs": 3,
+    "gpu": {"overrides": ["backbone=resnet18_reduced"], "samples": 2000, "test_samples": 2000, "epochs": 3,
             "batch": 128},
-    "cpu": {"backbone": ["backbone=convnet", "backbone.channels=[8,8]"], "samples": 32, "test_samples": 32,
-            "epochs": 1, "batch": 16},
+    # debug=fast's two tasks without checkpoints, each of one batch of 16 (online methods: two of 10)
+    "cpu": {"overrides": ["debug=fast", "backbone=convnet", "backbone.channels=[8,8]"], "samples": 16,
+            "test_samples": 32, "epochs": 1, "batch": 16},
 }
 CHANCE = {"class": 0.1, "task": 0.5}  # split_cifar10's final row: one of 10 classes, or of the task's 2
 SANE_MARGIN = 0.02  # a method whose final row is not this far above chance on the GPU sizes is flagged
@@ -305,17 +309,18 @@ def gpu(opts) -> dict:
         return skip("gpu skipped: no CUDA GPU is visible on this machine (scripts/gpu_check.sh --cpu runs it small)")
     size = GPU_SIZES["cpu" if opts.cpu else "gpu"]
     out = {"device": opts.machine if opts.cpu else torch.cuda.get_device_name(0), "cpu": opts.cpu, "runs": {}}
-    common = ["dataset=split_cifar10", *size["backbone"], f"data.root={opts.cifar_root}",
+    common = ["dataset=split_cifar10", *size["overrides"], f"data.root={opts.cifar_root}",
               f"hardware={'cpu' if opts.cpu else 'gpu'}", "logger=none", "checkpoint.enabled=false",
               f"dataset.test_samples_per_task={size['test_samples']}"]
     with tempfile.TemporaryDirectory() as tmp:
+        runs = Path(opts.runs or tmp)
         for i, (scenario, names, extra) in enumerate(gpu_groups(opts.cpu)):
             online = names[0] in ONLINE
             # One batch size and epoch count for every method with epochs, so samples/s compares work per sample;
             # the online methods keep their own batch (10) and single pass.
             shape = [f"dataset.samples_per_task={size['samples']}"] + ([] if online else [
                 f"method.epochs={size['epochs']}", f"method.batch_size={size['batch']}"])
-            sweep = Path(tmp) / f"group{i}"
+            sweep = runs / f"group{i}"
             args = ["-m", f"method={','.join(names)}", f"scenario={scenario}", *common, *shape, *extra,
                     f"hydra.sweep.dir={sweep}"]
             try:
@@ -399,6 +404,59 @@ def images(opts) -> dict:
     return {"runs": out, "avalanche": have_avalanche, "test_samples": IMAGE_TEST_SAMPLES, "workers": IMAGE_WORKERS}
 
 
+MASK_METHODS = ("finetune", "packnet", "piggyback", "cpg")
+
+
+def cl_bench_at(src: Path, overrides: list[str], run_dir: Path) -> dict:
+    """metrics.json of `cl-bench train` run from the checkout at src (its own package, this interpreter)."""
+    proc = subprocess.run([sys.executable, "-m", "cl_bench", "train", *overrides, f"hydra.run.dir={run_dir}"],
+                          cwd=src, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src)})
+    if proc.returncode != 0:
+        raise Failed(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def top_operators(table: str, n: int = 6) -> list[tuple[str, float]]:
+    """The first n rows of a profiler table sorted by self CPU time: (operator, self CPU %)."""
+    rows = []
+    for line in table.splitlines()[3:]:
+        parts = line.split()
+        if len(parts) < 7 or not parts[1].endswith("%"):
+            continue
+        rows.append((parts[0], float(parts[1].rstrip("%"))))
+    return sorted(rows, key=lambda r: -r[1])[:n]
+
+
+def masks(opts) -> dict:
+    """Each mask method's train+eval time over finetune's on the methods section's MLP and conv net workloads (the
+    task scenario, one epoch at batch 64, the extra phases cut to one epoch), for this checkout and, with --before,
+    another one, interleaved; and the top operators of task 1 of packnet and cpg under debug=profile here."""
+    checkouts = {"after": ROOT, **({"before": Path(opts.before).resolve()} if opts.before else {})}
+    out = {"runs": {}, "profiles": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, data in method_rows(opts)[:2]:
+            times = {(c, n): [] for c in checkouts for n in MASK_METHODS}
+            for i in range(opts.repeats):
+                for (which, src), name in ((c, n) for c in checkouts.items() for n in MASK_METHODS):
+                    args = [f"method={name}", "scenario=task", *data, "logger=none", "checkpoint.enabled=false",
+                            "hardware.threads=2", "method.epochs=1", "method.batch_size=64", *SHORT.get(name, [])]
+                    m = cl_bench_at(src, args, Path(tmp) / f"{label.replace('/', '_')}_{which}_{name}{i}")
+                    times[which, name].append(m["time_s"])
+            for which in checkouts:
+                base = statistics.median(times[which, "finetune"])
+                out["runs"][f"{label}/{which}"] = {n: {"time_s": statistics.median(times[which, n]),
+                                                       "over_finetune": statistics.median(times[which, n]) / base}
+                                                   for n in MASK_METHODS}
+            print(label, json.dumps(out["runs"]), file=sys.stderr)
+        for name in ("packnet", "cpg"):
+            run_dir = Path(tmp) / f"profile_{name}"
+            cl_bench_at(ROOT, [f"method={name}", "scenario=task", *method_rows(opts)[0][1], "debug=profile",
+                               "profile_task=1", "method.epochs=1", "method.batch_size=64", *SHORT.get(name, [])],
+                        run_dir)
+            out["profiles"][name] = top_operators((run_dir / "profile" / "task_001.txt").read_text())
+    return {"repeats": opts.repeats, "before": opts.before_label, **out}
+
+
 DDP_MODES = ("single", "ddp", "per_param")
 
 
@@ -436,7 +494,7 @@ def render(results: dict) -> str:
              "one run of the script, with the runs of both sides interleaved.", ""]
     floor = results.get("overhead", {}).get("median", {}).get("import torch, torch._dynamo", {}).get("wall_s")
     for section, fn in (("overhead", render_overhead), ("peers", lambda p: render_peers(p, floor)),
-                        ("images", render_images),
+                        ("images", render_images), ("masks", render_masks),
                         ("methods", render_methods), ("scaling", render_scaling), ("gpu", render_gpu),
                         ("ddp", render_ddp)):
         if section in results:
@@ -605,7 +663,7 @@ def render_gpu(g) -> list[str]:
     hardware = ("hardware=cpu (the tiny path check: its figures mean nothing)" if g.get("cpu") else
                 "hardware=gpu (bf16 autocast, channels_last, TF32; finetune and cpg also with hardware.compile=true)")
     lines = ["## GPU check", "", f"{where(g)}, `bash scripts/gpu_check.sh CIFAR10_SRC"
-             f"{' --cpu' if g.get('cpu') else ''}`: split_cifar10 with {' '.join(size['backbone'])}, {hardware}, "
+             f"{' --cpu' if g.get('cpu') else ''}`: split_cifar10 with {' '.join(size['overrides'])}, {hardware}, "
              f"{size['samples']} training samples a task, epochs: {size['epochs']}, batch {size['batch']} (online "
              "methods: one pass in batches of 10); samples/s counts training samples over train+eval time (the "
              "mask methods' extra phases come on top). Peak memory: the GPU's allocated peak of each run (on the "
@@ -652,6 +710,22 @@ def render_images(d) -> list[str]:
     return lines + [f"\nNo Avalanche row for packnet: {n}." for n in notes]
 
 
+def render_masks(d) -> list[str]:
+    lines = ["## Mask methods over finetune", "",
+             f"{where(d)}, `python scripts/bench.py masks --before DIR`, median of {d['repeats']} interleaved runs: "
+             "train+eval time over finetune's, task scenario, one epoch a task at batch 64 (the extra phases cut "
+             "to one epoch each, as in the methods section). `before`: " + (d.get("before") or "not run") + ".", "",
+             "| workload | checkout | finetune s | packnet | piggyback | cpg |", "|---|---|---|---|---|---|"]
+    for key, r in d["runs"].items():
+        label, which = key.rsplit("/", 1)
+        lines.append(f"| {label} | {which} | {r['finetune']['time_s']:.2f} | " + " | ".join(
+            f"{r[n]['over_finetune']:.2f}x" for n in MASK_METHODS[1:]) + " |")
+    for name, top in d.get("profiles", {}).items():
+        lines += ["", f"Top operators by self CPU time, {name}, task 1 on the MLP (`debug=profile profile_task=1`): "
+                  + ", ".join(f"{op} {pct:.1f} %" for op, pct in top) + "."]
+    return lines
+
+
 def render_ddp(d) -> list[str]:
     lines = ["## Data-parallel on 2 CPU processes", "",
              f"{where(d)}, `python scripts/bench.py ddp`, median of {d['repeats']} interleaved runs. Step time of one "
@@ -671,8 +745,8 @@ def render_ddp(d) -> list[str]:
     return lines
 
 
-SECTIONS = {"overhead": overhead, "peers": peers, "images": images, "methods": methods, "scaling": scaling,
-            "gpu": gpu, "ddp": ddp}
+SECTIONS = {"overhead": overhead, "peers": peers, "images": images, "methods": methods, "masks": masks,
+            "scaling": scaling, "gpu": gpu, "ddp": ddp}
 
 
 def commit() -> str:
@@ -703,6 +777,9 @@ def main() -> None:
     parser.add_argument("--machine", default=f"{os.cpu_count()}-core CPU",
                         help="words for the machine, recorded with the figures")
     parser.add_argument("--cpu", action="store_true", help="gpu: run the check on the CPU at tiny sizes")
+    parser.add_argument("--runs", help="gpu: keep the run directories here (default: a temporary one)")
+    parser.add_argument("--before", help="masks: another checkout to time beside this one (a git worktree)")
+    parser.add_argument("--before-label", help="masks: words for that checkout (say, its commit)")
     parser.add_argument("--docs", type=Path, default=DOCS, help="where benchmarks.json and benchmarks.md live")
     opts = parser.parse_args()
     if opts.section != "gpu":  # the GPU check reads CIFAR-10 alone

@@ -35,16 +35,27 @@ def cifar_archive(path, per_class_train: int, per_class_test: int) -> None:
             tar.addfile(info, io.BytesIO(blob))
 
 
-def test_gpu_check_runs_every_method_on_the_cpu(tmp_path):
+def test_gpu_check_on_the_cpu_runs_every_method_under_debug_fast(tmp_path):
+    """--cpu is debug=fast (two tasks of one batch each, one epoch, no checkpoints): this is also the one test
+    that runs every method that way, in seconds each."""
     cifar_archive(tmp_path / "cifar-10-python.tar.gz", per_class_train=40, per_class_test=20)
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "cifar-10-python.tar.gz"), "--cpu",
-                           "--docs", str(tmp_path / "docs")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           "--docs", str(tmp_path / "docs"), "--runs", str(tmp_path / "runs")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "docs" / "benchmarks.json").read_text())["gpu"]
     assert {key.split("/")[0] for key in result["runs"]} == set(METHODS)
     assert result["flagged"] == [] and all(r["samples_per_s"] > 0 for r in result["runs"].values())
     table = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert "## GPU check" in table and all(f"| {name} |" in table for name in METHODS)
+    jobs = {json.loads(f.read_text())["method"]: f.parent for f in (tmp_path / "runs").glob("*/*/metrics.json")}
+    assert set(jobs) == set(METHODS)
+    for name, job in jobs.items():
+        metrics = json.loads((job / "metrics.json").read_text())
+        assert metrics["complete"] and len(metrics["acc"]) == 2 and not (job / "checkpoints").exists(), name
+        assert metrics["time_s"] < 60, name  # seconds, not minutes: a generous bound for a loaded CPU
+    events = [json.loads(line) for line in (jobs["finetune"] / "events.jsonl").read_text().splitlines()]
+    assert [(e["task"], e["epoch"]) for e in events if e["event"] == "epoch_end"] == [(0, 0), (1, 0)]
 
 
 def test_gpu_check_refuses_a_missing_source_in_one_line(tmp_path):
