@@ -397,11 +397,28 @@ def images(opts) -> dict:
                         rows[peer].append({"wall_s": wall, "train_eval_s": r["train_eval_s"],
                                            "avg_acc": r["final_avg_acc"]})
                 med = {k: median_rows(v) for k, v in rows.items() if v}
+                if name == "finetune":  # forward, backward and step alone on ready tensors: what no tool can beat
+                    med["compute floor"] = {"train_s": compute_floor(backbone, samples, opts.repeats)}
                 out[f"{backbone}/{name}"] = {"median": med, "repeats": repeats or opts.repeats, "samples": samples,
                                              "cl_bench_overrides": ours,
                                              **({} if " " not in theirs else {"no_avalanche": theirs})}
                 print(backbone, name, json.dumps(med), file=sys.stderr)
-    return {"runs": out, "avalanche": have_avalanche, "test_samples": IMAGE_TEST_SAMPLES, "workers": IMAGE_WORKERS}
+        profile = Path(tmp) / "profile"  # where cl-bench's time goes on the conv net: one task under the profiler
+        cl_bench([*IMAGE_JOB, *IMAGE_METHODS["finetune"][0], "backbone=convnet", f"data.root={opts.cifar_root}",
+                  f"dataset.samples_per_task={IMAGE_SIZES['convnet'][1]}",
+                  f"dataset.test_samples_per_task={IMAGE_TEST_SAMPLES}", "debug=profile"], profile)
+        top = top_operators((profile / "profile" / "task_000.txt").read_text(), 8)
+    return {"runs": out, "avalanche": have_avalanche, "test_samples": IMAGE_TEST_SAMPLES, "workers": IMAGE_WORKERS,
+            "profile_convnet_finetune": top}
+
+
+def compute_floor(backbone: str, samples: int, repeats: int) -> float:
+    """Seconds of the training steps alone for finetune's job (5 tasks of `samples` at batch 32): the median
+    step of scripts/ddp_step.py on ready tensors, on this machine's threads, times the number of steps."""
+    cmd = [sys.executable, "scripts/ddp_step.py", "single", f"--backbone={backbone}", "--batch-size=32",
+           f"--threads={os.cpu_count()}", "--steps=40"]
+    step_ms = statistics.median(json.loads(timed(cmd)[1].strip().splitlines()[-1])["step_ms"] for _ in range(repeats))
+    return step_ms / 1000 * 5 * -(-samples // 32)
 
 
 MASK_METHODS = ("finetune", "packnet", "piggyback", "cpg")
@@ -707,7 +724,18 @@ def render_images(d) -> list[str]:
             f"{plain['train_eval_s'] / ours['train_eval_s']:.2f}x / "
             f"{dash(theirs and theirs['train_eval_s'] / ours['train_eval_s'], '{:.2f}x')} |")
     notes = sorted({r["no_avalanche"] for r in d["runs"].values() if "no_avalanche" in r})
-    return lines + [f"\nNo Avalanche row for packnet: {n}." for n in notes]
+    lines += [f"\nNo Avalanche row for packnet: {n}." for n in notes]
+    floors = [(k.split("/")[0], r["median"]["compute floor"]["train_s"]) for k, r in d["runs"].items()
+              if "compute floor" in r["median"]]
+    if floors:
+        lines += ["", "Compute floor (finetune's training steps alone, forward, backward and SGD step on ready "
+                  "tensors at batch 32, by `scripts/ddp_step.py single`, this machine's threads): " + ", ".join(
+                      f"{b} {s:.1f} s" for b, s in floors) + "."]
+    if d.get("profile_convnet_finetune"):
+        lines += ["", "Where cl-bench's time goes (finetune, conv net, task 0 under `debug=profile`, top operators by "
+                  "self CPU time): " + ", ".join(f"{op} {pct:.1f} %" for op, pct in d["profile_convnet_finetune"])
+                  + "."]
+    return lines
 
 
 def render_masks(d) -> list[str]:

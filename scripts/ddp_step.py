@@ -6,6 +6,7 @@ batches (random pixels: the cost of a step does not depend on them), SGD, a glob
     torchrun --nproc_per_node=2 scripts/ddp_step.py per_param  # one blocking all-reduce per parameter after
                                                                # backward (cl-bench's hardware=ddp before DDP)
     python scripts/ddp_step.py single                          # one process, the whole global batch
+                                                               # (bench.py images: the compute floor of a step)
 
 Prints one JSON line (rank 0): the median step time in ms over --steps steps after --warmup.
 """
@@ -35,8 +36,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128, help="the global batch")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads a process (one a core: 2 ranks on "
+                        "2 cores, as the single process gets one)")
     opts = parser.parse_args()
-    torch.set_num_threads(1)  # one core per process: two ranks on two cores, as the single process gets one
+    torch.set_num_threads(opts.threads)
     world = 1
     if opts.mode != "single":
         dist.init_process_group("gloo")
