@@ -44,7 +44,7 @@ def test_penalty_reference_is_the_calibrated_weights_one_inner_step_old():
 
     method.glance = recording_glance
     method.outer_step = lambda task, before: seen.update(before=before)
-    method.observe(first_batch(method, tasks[1]), tasks[1])
+    method.observe(first_batch(method, tasks[1]), tasks[1], store=False)
     assert len(at_start) == 3
     assert all(torch.equal(a, b) for a, b in zip(seen["before"], at_start[-1]))  # the start of the last step
     assert not all(torch.equal(a, b) for a, b in zip(seen["before"], at_start[0]))  # not the start of the first
@@ -193,10 +193,35 @@ def test_multi_pass_replays_the_stream_and_stores_it_once(method_name):
     method, tasks = build(f"method={method_name}", "method.epochs=2", "method.inner_steps=1")
     calls = []
     observe = method.observe
-    method.observe = lambda batch, task: calls.append(batch.y.shape[0]) or observe(batch, task)
+    method.observe = lambda batch, task, store: calls.append(batch.y.shape[0]) or observe(batch, task, store)
     method.train_task(tasks[0])
     assert sum(calls) == 2 * len(tasks[0].train)
     assert int(method.memory.seen) == len(tasks[0].train)
+
+
+@pytest.mark.parametrize("write, first_replay", [("first_glance", 1), ("after_glances", None)])
+def test_lamaml_writes_the_batch_into_the_memory_during_its_first_glance(write, first_replay):
+    """La-MAML's push_to_mem runs at pass_itr 0, after that glance drew its meta batch: on the stream's very first
+    batch the memory is empty for glance 0 and holds the batch from glance 1 on (memory_write=first_glance); with
+    after_glances no glance of that batch replays."""
+    method, tasks = build("method=lamaml", "method.inner_steps=3", f"method.memory_write={write}")
+    method.train()
+    stored_at_glance = []
+    glance = method.glance
+
+    def recording_glance(batch, task):
+        stored_at_glance.append((int(method.memory.seen), method.replay_ready))
+        return glance(batch, task)
+
+    method.glance = recording_glance
+    batch = first_batch(method, tasks[0])
+    method.replay_ready = False  # the stream's first batch
+    method.observe(batch, tasks[0], store=True)
+    replaying = [k for k, (_, ready) in enumerate(stored_at_glance) if ready]
+    assert (replaying[0] if replaying else None) == first_replay
+    if write == "first_glance":
+        assert stored_at_glance == [(0, False), (10, True), (10, True)]
+    assert int(method.memory.seen) == 10  # stored once either way
 
 
 # --- La-MAML's A-GEM and ER -----------------------------------------------------------------------------------

@@ -120,6 +120,18 @@ def test_random_flip_mirrors_some_images_whole():
     assert all(f or k for f, k in zip(flipped, kept)) and 10 < sum(flipped) < 54
 
 
+def test_training_view_pads_with_black_as_torchvision_does():
+    """torchvision's RandomCrop(32, padding=4) pads the image with black before ToTensor and Normalize: the padded
+    border of a white image is normalised black, (0 - mean) / std, not 0 (the mean colour)."""
+    view = View((0.5, 0.25), (0.5, 0.25), augment=True, device="cpu")
+    white = torch.full((64, 2, 8, 8), 255, dtype=torch.uint8)
+    out = view.train(white, torch.Generator().manual_seed(0))
+    black, white_value = view.eval(torch.zeros(1, 2, 1, 1)), view.eval(torch.full((1, 2, 1, 1), 255.0))
+    for c in range(2):
+        values = set(out[:, c].unique().tolist())
+        assert values == {black[0, c, 0, 0].item(), white_value[0, c, 0, 0].item()}  # black border, white rest
+
+
 def test_view_normalises_per_channel():
     view = View((0.5, 0.25), (0.5, 0.25), augment=False, device="cpu")
     x = torch.full((1, 2, 2, 2), 255, dtype=torch.uint8)

@@ -26,14 +26,17 @@ class View:
         return x.contiguous(memory_format=self.memory_format)
 
     def train(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        x = self.eval(random_brightness(x, self.brightness, generator) if self.augment and self.brightness else x)
+        """Augmented on the pixels, then normalised: the crop's padding is black, as torchvision's
+        RandomCrop(padding=4) pads the image before ToTensor and Normalize (the references' pipeline)."""
         if self.augment:
-            x = random_flip(random_crop(x, self.pad, generator), generator).contiguous(memory_format=self.memory_format)
-        return x
+            if self.brightness:
+                x = random_brightness(x, self.brightness, generator)
+            x = random_flip(random_crop(x, self.pad, generator), generator)
+        return self.eval(x)
 
 
 def random_crop(x: torch.Tensor, pad: int, generator=None) -> torch.Tensor:
-    """Zero-pad by `pad` and cut each image at its own random offset, with one gather for the batch."""
+    """Pad with 0 (black pixels) by `pad` and cut each image at its own random offset, one gather for the batch."""
     n, c, h, w = x.shape
     padded = F.pad(x, (pad, pad, pad, pad))
     dy = torch.randint(0, 2 * pad + 1, (n, 1), device=x.device, generator=generator)

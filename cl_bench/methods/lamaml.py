@@ -10,7 +10,10 @@ the weights by w ← w - relu(α) ⊙ ∇w, with the new α (La-MAML's asynchron
 as the MNIST runs (the inner gradients are constants, so α's gradient flows through the steps they scale);
 second_order=true differentiates through them, as the CIFAR runs. The ablations of La-MAML's table are options:
 C-MAML (`learn_lr=false`: α stays at alpha_init) and Sync (`sync_update=true`: the weights take a plain SGD step
-of weight_lr on the meta gradient, the code's opt_wt). Both meta gradients are clipped to grad_clip_norm.
+of weight_lr on the meta gradient, the code's opt_wt). Both meta gradients are clipped to grad_clip_norm. The
+memory is a reservoir written once per sample, in the first pass, during the batch's first glance (after that
+glance drew its meta batch, as lamaml_base.push_to_mem at pass_itr 0), so the later glances may replay it;
+replay draws are uniform with replacement, as getBatch's reshuffled picks are.
 
 Batch norm: La-MAML's networks normalise with running statistics that no pass updates (`bn_training=False`; its
 MLP and pc_cnn have no batch norm at all); here too every batch norm runs on its running statistics and keeps them,
@@ -25,7 +28,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
+from ..checks import Choice
 from .online import OnlineConfig, OnlineMethod, sgd_step
+
+
+class MemoryWrite(Choice):
+    first_glance = "first_glance"
+    after_glances = "after_glances"
 
 
 @dataclass
@@ -41,6 +50,9 @@ class LaMAMLConfig(OnlineConfig):
     learn_lr: bool = True  # false: α is fixed at alpha_init (C-MAML)
     sync_update: bool = False  # true: the weights step by weight_lr on the meta gradient (Sync, C-MAML)
     weight_lr: float = 0.1  # SGD lr of the weights under sync_update (the code's opt_wt); read only then
+    # When the incoming batch enters the memory: during its first glance (La-MAML's push_to_mem, at pass_itr 0),
+    # so that the meta batches of its later glances may draw it; or after its last glance (after_glances).
+    memory_write: MemoryWrite = MemoryWrite.first_glance
     unused: ClassVar[tuple[str, ...]] = ("lr",)  # the weights step with their learned lrs α
 
     def checks(self):
@@ -86,6 +98,16 @@ class LaMAML(OnlineMethod):
             if isinstance(m, BATCH_NORMS):
                 m.eval()
         return self
+
+    def observe(self, batch, task, store):
+        """The glances at the batch. La-MAML writes the batch into the memory during the first glance, after
+        that glance drew its meta batch: the later glances may replay it (memory_write=first_glance)."""
+        for glance in range(self.cfg.inner_steps):
+            loss = self.glance(batch, task)
+            if store and glance == (0 if self.cfg.memory_write == "first_glance" else self.cfg.inner_steps - 1):
+                self.remember(batch)
+                self.replay_ready = True
+        return loss
 
     def glance(self, batch, task):
         net = MixedNet(self.backbone, self.heads)

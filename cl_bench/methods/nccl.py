@@ -89,7 +89,7 @@ class NCCL(OnlineMethod):
         self.layers = calibrated.layers(self)
         self.base_params, self.calibration_params = calibrated.split_parameters(self)
 
-    def observe(self, batch, task):
+    def observe(self, batch, task, store):
         before = None
         for step in range(self.cfg.inner_steps):
             if task.id > 0 and step == self.cfg.inner_steps - 1:  # the last of the seed's per-step copies
@@ -98,6 +98,8 @@ class NCCL(OnlineMethod):
             loss = self.glance(self.glance_batch(batch, task, step), task)
         if before is not None:
             self.outer_step(task, before)
+        if store:
+            self.remember(batch)
         return loss
 
     def glance_batch(self, batch: Batch, task, step: int) -> Batch:

@@ -80,9 +80,7 @@ class OnlineMethod(Method):
             for i, batch in enumerate(self.stream(task)):
                 self.replay_ready = task.id > 0 or epoch > 0 or i > 0
                 self.train()
-                total += self.observe(batch, task)
-                if epoch == 0:  # La-MAML stores each sample once, in the first pass
-                    self.remember(batch)
+                total += self.observe(batch, task, store=epoch == 0)  # each sample stored once, in the first pass
                 self.ctx.recorder.step()
             mean_loss = float(total / steps)  # the one host sync of a pass
             if not math.isfinite(mean_loss):
@@ -95,9 +93,12 @@ class OnlineMethod(Method):
         for raw, y, t in task.train.batches(self.cfg.batch_size, self.ctx.generator):
             yield Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t)
 
-    def observe(self, batch: Batch, task) -> torch.Tensor:
+    def observe(self, batch: Batch, task, store: bool) -> torch.Tensor:
+        """The glances at one incoming batch; then, if store, the batch into the memory."""
         for _ in range(self.cfg.inner_steps):
             loss = self.glance(batch, task)
+        if store:
+            self.remember(batch)
         return loss
 
     @abc.abstractmethod
