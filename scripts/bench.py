@@ -12,6 +12,8 @@
     python scripts/bench.py masks [--before DIR]        # packnet, piggyback and cpg over finetune, on a checkout and
                                                         # on another (DIR: a worktree of an earlier commit), with the
                                                         # top operators of one profiled task
+    python scripts/bench.py costs                       # the paper settings' cost: seconds per training sample
+                                                        # measured here, times each schedule's sample passes
     python scripts/bench.py ddp                         # step time on 2 CPU processes with DistributedDataParallel,
                                                         # with a per-parameter all-reduce, and on one process
 
@@ -474,6 +476,74 @@ def masks(opts) -> dict:
     return {"repeats": opts.repeats, "before": opts.before_label, **out}
 
 
+COST_SAMPLES = 96  # training samples a task in the measured runs (the second task's learning is timed)
+ONLINE_COST = ["logger=none"]
+LA_CIFAR_COST = ["experiment=gem_split_cifar100", "backbone=pc_cnn", "dataset.augment=true",
+                 "dataset.brightness_jitter=0.247", "method=lamaml", "method.second_order=true",
+                 "method.trajectory_chunks=5", "method.inner_relu=false", "method.memory_size=200"]
+# The paper settings: each is run here on a few samples a task (two tasks, every phase one epoch) and timed per
+# training sample of its last task; the full schedule's sample passes are counted from its preset.
+# (label, data, overrides, measured passes a sample, full tasks, full samples a task, full passes a sample, how)
+CPG_SHORT = ["method.goal_source=none", "method.prune_targets=[0.5]", "method.prune_epochs=1",
+             "method.prune_ramp_epochs=1", "method.retrain_epochs=1"]
+COSTS = [
+    ("cpg_cifar100_20", "cifar100", ["experiment=cpg_cifar100_20", "method.epochs=1", *CPG_SHORT], 3, 20, 2250, 430,
+     "per task: goal model 100 epochs + training 100 + compacting 20 at each of 10 sparsity targets + picking refit "
+     "30 (no growth round counted; each growth repeats training and compacting)"),
+    ("gated_split_cifar10 (class)", "cifar10", ["experiment=gated_split_cifar10", "scenario=class", "method.epochs=1",
+                                                "method.task_classifier_epochs=1"], 2, 5, 9000, 35,
+     "per task: 30 epochs of the gated network + 5 of the task classifier"),
+    ("gated_split_svhn (class), at CIFAR-10's measured rate", None, None, None, 5, 13186, 35,
+     "SVHN's 73,257 training images less 10 % validation over 5 tasks, the same network and schedule"),
+    ("nccl, gem_split_cifar100 single pass", "cifar100", ["experiment=gem_split_cifar100", "method=nccl",
+                                                          *ONLINE_COST], 1, 20, 2250, 1, "one pass, 5 glances a batch"),
+    ("nccl, gem_split_cifar100 multi pass", "cifar100", ["experiment=gem_split_cifar100", "method=nccl",
+                                                         "method.inner_steps=1", *ONLINE_COST], 1, 20, 2250, 10,
+     "10 passes, 1 glance"),
+    ("lamaml, gem_split_cifar100 single pass", "cifar100", [*LA_CIFAR_COST, "method.inner_steps=10"], 1, 20, 2250, 1,
+     "one pass, 10 glances, second order, pc_cnn"),
+    ("lamaml, gem_split_cifar100 multi pass", "cifar100", [*LA_CIFAR_COST, "method.inner_steps=1"], 1, 20, 2250, 10,
+     "10 passes, 1 glance"),
+]
+
+
+def write_random_cifar100(root: Path, per_class: int) -> None:
+    """cifar-100-python/ in the canonical format with random pixels: the cost of a step does not depend on them."""
+    import pickle
+
+    import numpy as np
+    rng = np.random.default_rng(0)
+    coarse_of = np.repeat(np.arange(20), 5)
+    (root / "cifar-100-python").mkdir(parents=True)
+    for split, n in (("train", per_class), ("test", 4)):
+        fine = np.repeat(np.arange(100), n)
+        batch = {"data": rng.integers(0, 256, (len(fine), 3072), dtype=np.uint8), "fine_labels": fine.tolist(),
+                 "coarse_labels": coarse_of[fine].tolist()}
+        (root / "cifar-100-python" / split).write_bytes(pickle.dumps(batch, protocol=3))
+
+
+def costs(opts) -> dict:
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        roots = {"cifar100": Path(tmp) / "c100", "cifar10": Path(opts.cifar_root)}
+        write_random_cifar100(roots["cifar100"], per_class=30)
+        rate = None
+        for label, data, overrides, passes, tasks, samples, full_passes, how in COSTS:
+            if data is not None:
+                args = [*overrides, f"data.root={roots[data]}", "dataset.num_tasks=2",
+                        f"dataset.samples_per_task={COST_SAMPLES}", "dataset.test_samples_per_task=20",
+                        "logger=none", "checkpoint.enabled=false"]
+                run_dir = Path(tmp) / label.split()[0].replace(",", "") / str(len(out))
+                cl_bench(args, run_dir)
+                learn, _ = task_times(run_dir)
+                rate = learn[-1] / (COST_SAMPLES * passes)  # seconds per sample pass, the second task's
+            full = tasks * samples * full_passes
+            out[label] = {"s_per_sample": rate, "tasks": tasks, "samples": samples, "passes": full_passes,
+                          "cpu_hours": rate * full / 3600, "schedule": how}
+            print(label, json.dumps(out[label]), file=sys.stderr)
+    return {"settings": out, "measured_samples": COST_SAMPLES}
+
+
 DDP_MODES = ("single", "ddp", "per_param")
 
 
@@ -511,7 +581,7 @@ def render(results: dict) -> str:
              "one run of the script, with the runs of both sides interleaved.", ""]
     floor = results.get("overhead", {}).get("median", {}).get("import torch, torch._dynamo", {}).get("wall_s")
     for section, fn in (("overhead", render_overhead), ("peers", lambda p: render_peers(p, floor)),
-                        ("images", render_images), ("masks", render_masks),
+                        ("images", render_images), ("masks", render_masks), ("costs", render_costs),
                         ("methods", render_methods), ("scaling", render_scaling), ("gpu", render_gpu),
                         ("ddp", render_ddp)):
         if section in results:
@@ -754,6 +824,21 @@ def render_masks(d) -> list[str]:
     return lines
 
 
+def render_costs(d) -> list[str]:
+    lines = ["## What the paper settings cost", "",
+             f"{where(d)}, `python scripts/bench.py costs`: each setting run here as its preset, on two tasks of "
+             f"{d['measured_samples']} training samples with every phase one epoch (CIFAR-100 as random pixels in its "
+             "canonical format: a step costs the same whatever the pixels), timing the second task's learning per "
+             "sample pass; the full schedule is that rate times tasks × samples a task × passes a sample. This CPU's "
+             "hours; a GPU's follow from `scripts/gpu_check.sh`'s samples/s on the same networks.", "",
+             "| setting | s per sample pass here | tasks × samples × passes | CPU hours | schedule |",
+             "|---|---|---|---|---|"]
+    for label, r in d["settings"].items():
+        lines.append(f"| {label} | {r['s_per_sample']:.4f} | {r['tasks']} × {r['samples']:,} × {r['passes']} = "
+                     f"{r['tasks'] * r['samples'] * r['passes']:,} | {r['cpu_hours']:.1f} | {r['schedule']} |")
+    return lines
+
+
 def render_ddp(d) -> list[str]:
     lines = ["## Data-parallel on 2 CPU processes", "",
              f"{where(d)}, `python scripts/bench.py ddp`, median of {d['repeats']} interleaved runs. Step time of one "
@@ -774,7 +859,7 @@ def render_ddp(d) -> list[str]:
 
 
 SECTIONS = {"overhead": overhead, "peers": peers, "images": images, "methods": methods, "masks": masks,
-            "scaling": scaling, "gpu": gpu, "ddp": ddp}
+            "scaling": scaling, "costs": costs, "gpu": gpu, "ddp": ddp}
 
 
 def commit() -> str:
