@@ -54,6 +54,21 @@ def subsample(x, y, per_task: int, rng) -> tuple[np.ndarray, np.ndarray]:
     return x[keep], y[keep]
 
 
+def workload_args(doc: str, what: str, choices: list[str]) -> argparse.Namespace:
+    """The workload's command line, the same for this loop and the Avalanche script."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("data_root", type=Path)
+    parser.add_argument(what, choices=choices)
+    parser.add_argument("--backbone", default="convnet")
+    parser.add_argument("--samples", type=int, default=2000, help="training images a task")
+    parser.add_argument("--test-samples", type=int, default=1000, help="test images a task")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers")
+    parser.add_argument("--memory", type=int, default=500, help="er / replay: samples kept")
+    parser.add_argument("--prune", type=float, default=0.5, help="packnet: share of a task's weights released")
+    return parser.parse_args()
+
+
 def load(root: Path, samples: int, test_samples: int, seed: int = 0):
     """(train_x, train_y), (test_x, test_y), mean, std: HWC uint8 images, subsampled per task."""
     rng = np.random.default_rng(seed)
@@ -117,17 +132,7 @@ def prunable(net) -> list[nn.Module]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("data_root", type=Path)
-    parser.add_argument("method", choices=["finetune", "er", "packnet"])
-    parser.add_argument("--backbone", default="convnet")
-    parser.add_argument("--samples", type=int, default=2000)
-    parser.add_argument("--test-samples", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--memory", type=int, default=500)
-    parser.add_argument("--prune", type=float, default=0.5)
-    opts = parser.parse_args()
+    opts = workload_args(__doc__, "method", ["finetune", "er", "packnet"])
     torch.manual_seed(0)
     (train_x, train_y), (test_x, test_y), mean, std = load(opts.data_root, opts.samples, opts.test_samples)
     train_tf, test_tf = transforms(mean, std)
