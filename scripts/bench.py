@@ -480,7 +480,9 @@ COST_SAMPLES = 96  # training samples a task in the measured runs (the second ta
 ONLINE_COST = ["logger=none"]
 LA_CIFAR_COST = ["experiment=gem_split_cifar100", "backbone=pc_cnn", "dataset.augment=true",
                  "dataset.brightness_jitter=0.247", "method=lamaml", "method.second_order=true",
-                 "method.trajectory_chunks=5", "method.inner_relu=false", "method.memory_size=200"]
+                 "method.trajectory_chunks=5", "method.inner_relu=false", "method.memory_size=200",
+                 "method.inner_clip=1.0", "method.grad_clip_norm=1.0", "method.outer_lr=0.25",
+                 "method.alpha_init=0.1"]  # make repro-nccl-cifar's La-MAML
 # The paper settings: each is run here on a few samples a task (two tasks, every phase one epoch) and timed per
 # training sample of its last task; the full schedule's sample passes are counted from its preset.
 # (label, data, overrides, measured passes a sample, full tasks, full samples a task, full passes a sample, how)
@@ -533,7 +535,8 @@ def costs(opts) -> dict:
         rate = None
         for label, data, overrides, passes, tasks, samples, full_passes, how in COSTS:
             if opts.only and not label.startswith(tuple(opts.only.split(","))):
-                out[label] = keep[label]
+                if label in keep:
+                    out[label] = keep[label]
                 continue
             if data is not None:
                 args = [*overrides, f"data.root={roots[data]}", "dataset.num_tasks=2",
@@ -543,6 +546,8 @@ def costs(opts) -> dict:
                 cl_bench(args, run_dir)
                 learn, _ = task_times(run_dir)
                 rate = learn[-1] / (COST_SAMPLES * passes)  # seconds per sample pass, the second task's
+            if rate is None:  # a setting at another's rate, whose measurement was not run
+                continue
             full = tasks * samples * full_passes
             out[label] = {"s_per_sample": rate, "tasks": tasks, "samples": samples, "passes": full_passes,
                           "cpu_hours": rate * full / 3600, "schedule": how}
