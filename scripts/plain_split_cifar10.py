@@ -139,7 +139,7 @@ def main() -> None:
     packnet = opts.method == "packnet"
     net = Net(opts.backbone, [2] * 5 if packnet else [10])
     owner = {m: torch.zeros_like(m.weight, dtype=torch.long) for m in prunable(net)}  # packnet: 0 free, t+1 task t
-    bn_keys = {k for k in net.body.state_dict() if k in _batch_norm_keys(net.body)}
+    bn_keys = _batch_norm_keys(net.body)
     bn_states = []  # packnet: each task's batch norms, as it ended (the next task starts from them)
     memory = []  # er: indices into the training set
     rng = np.random.default_rng(1)
