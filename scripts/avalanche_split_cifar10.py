@@ -49,8 +49,9 @@ def main() -> None:
     from avalanche.training import Naive, PackNet, Replay
     from avalanche.training.plugins import EvaluationPlugin
 
-    torch.manual_seed(0)
-    (train_x, train_y), (test_x, test_y), mean, std = plain.load(opts.data_root, opts.samples, opts.test_samples)
+    torch.manual_seed(opts.seed)  # Avalanche draws its shuffles and replay from torch's global generator
+    (train_x, train_y), (test_x, test_y), mean, std = plain.load(opts.data_root, opts.samples, opts.test_samples,
+                                                                 opts.seed)
     train_tf, test_tf = plain.transforms(mean, std)
     packnet = opts.strategy == "packnet"
     bm = nc_benchmark(plain.Images(train_x, train_y, None), plain.Images(test_x, test_y, None), n_experiences=5,

@@ -96,6 +96,13 @@ def median_rows(rows: list[dict]) -> dict:
     return {f: statistics.median(r[f] for r in rows) for f in rows[0]}
 
 
+def accuracy_over_seeds(rows: list[dict]) -> dict:
+    """avg_acc as the mean over runs of different seeds, with its sample std (0 for one run) and each run's."""
+    accs = [r["avg_acc"] for r in rows]
+    return {"avg_acc": statistics.mean(accs), "avg_acc_sd": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+            "avg_accs": accs}
+
+
 # --- sections ---------------------------------------------------------------------------------------------
 def overhead(opts) -> dict:
     rows = {"cl-bench": [], "cl-bench, data.cache=false": [], "plain": [], "import torch, torch._dynamo": []}
@@ -384,21 +391,24 @@ def images(opts) -> dict:
                      f"--workers={IMAGE_WORKERS}"]
             for name, (ours, plain, theirs) in IMAGE_METHODS.items():
                 rows = {"cl-bench": [], "plain DataLoader loop": [], "avalanche": []}
-                for i in range(repeats or opts.repeats):  # interleaved, so drifting load hits every tool alike
+                # Interleaved, so drifting load hits every tool alike; repeat i is seed i in every tool (its
+                # subsets, initialisation and draws), so the accuracies say how far the tools are apart beyond
+                # what a seed moves.
+                for i in range(repeats or opts.repeats):
                     args = [*IMAGE_JOB, *ours_backbone, *ours, f"data.root={opts.cifar_root}",
                             f"dataset.samples_per_task={samples}",
-                            f"dataset.test_samples_per_task={IMAGE_TEST_SAMPLES}"]
+                            f"dataset.test_samples_per_task={IMAGE_TEST_SAMPLES}", f"seed={i}"]
                     wall, m = cl_bench(args, Path(tmp) / f"{backbone}_{name}{i}")
                     rows["cl-bench"].append({"wall_s": wall, "train_eval_s": m["time_s"], "avg_acc": m["avg_acc"]})
                     peers = [("plain DataLoader loop", [sys.executable, "scripts/plain_split_cifar10.py", plain])]
                     if have_avalanche and " " not in theirs:
                         peers.append(("avalanche", [str(python), "scripts/avalanche_split_cifar10.py", theirs]))
                     for peer, cmd in peers:
-                        wall, text = timed([*cmd[:2], opts.cifar_root, *cmd[2:], *sizes])
+                        wall, text = timed([*cmd[:2], opts.cifar_root, *cmd[2:], *sizes, f"--seed={i}"])
                         r = json.loads(text.strip().splitlines()[-1])
                         rows[peer].append({"wall_s": wall, "train_eval_s": r["train_eval_s"],
                                            "avg_acc": r["final_avg_acc"]})
-                med = {k: median_rows(v) for k, v in rows.items() if v}
+                med = {k: {**median_rows(v), **accuracy_over_seeds(v)} for k, v in rows.items() if v}
                 if name == "finetune":  # forward, backward and step alone on ready tensors: what no tool can beat
                     med["compute floor"] = {"train_s": compute_floor(backbone, samples, opts.repeats)}
                 out[f"{backbone}/{name}"] = {"median": med, "repeats": repeats or opts.repeats, "samples": samples,
@@ -789,7 +799,9 @@ def render_images(d) -> list[str]:
              "retraining). Peers: `scripts/plain_split_cifar10.py` (torchvision transforms on PIL images, a "
              f"DataLoader with {d['workers']} workers, the way most research code is written) and "
              "`scripts/avalanche_split_cifar10.py` (Avalanche 0.6.0, its DataLoaders with the same workers); all "
-             "three train cl-bench's own backbone module. Medians of the interleaved repeats; seconds.", "",
+             "three train cl-bench's own backbone module. Repeat i runs seed i in every tool (subsets, "
+             "initialisation, draws), interleaved: seconds are medians, avg_acc the mean ± sample std over the "
+             "seeds.", "",
              "| backbone | method | samples a task | repeats | cl-bench train+eval | plain train+eval | Avalanche "
              "train+eval | cl-bench whole process | plain whole | Avalanche whole | avg_acc cl-bench / plain / "
              "Avalanche | speedup train+eval over plain / Avalanche |", "|---" * 12 + "|"]
@@ -798,11 +810,13 @@ def render_images(d) -> list[str]:
         ours, plain = r["median"]["cl-bench"], r["median"]["plain DataLoader loop"]
         theirs = r["median"].get("avalanche")
         dash = lambda x, f: f.format(x) if x is not None else "–"  # noqa: E731
+        acc = lambda m: (f"{m['avg_acc']:.3f}" + (f" ± {m['avg_acc_sd']:.3f}" if m.get("avg_acc_sd") else "")  # noqa: E731
+                         if m else "–")
         lines.append(
             f"| {backbone} | {name} | {r['samples']} | {r['repeats']} | {ours['train_eval_s']:.1f} | "
             f"{plain['train_eval_s']:.1f} | {dash(theirs and theirs['train_eval_s'], '{:.1f}')} | "
             f"{ours['wall_s']:.1f} | {plain['wall_s']:.1f} | {dash(theirs and theirs['wall_s'], '{:.1f}')} | "
-            f"{ours['avg_acc']:.3f} / {plain['avg_acc']:.3f} / {dash(theirs and theirs['avg_acc'], '{:.3f}')} | "
+            f"{acc(ours)} / {acc(plain)} / {acc(theirs)} | "
             f"{plain['train_eval_s'] / ours['train_eval_s']:.2f}x / "
             f"{dash(theirs and theirs['train_eval_s'] / ours['train_eval_s'], '{:.2f}x')} |")
     notes = sorted({r["no_avalanche"] for r in d["runs"].values() if "no_avalanche" in r})

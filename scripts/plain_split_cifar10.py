@@ -66,12 +66,13 @@ def workload_args(doc: str, what: str, choices: list[str]) -> argparse.Namespace
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers")
     parser.add_argument("--memory", type=int, default=500, help="er / replay: samples kept")
     parser.add_argument("--prune", type=float, default=0.5, help="packnet: share of a task's weights released")
+    parser.add_argument("--seed", type=int, default=0, help="the subsets, the initialisation and every draw")
     return parser.parse_args()
 
 
-def load(root: Path, samples: int, test_samples: int, seed: int = 0):
+def load(root: Path, samples: int, test_samples: int, seed: int):
     """(train_x, train_y), (test_x, test_y), mean, std: HWC uint8 images, subsampled per task."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng((seed, 0))
     train = subsample(*read(root, [f"data_batch_{i}" for i in range(1, 6)]), samples, rng)
     test = subsample(*read(root, ["test_batch"]), test_samples, rng)
     scaled = train[0].reshape(-1, 3) / 255.0
@@ -133,8 +134,9 @@ def prunable(net) -> list[nn.Module]:
 
 def main() -> None:
     opts = workload_args(__doc__, "method", ["finetune", "er", "packnet"])
-    torch.manual_seed(0)
-    (train_x, train_y), (test_x, test_y), mean, std = load(opts.data_root, opts.samples, opts.test_samples)
+    torch.manual_seed(opts.seed)
+    (train_x, train_y), (test_x, test_y), mean, std = load(opts.data_root, opts.samples, opts.test_samples,
+                                                           opts.seed)
     train_tf, test_tf = transforms(mean, std)
     packnet = opts.method == "packnet"
     net = Net(opts.backbone, [2] * 5 if packnet else [10])
@@ -142,7 +144,7 @@ def main() -> None:
     bn_keys = _batch_norm_keys(net.body)
     bn_states = []  # packnet: each task's batch norms, as it ended (the next task starts from them)
     memory = []  # er: indices into the training set
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng((opts.seed, 1))  # replay draws and the memory's choice
     test_sets = [Images(test_x[np.isin(test_y, p)], test_y[np.isin(test_y, p)], test_tf) for p in TASKS]
     start = time.perf_counter()
     for t, pair in enumerate(TASKS):
