@@ -31,7 +31,8 @@ def build(cfg, recorder):
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last,
                                select_on_test=cfg.method.protocol == "official")
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
-    ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size, cfg.seed)
+    ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size, cfg.seed,
+                          hardware.eval_batch_size(cfg.data.eval_batch_size, hw.device))
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)
@@ -95,7 +96,7 @@ def run(cfg, run_dir: Path) -> float:
 def _run(cfg, run_dir, recorder, writer, guard) -> float:
     """The task loop proper: build, resume, then learn, evaluate, record and checkpoint each task."""
     scenario, method, ctx = build(cfg, recorder)
-    tasks, batch = scenario.tasks, cfg.data.eval_batch_size
+    tasks, batch = scenario.tasks, ctx.eval_batch_size
     results, start, elapsed = Results.empty(cfg.scenario), 0, 0.0
     random_init = accuracy_on_test(method, scenario, tasks, ctx, batch) if cfg.eval_future else None
     if cfg.init_from and not (run_dir / "checkpoints" / "last").is_file():  # a branch's first start
@@ -172,7 +173,7 @@ def evaluate_checkpoint(cfg, run_dir: Path, name: str | None = None) -> dict:
     state, masks, meta, _ = found
     state, _ = checkpoint.split_rng(state)
     method.load_state_dict({**state, **masks})
-    test, val, aware = evaluate(method, scenario, meta["task_id"], False, ctx, cfg.data.eval_batch_size)
+    test, val, aware = evaluate(method, scenario, meta["task_id"], False, ctx, ctx.eval_batch_size)
     result = {"checkpoint": f"task_{meta['task_id']:03d}", "scenario": cfg.scenario, "acc": test,
               "avg_acc": sum(test) / len(test), "val_acc": val}
     if aware is not None:

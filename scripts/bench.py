@@ -16,8 +16,10 @@
                                                         # measured here, times each schedule's sample passes
     python scripts/bench.py ddp                         # step time on 2 CPU processes with DistributedDataParallel,
                                                         # with a per-parameter all-reduce, and on one process
+    python scripts/bench.py evalbatch                   # scoring time by evaluation batch size (no MNIST needed;
+                                                        # with --cifar-root, the image workload at both)
 
-Every section takes --data (a data root holding MNIST/raw; default $CL_BENCH_DATA). Results are printed, merged
+Every other section takes --data (a data root holding MNIST/raw; default $CL_BENCH_DATA). Results are printed, merged
 by section into docs/benchmarks.json and rendered into docs/benchmarks.md (plots into docs/img/).
 """
 import argparse
@@ -433,6 +435,48 @@ def compute_floor(backbone: str, samples: int, repeats: int) -> float:
     return step_ms / 1000 * 5 * -(-samples // 32)
 
 
+EVAL_SIZES = (50, 100, 256, 1000)
+
+
+def evalbatch(opts) -> dict:
+    """Seconds to score 5,000 CIFAR-shaped images in eval mode, by batch size, on this machine's threads: what
+    cl_bench/hardware.py's per-device evaluation batch rests on. Interleaved over the repeats; medians."""
+    import torch
+    sys.path.insert(0, str(ROOT))
+    from cl_bench.backbones import build
+    x = torch.randn(5000, 3, 32, 32)
+
+    @torch.no_grad()
+    def seconds(net, size: int) -> float:
+        start = time.perf_counter()
+        for part in x.split(size):
+            net(part)
+        return time.perf_counter() - start
+    out = {}
+    for backbone in ("convnet", "resnet18_reduced"):
+        net = build({"name": backbone}, (3, 32, 32)).eval()
+        seconds(net, EVAL_SIZES[0])  # warm-up: first-call allocations
+        runs = {size: [] for size in EVAL_SIZES}
+        for _ in range(opts.repeats):
+            for size in EVAL_SIZES:
+                runs[size].append(seconds(net, size))
+        out[backbone] = {str(size): statistics.median(v) for size, v in runs.items()}
+        print(backbone, json.dumps(out[backbone]), file=sys.stderr)
+    result = {"seconds": out, "images": len(x), "threads": torch.get_num_threads(), "repeats": opts.repeats}
+    if (Path(opts.cifar_root) / "cifar-10-batches-py").is_dir():  # what it does to the image workload's finetune
+        job = [*IMAGE_JOB, *IMAGE_METHODS["finetune"][0], "backbone=convnet", f"data.root={opts.cifar_root}",
+               f"dataset.samples_per_task={IMAGE_SIZES['convnet'][1]}",
+               f"dataset.test_samples_per_task={IMAGE_TEST_SAMPLES}"]
+        rows = {"1000": [], "null": []}
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(opts.repeats):
+                for size in rows:
+                    _, m = cl_bench([*job, f"data.eval_batch_size={size}"], Path(tmp) / f"{size}_{i}")
+                    rows[size].append({"train_eval_s": m["time_s"], "avg_acc": m["avg_acc"]})
+        result["workload"] = {size: median_rows(v) for size, v in rows.items()}
+    return result
+
+
 MASK_METHODS = ("finetune", "packnet", "piggyback", "cpg")
 
 
@@ -605,10 +649,29 @@ def render(results: dict) -> str:
     for section, fn in (("overhead", render_overhead), ("peers", lambda p: render_peers(p, floor)),
                         ("images", render_images), ("masks", render_masks), ("costs", render_costs),
                         ("methods", render_methods), ("scaling", render_scaling), ("gpu", render_gpu),
-                        ("ddp", render_ddp)):
+                        ("ddp", render_ddp), ("evalbatch", render_evalbatch)):
         if section in results:
             lines += fn(results[section]) + [""]
     return "\n".join(lines)
+
+
+def render_evalbatch(d) -> list[str]:
+    lines = ["## Evaluation batch size", "",
+             f"{where(d)}, `python scripts/bench.py evalbatch --cifar-root DIR`: seconds to score {d['images']:,} CIFAR-shaped images "
+             f"in eval mode at each batch size, {d['threads']} threads, median of {d['repeats']} interleaved "
+             "repeats. `data.eval_batch_size=null` (the default) takes cl_bench/hardware.py's per-device size from "
+             "these: 100 on a CPU, 1,000 elsewhere.", "",
+             "| backbone | " + " | ".join(f"batch {s}" for s in EVAL_SIZES) + " |",
+             "|---" * (len(EVAL_SIZES) + 1) + "|"]
+    for backbone, by_size in d["seconds"].items():
+        lines.append(f"| {backbone} | " + " | ".join(f"{by_size[str(s)]:.2f}" for s in EVAL_SIZES) + " |")
+    if "workload" in d:
+        old, new = d["workload"]["1000"], d["workload"]["null"]
+        lines += ["", "The image workload's finetune on the conv net (see \"Image workload\"), train+eval, median of "
+                  f"{d['repeats']}: data.eval_batch_size=1000 (the old default) {old['train_eval_s']:.1f} s, the "
+                  f"device's default {new['train_eval_s']:.1f} s ({old['train_eval_s'] / new['train_eval_s']:.2f}x); "
+                  f"avg_acc {old['avg_acc']:.4f} and {new['avg_acc']:.4f}."]
+    return lines
 
 
 def render_overhead(o) -> list[str]:
@@ -819,6 +882,15 @@ def render_images(d) -> list[str]:
             f"{acc(ours)} / {acc(plain)} / {acc(theirs)} | "
             f"{plain['train_eval_s'] / ours['train_eval_s']:.2f}x / "
             f"{dash(theirs and theirs['train_eval_s'] / ours['train_eval_s'], '{:.2f}x')} |")
+    seeded = [r for r in d["runs"].values() if r["repeats"] > 1 and "avg_acc_sd" in r["median"]["cl-bench"]]
+    if seeded:  # how far the tools' accuracies are apart, beside how far a seed moves one tool's
+        tools = ("cl-bench", "plain DataLoader loop", "avalanche")
+        gap = max(max(a) - min(a) for a in ([r["median"][t]["avg_acc"] for t in tools if t in r["median"]]
+                                            for r in seeded))
+        sd = max(r["median"][t]["avg_acc_sd"] for r in seeded for t in tools if t in r["median"])
+        lines += ["", f"Accuracy over the {seeded[0]['repeats']} seeds: the tools' means differ by at most "
+                  f"{100 * gap:.1f} points on any row, and one tool's seeds by up to {100 * sd:.1f} points (sample "
+                  "std): the subsets, initialisation and draws move a tool's accuracy as much as the tool does."]
     notes = sorted({r["no_avalanche"] for r in d["runs"].values() if "no_avalanche" in r})
     lines += [f"\nNo Avalanche row for packnet: {n}." for n in notes]
     floors = [(k.split("/")[0], r["median"]["compute floor"]["train_s"]) for k, r in d["runs"].items()
@@ -891,15 +963,15 @@ def render_ddp(d) -> list[str]:
 
 
 SECTIONS = {"overhead": overhead, "peers": peers, "images": images, "methods": methods, "masks": masks,
-            "scaling": scaling, "costs": costs, "gpu": gpu, "ddp": ddp}
+            "scaling": scaling, "costs": costs, "gpu": gpu, "ddp": ddp, "evalbatch": evalbatch}
 
 
 def commit() -> str:
-    """The checkout the figures come from; "+changes" when it differs from that commit (the figures this
-    script itself writes under docs/ aside)."""
+    """The checkout the figures come from; "+changes" when its code differs from that commit (docs/, where
+    this script writes, and prose files aside)."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs", ":!*.md"],
+                           cwd=ROOT, capture_output=True, text=True).stdout.strip()
     return (head.stdout.strip() or "unknown") + ("+changes" if dirty else "")
 
 
@@ -928,7 +1000,7 @@ def main() -> None:
     parser.add_argument("--before-label", help="masks: words for that checkout (say, its commit)")
     parser.add_argument("--docs", type=Path, default=DOCS, help="where benchmarks.json and benchmarks.md live")
     opts = parser.parse_args()
-    if opts.section != "gpu":  # the GPU check reads CIFAR-10 alone
+    if opts.section not in ("gpu", "evalbatch"):  # the GPU check reads CIFAR-10 alone, evalbatch no data
         if opts.data is None:
             sys.exit("bench: pass --data DIR (a data root holding MNIST/raw) or set CL_BENCH_DATA")
         if not (Path(opts.data) / "MNIST" / "raw").is_dir() and not (ROOT / opts.data / "MNIST" / "raw").is_dir():

@@ -42,3 +42,32 @@ def test_a_copy_of_a_compiled_module_runs_on_its_own_weights():
     x = torch.randn(4, 3)
     assert torch.equal(clone(x), torch.ones(4, 2))  # a plain deepcopy would have computed original(x)
     assert not torch.equal(original(x), torch.ones(4, 2))
+
+
+def test_evaluation_batch_is_the_devices_unless_set():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert hardware.eval_batch_size(None, cpu) == hardware.EVAL_BATCH["cpu"] == 100
+    assert hardware.eval_batch_size(None, gpu) == hardware.EVAL_BATCH_DEFAULT == 1000
+    assert hardware.eval_batch_size(7, cpu) == hardware.eval_batch_size(7, gpu) == 7
+    config.register()
+    for override, expected in (([], 100), (["data.eval_batch_size=7"], 7)):
+        _, _, ctx = train_module.build(config.compose(["method=finetune", "logger=none", *override]), Recorders([]))
+        assert ctx.eval_batch_size == expected
+
+
+def test_evaluation_and_the_methods_passes_read_the_runs_evaluation_batch(monkeypatch):
+    """The scores do not depend on the batch, and a method's own evaluation passes (here gated's relevance) take
+    the run's batch size, not a constant of their own."""
+    from cl_bench.data.scenarios import Split
+    config.register()
+    cfg = config.compose(["method=gated", "logger=none", "data.eval_batch_size=7"])
+    scenario, method, ctx = train_module.build(cfg, Recorders([]))
+    task = scenario.tasks[0]
+    hits = [train_module.count_correct(method, [task], [scenario.test[0]], scenario.info, ctx, size)[0].item()
+            for size in (7, 1000)]
+    assert hits[0] == hits[1]
+    asked = []
+    batches = Split.batches
+    monkeypatch.setattr(Split, "batches", lambda self, size, *a: asked.append(size) or batches(self, size, *a))
+    method._firing(task.val, task.id)
+    assert asked and set(asked) == {7}

@@ -50,8 +50,6 @@ from .base import Method, MethodConfig, fresh_copy
 from .er import check_new_classes_every_task
 from .memory import Memory, rank_within_class
 
-EVAL_BATCH = 512  # samples per forward pass when computing features or logits once per task
-
 
 class CorrectionLayers(Choice):
     latest = "latest"  # the newest task's layer only; the older classes' logits as they are (paper, official code)
@@ -232,7 +230,7 @@ class BiC(Method):
         was_training = self.training
         self.eval()
         out = []
-        for part in raw.split(EVAL_BATCH):
+        for part in raw.split(self.ctx.eval_batch_size):
             with self.ctx.autocast():
                 out.append(fn(self.info.view.eval(part)).float())
         self.train(was_training)

@@ -37,8 +37,6 @@ from ..nn import gated
 from .base import Heads, Method, MethodConfig, Optimizer
 from .memory import Memory
 
-EVAL_BATCH = 1000  # samples per forward when measuring relevance and task-prediction accuracy
-
 
 class TaskClassifierFit(Choice):
     joint = "joint"  # the paper: trained with each task, its loss beside the class loss (eq. 3)
@@ -218,7 +216,7 @@ class Gated(Method):
         self.eval()
         gated.route(self.routed, [task_id])
         counts = [torch.zeros(layer.out_channels, device=self.ctx.device) for layer in self.layers]
-        for raw, _, _ in data.batches(EVAL_BATCH):
+        for raw, _, _ in data.batches(self.ctx.eval_batch_size):
             with self.ctx.autocast():
                 self.backbone(self.info.view.eval(raw))
             for count, layer in zip(counts, self.layers):
@@ -314,7 +312,7 @@ class Gated(Method):
         count = len(self.seen_tasks)
         hits = torch.zeros(count, dtype=torch.long, device=self.ctx.device)
         for task in self.seen_tasks:
-            for raw, _, t in task.val.batches(EVAL_BATCH):
+            for raw, _, t in task.val.batches(self.ctx.eval_batch_size):
                 with self.ctx.autocast():
                     logits = self._task_logits(self._paths(self.info.view.eval(raw), count))
                 hits[task.id] += (logits.argmax(1) == t).sum()

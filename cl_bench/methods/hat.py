@@ -34,7 +34,6 @@ from ..errors import UserError
 from ..nn import hat
 from .base import Method, MethodConfig
 
-EVAL_BATCH = 1000  # samples per forward when measuring the validation loss
 USED = 0.5  # capacity(): a unit counts as used when its attention is at least this (our reporting threshold)
 
 
@@ -232,7 +231,7 @@ class HAT(Method):
         official code compares between epochs)."""
         self.eval()
         total = torch.zeros((), device=self.ctx.device)
-        for raw, y, _ in task.val.batches(EVAL_BATCH):
+        for raw, y, _ in task.val.batches(self.ctx.eval_batch_size):
             with self.ctx.autocast():
                 logits = self(self.info.view.eval(raw), task.id)
             total += F.cross_entropy(logits.float(), y - task.offset, reduction="sum")

@@ -35,8 +35,6 @@ from .base import Method, MethodConfig, fresh_copy
 from .er import check_memory_holds_every_class, check_new_classes_every_task
 from .memory import Memory
 
-FEATURE_BATCH = 512  # samples per forward pass when computing features for herding and class means
-
 
 class Classifier(Choice):
     nme = "nme"  # nearest mean of exemplars (the paper's iCaRL)
@@ -120,7 +118,7 @@ class ICaRL(Method):
         was_training = self.training
         self.eval()
         out = []
-        for part in raw.split(FEATURE_BATCH):
+        for part in raw.split(self.ctx.eval_batch_size):
             x = self.info.view.eval(part)
             with self.ctx.autocast():
                 out.append(self.backbone(x.flip(3) if flip else x).float())

@@ -55,8 +55,6 @@ from .base import Method, MethodConfig, fresh_copy
 from .er import check_memory_holds_every_class, check_new_classes_every_task
 from .memory import Memory
 
-FEATURE_BATCH = 512  # samples per forward pass when computing features for imprinting and herding
-
 
 class Budget(Choice):
     per_class = "per_class"  # memory_size // classes in the stream per class: the memory grows (official default)
@@ -242,7 +240,7 @@ class LUCIR(Method):
         was_training = self.training
         self.eval()
         out = []
-        for part in raw.split(FEATURE_BATCH):
+        for part in raw.split(self.ctx.eval_batch_size):
             with self.ctx.autocast():
                 out.append(self.backbone(self.info.view.eval(part)).float())
         self.train(was_training)

@@ -174,7 +174,7 @@ class MaskedMethod(Method):
         self.eval()
         model = model or (lambda x: self(x, task_id))
         correct = torch.zeros((), dtype=torch.long, device=self.ctx.device)
-        for raw, y, _ in split.batches(1000):
+        for raw, y, _ in split.batches(self.ctx.eval_batch_size):
             with self.ctx.autocast():
                 logits = model(self.info.view.eval(raw))
             correct += (logits.argmax(1) == self.targets(y, task_id)).sum()
