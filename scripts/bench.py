@@ -657,8 +657,9 @@ def render(results: dict) -> str:
 
 def render_evalbatch(d) -> list[str]:
     lines = ["## Evaluation batch size", "",
-             f"{where(d)}, `python scripts/bench.py evalbatch --cifar-root DIR`: seconds to score {d['images']:,} CIFAR-shaped images "
-             f"in eval mode at each batch size, {d['threads']} threads, median of {d['repeats']} interleaved "
+             f"{where(d)}, `python scripts/bench.py evalbatch --cifar-root DIR`: seconds to score "
+             f"{d['images']:,} CIFAR-shaped images in eval mode at each batch size, {d['threads']} threads, "
+             f"median of {d['repeats']} interleaved "
              "repeats. `data.eval_batch_size=null` (the default) takes cl_bench/hardware.py's per-device size from "
              "these: 100 on a CPU, 1,000 elsewhere.", "",
              "| backbone | " + " | ".join(f"batch {s}" for s in EVAL_SIZES) + " |",
