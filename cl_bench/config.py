@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
-from . import backbones, methods
+from . import backbones, hardware, methods
 from .checks import Checked, Choice, require_extra
 from .data.sources import SourceName
 from .errors import UserError
@@ -61,13 +61,11 @@ class DataConfig(Checked):
     download: bool = False  # fetch missing files with torchvision's verified downloader
     cache: bool = True  # keep decoded datasets under ~/.cache/cl-bench (or $CL_BENCH_CACHE): see data/cache.py
     val_fraction: float = 0.1  # share of each task's training data held out for model selection
-    # samples per forward pass wherever a model is only evaluated; null: the device's (hardware.EVAL_BATCH)
-    eval_batch_size: int | None = None
+    eval_batch_size: int = hardware.EVAL_BATCH  # samples per forward pass wherever a model is only evaluated
 
     def checks(self):
         return [("val_fraction", 0 <= self.val_fraction < 1, "a fraction in [0, 1)"),
-                ("eval_batch_size", self.eval_batch_size is None or self.eval_batch_size >= 1,
-                 "at least 1, or null for the device's default")]
+                ("eval_batch_size", self.eval_batch_size >= 1, "at least 1")]
 
 
 @dataclass

@@ -16,17 +16,11 @@ class Hardware:
     world_size: int = 1
 
 
-# Samples per forward pass wherever a model is only evaluated (scoring, relevance, features), by device type.
-# A GPU wants large batches; on a CPU batches past about 100 images fall out of the caches, and scoring CIFAR
-# images at 1,000 a batch took about twice as long as at 100 on 2 cores (`python scripts/bench.py evalbatch`,
-# docs/benchmarks.md "Evaluation batch size").
-EVAL_BATCH = {"cpu": 100}
-EVAL_BATCH_DEFAULT = 1000
-
-
-def eval_batch_size(requested: int | None, device: torch.device) -> int:
-    """data.eval_batch_size, or where it is null the device type's default."""
-    return requested if requested is not None else EVAL_BATCH.get(device.type, EVAL_BATCH_DEFAULT)
+# Samples per forward pass wherever a model is only evaluated (scoring, relevance, features): data.eval_batch_size.
+# On a CPU the best size depends on the network: CIFAR-sized convnets scored 1.4-2.5x faster at 100 than at 1,000
+# (their activations fall out of the caches), the digits' convnet and MNIST's MLP 1.6-2.6x slower (per-batch
+# overhead); `python scripts/bench.py evalbatch`, docs/benchmarks.md "Evaluation batch size".
+EVAL_BATCH = 1000
 
 
 def rank() -> int:

@@ -32,7 +32,7 @@ def build(cfg, recorder):
                                select_on_test=cfg.method.protocol == "official")
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
     ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size, cfg.seed,
-                          hardware.eval_batch_size(cfg.data.eval_batch_size, hw.device))
+                          cfg.data.eval_batch_size)
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)

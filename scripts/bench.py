@@ -440,7 +440,7 @@ EVAL_SIZES = (50, 100, 256, 1000)
 
 def evalbatch(opts) -> dict:
     """Seconds to score 5,000 CIFAR-shaped images in eval mode, by batch size, on this machine's threads: what
-    cl_bench/hardware.py's per-device evaluation batch rests on. Interleaved over the repeats; medians."""
+    the choice of data.eval_batch_size rests on. Interleaved over the repeats; medians."""
     import torch
     sys.path.insert(0, str(ROOT))
     from cl_bench.backbones import build
@@ -467,7 +467,7 @@ def evalbatch(opts) -> dict:
         job = [*IMAGE_JOB, *IMAGE_METHODS["finetune"][0], "backbone=convnet", f"data.root={opts.cifar_root}",
                f"dataset.samples_per_task={IMAGE_SIZES['convnet'][1]}",
                f"dataset.test_samples_per_task={IMAGE_TEST_SAMPLES}"]
-        rows = {"1000": [], "null": []}
+        rows = {"1000": [], "100": []}
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(opts.repeats):
                 for size in rows:
@@ -660,17 +660,16 @@ def render_evalbatch(d) -> list[str]:
              f"{where(d)}, `python scripts/bench.py evalbatch --cifar-root DIR`: seconds to score "
              f"{d['images']:,} CIFAR-shaped images in eval mode at each batch size, {d['threads']} threads, "
              f"median of {d['repeats']} interleaved "
-             "repeats. `data.eval_batch_size=null` (the default) takes cl_bench/hardware.py's per-device size from "
-             "these: 100 on a CPU, 1,000 elsewhere.", "",
+             "repeats. Every scoring pass takes `data.eval_batch_size` (default 1,000, cl_bench/hardware.py).", "",
              "| backbone | " + " | ".join(f"batch {s}" for s in EVAL_SIZES) + " |",
              "|---" * (len(EVAL_SIZES) + 1) + "|"]
     for backbone, by_size in d["seconds"].items():
         lines.append(f"| {backbone} | " + " | ".join(f"{by_size[str(s)]:.2f}" for s in EVAL_SIZES) + " |")
     if "workload" in d:
-        old, new = d["workload"]["1000"], d["workload"]["null"]
+        old, new = d["workload"]["1000"], d["workload"]["100"]
         lines += ["", "The image workload's finetune on the conv net (see \"Image workload\"), train+eval, median of "
-                  f"{d['repeats']}: data.eval_batch_size=1000 (the old default) {old['train_eval_s']:.1f} s, the "
-                  f"device's default {new['train_eval_s']:.1f} s ({old['train_eval_s'] / new['train_eval_s']:.2f}x); "
+                  f"{d['repeats']}: data.eval_batch_size=1000 {old['train_eval_s']:.1f} s, 100 "
+                  f"{new['train_eval_s']:.1f} s ({old['train_eval_s'] / new['train_eval_s']:.2f}x); "
                   f"avg_acc {old['avg_acc']:.4f} and {new['avg_acc']:.4f}."]
     return lines
 

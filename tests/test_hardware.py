@@ -44,13 +44,9 @@ def test_a_copy_of_a_compiled_module_runs_on_its_own_weights():
     assert not torch.equal(original(x), torch.ones(4, 2))
 
 
-def test_evaluation_batch_is_the_devices_unless_set():
-    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
-    assert hardware.eval_batch_size(None, cpu) == hardware.EVAL_BATCH["cpu"] == 100
-    assert hardware.eval_batch_size(None, gpu) == hardware.EVAL_BATCH_DEFAULT == 1000
-    assert hardware.eval_batch_size(7, cpu) == hardware.eval_batch_size(7, gpu) == 7
+def test_the_runs_evaluation_batch_reaches_its_context():
     config.register()
-    for override, expected in (([], 100), (["data.eval_batch_size=7"], 7)):
+    for override, expected in (([], hardware.EVAL_BATCH), (["data.eval_batch_size=7"], 7)):
         _, _, ctx = train_module.build(config.compose(["method=finetune", "logger=none", *override]), Recorders([]))
         assert ctx.eval_batch_size == expected
 

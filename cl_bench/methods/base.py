@@ -70,16 +70,13 @@ class Context:
     rank: int = 0  # this process's place among world_size data-parallel processes
     world_size: int = 1
     seed: int = 0  # the run's seed
-    eval_batch_size: int | None = None  # samples per forward pass when only evaluating; None: the device's
+    eval_batch_size: int = hardware.EVAL_BATCH  # samples per forward pass when only evaluating (data.eval_batch_size)
     # Called by fit() after each epoch with (task, phase, epoch, optimizer, side optimizers): the run's
     # within-task checkpoints.
     epoch_done: Callable | None = None
     # Data-parallel: this rank's own augmentation stream (every rank draws the batch order, the replay draws and
     # the memory updates from `generator`, alike; each augments only its own shard, with this one).
     shard_generator: torch.Generator | None = None
-
-    def __post_init__(self):
-        self.eval_batch_size = hardware.eval_batch_size(self.eval_batch_size, self.device)
 
     @property
     def augment_generator(self) -> torch.Generator:
