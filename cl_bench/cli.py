@@ -2,6 +2,7 @@
 read run directories."""
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) a
        cl-bench train -sc install=bash        shell completion (eval "$(cl-bench train -sc install=bash)")
        cl-bench eval RUN_DIR [--checkpoint task_003]   re-evaluate a checkpoint, write eval.json
        cl-bench report PATH... [--out DIR]    mean ± std [95% CI] over seeds (report.md, report.csv), plots
-       cl-bench list                          methods, datasets and backbones
+       cl-bench list                          methods, datasets, backbones and paper settings
        cl-bench data prepare cifar10 --from SRC --root DIR   CIFAR-10's canonical files from an archive,
                                               an image folder or an .npz of encoded images"""
 COMPLETION = ("-sc", "--shell-completion")
@@ -117,9 +118,12 @@ def list_all() -> int:
             ("methods", [(name, ",".join(sorted(cls.scenarios)), first_line(sys.modules[cls.__module__]))
                          for name, cls in sorted(methods.METHODS.items())]),
             ("datasets", [(p.stem, yaml_comment(p)) for p in sorted((config.CONF / "dataset").glob("*.yaml"))]),
-            ("backbones", [(name, first_line(module)) for name, (module, _) in sorted(backbones.BACKBONES.items())])):
+            ("backbones", [(name, first_line(module)) for name, (module, _) in sorted(backbones.BACKBONES.items())]),
+            ("paper settings", setting_rows())):
         table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
-        for column in ("name", "scenarios", "what it is") if title == "methods" else ("name", "what it is"):
+        columns = {"methods": ("name", "scenarios", "what it is"),
+                   "paper settings": ("name", "chosen by", "what it is")}
+        for column in columns.get(title, ("name", "what it is")):
             table.add_column(column, no_wrap=column != "what it is")
         for row in rows:
             table.add_row(*row)
@@ -130,9 +134,34 @@ def list_all() -> int:
     return 0
 
 
+def setting_rows() -> list[tuple[str, str, str]]:
+    """conf/setting/: each setting, the command line that picks it (a pair picks its own by itself) and what it is."""
+    from . import config, methods, settings
+    datasets = [p.stem for p in (config.CONF / "dataset").glob("*.yaml")]
+    pairs = settings.pairs(methods.METHODS, datasets)
+    rows = []
+    for name in settings.available():
+        method, dataset = pairs.get(name, (None, None))
+        chosen = f"method={method} dataset={dataset}" if method else f"setting={name}"
+        rows.append((name, chosen, first_sentence(settings.SETTINGS / f"{name}.yaml")))
+    return rows
+
+
+def first_sentence(path: Path) -> str:
+    """The first sentence of a config file's leading comment (its `# @package` line and examples aside)."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        if "@package" not in line and not line.startswith("#  "):
+            lines.append(line.lstrip("# ").strip())
+    return re.split(r"(?<! al)\.\s", " ".join(lines))[0].rstrip(".:") + "."  # "et al." ends no sentence
+
+
 def yaml_comment(path: Path) -> str:
-    first = path.read_text().splitlines()[0]
-    return first.lstrip("# ").strip() if first.startswith("#") else ""
+    """The first comment line of a config file (after a `# @package` line)."""
+    comments = [line for line in path.read_text().splitlines()[:2] if line.startswith("#") and "@package" not in line]
+    return comments[0].lstrip("# ").strip() if comments else ""
 
 
 def rich_console():

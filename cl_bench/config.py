@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
-from . import backbones, hardware, methods
+from . import backbones, hardware, methods, settings
 from .checks import Checked, Choice, require_extra
 from .data.sources import SourceName
 from .errors import UserError
@@ -16,6 +16,7 @@ from .errors import UserError
 CONF = Path(__file__).resolve().parent / "conf"  # the packaged config tree (pkg://cl_bench.conf)
 # What conf/hydra/ builds on from the plugins of the sweep extra.
 PLUGIN_CONFIGS = ("hydra/sweeper/optuna", "hydra/launcher/joblib", "hydra/launcher/submitit_slurm")
+RESOLVER_SAID = "UserError raised while resolving interpolation: "  # OmegaConf's wording around a resolver's error
 
 
 # task: the task id is given at test time, a head per task; class: no task id, one head over every class seen.
@@ -177,6 +178,7 @@ class Config:
     resume: str | None = None  # a run directory to continue from its last complete checkpoint
     init_from: str | None = None  # RUN_DIR[/checkpoints/task_<ttt>]: a new run branching from that finished task
     profile_task: int | None = None  # record a torch profiler trace of this task's training into profile/
+    setting: str | None = None  # the paper setting composed (conf/setting/, set by it): see cl_bench/settings.py
 
     def __post_init__(self) -> None:
         """What holds across groups: the method supports the scenario (and DDP, and within-task checkpoints)."""
@@ -203,6 +205,8 @@ def register() -> None:
 
     from .app import unique_dir
     OmegaConf.register_new_resolver("unique_dir", unique_dir, replace=True)
+    OmegaConf.register_new_resolver("paper_backbone", settings.paper_backbone, replace=True)
+    OmegaConf.register_new_resolver("by_memory_size", settings.by_memory_size, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
     # At the top level, not in a group: `cl-bench train --help` lists groups, and these are no options to choose.
@@ -217,9 +221,13 @@ def register() -> None:
 def validate(cfg):
     """Every check of every config, beside its fields (Checked), and across groups (Config): the composed
     config is built into its dataclasses once; returns cfg."""
-    _reject_added_keys(cfg)
-    Config(**{f.name: OmegaConf.to_object(cfg[f.name]) if OmegaConf.is_config(cfg[f.name]) else cfg[f.name]
-              for f in dataclasses.fields(Config)})  # Hydra's own node, when composed in, aside
+    from omegaconf.errors import InterpolationResolutionError
+    try:
+        _reject_added_keys(cfg)
+        Config(**{f.name: OmegaConf.to_object(cfg[f.name]) if OmegaConf.is_config(cfg[f.name]) else cfg[f.name]
+                  for f in dataclasses.fields(Config)})  # Hydra's own node, when composed in, aside
+    except InterpolationResolutionError as e:  # e.g. a setting's resolver said what is wrong
+        raise UserError(describe(e)) from None
     return cfg
 
 
@@ -297,6 +305,9 @@ def hydra_compose(overrides: list[str]):
 def describe(e: Exception, overrides: list[str] = ()) -> str:
     """Hydra's and OmegaConf's messages as one line: what is wrong, and what would be right."""
     from hydra.errors import MissingConfigException
+    text = str(e)
+    if text.startswith(RESOLVER_SAID):  # a resolver's own one-line message (settings.by_memory_size)
+        return text.removeprefix(RESOLVER_SAID).splitlines()[0]
     if isinstance(e, MissingConfigException) and e.missing_cfg_file in PLUGIN_CONFIGS:
         return f"{e.missing_cfg_file}: install the sweep extra (pip install 'cl-bench[sweep]'), which brings " \
                "Hydra's launcher and sweeper plugins"
@@ -304,7 +315,6 @@ def describe(e: Exception, overrides: list[str] = ()) -> str:
         group = Path(e.missing_cfg_file).parent.name
         options = ", ".join(o for o in e.options if not o.startswith("schema"))
         return f"unknown {group} {Path(e.missing_cfg_file).name!r}: choose one of {options}"
-    text = str(e)
     if text.startswith("Could not override '"):  # an unknown key: name the keys that exist there
         key = text.split("'")[1]
         parent, _, _ = key.rpartition(".")

@@ -6,7 +6,7 @@ import secrets
 import time
 from pathlib import Path
 
-from . import metrics
+from . import metrics, settings
 
 
 class Recorder:
@@ -114,6 +114,7 @@ class ConsoleRecorder(Recorder):
         self.info, self.run_dir = info, run_dir
         self.console.print(f"[bold]cl-bench[/] {cfg.method.name} on {cfg.dataset.name} ({cfg.scenario} scenario, "
                            f"{cfg.backbone.name}, {info.num_tasks} tasks) -> {run_dir}")
+        self.console.print(f"setting: {settings.setting_label(cfg.setting)}")
         if start_task:
             self.console.print(f"resuming after task {start_task - 1}")
         self.progress.start()
@@ -173,9 +174,10 @@ class LogRecorder(Recorder):
         self.log = logging.getLogger("cl_bench")
 
     def run_start(self, cfg, info, run_dir, start_task):
+        resuming = f"; resuming at task {start_task}" if start_task else ""
         self.log.info(f"{cfg.method.name} on {cfg.dataset.name} ({cfg.scenario} scenario, {cfg.backbone.name}, "
-                      f"{info.num_tasks} tasks, seed {cfg.seed}) in {run_dir}"
-                      + (f"; resuming at task {start_task}" if start_task else ""))
+                      f"{info.num_tasks} tasks, seed {cfg.seed}) in {run_dir}; setting: "
+                      f"{settings.setting_label(cfg.setting)}{resuming}")
 
     def task_end(self, task_id, record):
         self.log.info(f"task {task_id}: acc {_row(record['acc'][-1])} · val {_row(record['val_acc'][-1])} · "

@@ -352,7 +352,7 @@ def make_record(cfg, info, results: Results, method, time_s, device, random_init
     acc = results.acc
     record = {
         "schema": SCHEMA, "method": cfg.method.name, "dataset": cfg.dataset.name, "backbone": cfg.backbone.name,
-        "scenario": cfg.scenario, "seed": cfg.seed, "num_tasks": info.num_tasks,
+        "scenario": cfg.scenario, "seed": cfg.seed, "setting": cfg.setting, "num_tasks": info.num_tasks,
         "tasks": [{"id": t, "classes": c} for t, c in enumerate(info.task_classes)],
         "acc": acc, "val_acc": results.val_acc, **metrics.summary(acc),
         "val_avg_acc": metrics.avg_acc(results.val_acc) if None not in results.val_acc[-1] else None,

@@ -8,7 +8,7 @@ from .init import Init, initialise
 @dataclass
 class MLPConfig:
     name: str = "mlp"
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])  # GEM and La-MAML: [100, 100]
+    hidden_sizes: list[int] = field(default_factory=lambda: [100, 100])  # GEM, La-MAML, NCCL and the DER paper
     init: Init = Init.pytorch  # La-MAML's MNIST runs: kaiming_normal
 
 
