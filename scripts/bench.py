@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # The overhead workload of the performance issue: Split MNIST, class scenario, MLP 784-256-256, SGD 0.01/0.9,
 # batch 128, one epoch per task, evaluation after each task; no validation hold-out, so both train on the same data.
-WORKLOAD = ["method=finetune", "dataset=split_mnist", "backbone=mlp", "scenario=class",
+WORKLOAD = ["method=finetune", "dataset=split_mnist", "setting=none", "backbone=mlp", "scenario=class",
             "backbone.hidden_sizes=[256,256]", "method.lr=0.01", "method.momentum=0.9", "method.batch_size=128",
             "method.epochs=1", "data.val_fraction=0", "logger=none", "checkpoint.enabled=false"]
 ONLINE = ("nccl", "agem", "lamaml")
@@ -154,11 +154,13 @@ def peers(opts) -> dict:
 
 
 def method_rows(opts) -> list[tuple[str, list[str]]]:
-    """(label, overrides) for each workload of the methods section."""
-    cifar = ["dataset=split_cifar10", "backbone=resnet18_reduced", f"data.root={opts.cifar_root}",
+    """(label, overrides) for each workload of the methods section: each method's own defaults (no paper setting),
+    on the MLP of 256 units the section was first measured with."""
+    cifar = ["dataset=split_cifar10", "setting=none", "backbone=resnet18_reduced", f"data.root={opts.cifar_root}",
              "dataset.samples_per_task=500"]
-    return [("split_mnist/mlp", ["dataset=split_mnist", "backbone=mlp", f"data.root={opts.data}"]),
-            ("split_mnist/convnet", ["dataset=split_mnist", "backbone=convnet", "backbone.channels=[16,32]",
+    return [("split_mnist/mlp", ["dataset=split_mnist", "setting=none", "backbone=mlp", "backbone.hidden_sizes=[256,256]",
+                                 f"data.root={opts.data}"]),
+            ("split_mnist/convnet", ["dataset=split_mnist", "setting=none", "backbone=convnet", "backbone.channels=[16,32]",
                                      f"data.root={opts.data}", "dataset.samples_per_task=500"]),
             ("split_cifar10/resnet18_reduced", cifar)]
 
@@ -224,8 +226,9 @@ def scaling(opts) -> dict:
         for name, extra in SCALING.items():
             for n in SCALING_TASKS if name not in CPU_SLOW or opts.all else SCALING_TASKS[:1]:
                 run_dir = Path(tmp) / f"{name}{n}"
-                args = [f"method={name}", "dataset=permuted_mnist", f"dataset.num_tasks={n}", "scenario=class",
-                        "backbone=mlp", "method.epochs=1", f"data.root={opts.data}", "logger=none",
+                args = [f"method={name}", "dataset=permuted_mnist", "setting=none", f"dataset.num_tasks={n}",
+                        "scenario=class", "backbone=mlp", "backbone.hidden_sizes=[256,256]", "method.epochs=1",
+                        f"data.root={opts.data}", "logger=none",
                         "hardware.threads=2", *extra]
                 _, m = cl_bench(args, run_dir)
                 learn, rest = task_times(run_dir)
@@ -320,7 +323,7 @@ def gpu(opts) -> dict:
         return skip("gpu skipped: no CUDA GPU is visible on this machine (scripts/gpu_check.sh --cpu runs it small)")
     size = GPU_SIZES["cpu" if opts.cpu else "gpu"]
     out = {"device": opts.machine if opts.cpu else torch.cuda.get_device_name(0), "cpu": opts.cpu, "runs": {}}
-    common = ["dataset=split_cifar10", *size["overrides"], f"data.root={opts.cifar_root}",
+    common = ["dataset=split_cifar10", "setting=none", *size["overrides"], f"data.root={opts.cifar_root}",
               f"hardware={'cpu' if opts.cpu else 'gpu'}", "logger=none", "checkpoint.enabled=false",
               f"dataset.test_samples_per_task={size['test_samples']}"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -359,7 +362,7 @@ def gpu(opts) -> dict:
 # The image workload: split_cifar10 with pad-crop and flip, SGD 0.01/0.9, batch 32, one epoch a task, a random
 # subset a task (the same size for every tool), evaluation of the seen tasks after each. (method, cl-bench
 # overrides, the plain loop's method, Avalanche's strategy or why there is none).
-IMAGE_JOB = ["dataset=split_cifar10", "data.val_fraction=0", "method.epochs=1", "method.batch_size=32",
+IMAGE_JOB = ["dataset=split_cifar10", "setting=none", "data.val_fraction=0", "method.epochs=1", "method.batch_size=32",
              "method.lr=0.01", "method.momentum=0.9", "logger=none", "checkpoint.enabled=false"]
 IMAGE_METHODS = {
     "finetune": (["method=finetune", "scenario=class"], "finetune", "naive"),
@@ -532,32 +535,29 @@ def masks(opts) -> dict:
 
 COST_SAMPLES = 96  # training samples a task in the measured runs (the second task's learning is timed)
 ONLINE_COST = ["logger=none"]
-LA_CIFAR_COST = ["experiment=gem_split_cifar100", "backbone=pc_cnn", "dataset.augment=true",
-                 "dataset.brightness_jitter=0.247", "method=lamaml", "method.second_order=true",
-                 "method.trajectory_chunks=5", "method.inner_relu=false", "method.memory_size=200",
-                 "method.inner_clip=1.0", "method.grad_clip_norm=1.0", "method.outer_lr=0.25",
-                 "method.alpha_init=0.1"]  # make repro-nccl-cifar's La-MAML
+LA_CIFAR_COST = ["method=lamaml", "dataset=split_cifar100"]  # its paper setting: make repro-nccl-cifar's La-MAML
 # The paper settings: each is run here on a few samples a task (two tasks, every phase one epoch) and timed per
 # training sample of its last task; the full schedule's sample passes are counted from its preset.
 # (label, data, overrides, measured passes a sample, full tasks, full samples a task, full passes a sample, how)
 CPG_SHORT = ["method.goal_source=none", "method.prune_targets=[0.5]", "method.prune_epochs=1",
              "method.prune_ramp_epochs=1", "method.retrain_epochs=1"]
 COSTS = [
-    ("cpg_cifar100_20", "cifar100", ["experiment=cpg_cifar100_20", "method.epochs=1", *CPG_SHORT], 3, 20, 2250, 430,
+    ("cpg_cifar100_20", "cifar100", ["method=cpg", "dataset=cifar100_20", "method.epochs=1", *CPG_SHORT], 3, 20,
+     2250, 430,
      "per task: goal model 100 epochs + training 100 + compacting 20 at each of 10 sparsity targets + picking refit "
      "30 (no growth round counted; each growth repeats training and compacting)"),
     # a small validation split: its evaluation through every task's path is not timed, but would take minutes here
-    ("gated_split_cifar10 (class)", "cifar10", ["experiment=gated_split_cifar10", "scenario=class",
+    ("gated_split_cifar10 (class)", "cifar10", ["method=gated", "dataset=split_cifar10", "scenario=class",
                                                 "method.epochs=1", "data.val_fraction=0.01"], 1, 5, 9000, 30,
      "30 epochs a task; the joint objective trains the task classifier in the same steps"),
     ("gated_split_svhn (class), at CIFAR-10's measured rate", None, None, None, 5, 13186, 30,
      "SVHN's 73,257 training images less 10 % validation over 5 tasks, the same network and schedule"),
-    ("nccl, gem_split_cifar100 single pass", "cifar100", ["experiment=gem_split_cifar100", "method=nccl",
+    ("nccl, gem_split_cifar100 single pass", "cifar100", ["method=nccl", "dataset=split_cifar100",
                                                           *ONLINE_COST], 1, 20, 2250, 1, "one pass, 5 glances a batch"),
-    ("nccl, gem_split_cifar100 multi pass", "cifar100", ["experiment=gem_split_cifar100", "method=nccl",
+    ("nccl, gem_split_cifar100 multi pass", "cifar100", ["method=nccl", "dataset=split_cifar100",
                                                          "method.inner_steps=1", *ONLINE_COST], 1, 20, 2250, 10,
      "10 passes, 1 glance"),
-    ("lamaml, gem_split_cifar100 single pass", "cifar100", [*LA_CIFAR_COST, "method.inner_steps=10"], 1, 20, 2250, 1,
+    ("lamaml, gem_split_cifar100 single pass", "cifar100", LA_CIFAR_COST, 1, 20, 2250, 1,
      "one pass, 10 glances, second order, pc_cnn"),
     ("lamaml, gem_split_cifar100 multi pass", "cifar100", [*LA_CIFAR_COST, "method.inner_steps=1"], 1, 20, 2250, 10,
      "10 passes, 1 glance"),
