@@ -45,10 +45,10 @@ class EWC(QuadraticPenalty):
         weighted by batch size (the batched estimate FACIL and Mammoth use)."""
         fisher = {n: torch.zeros_like(self.get_parameter(n)) for n in self.anchored}
         self.eval()
-        for raw, y, _ in task.train.batches(self.cfg.batch_size):
+        for raw, y, t in task.train.batches(self.cfg.batch_size):
             self.zero_grad(set_to_none=True)
             with self.ctx.autocast():
-                loss = F.cross_entropy(self(self.info.view.eval(raw), task.id), self.targets(y, task.id))
+                loss = F.cross_entropy(self(self.info.view.eval(raw, t), task.id), self.targets(y, task.id))
             loss.backward()
             for n in self.anchored:
                 g = self.get_parameter(n).grad

@@ -112,7 +112,7 @@ class NCCL(OnlineMethod):
         use = count >= step * self.cfg.batch_size
         raw, y, t = (torch.where(use.view(-1, *[1] * (a.dim() - 1)), a, b)
                      for a, b in ((raw, batch.raw), (y, batch.y), (t, batch.t)))
-        return Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t)
+        return Batch(raw, self.info.view.train(raw, self.ctx.generator, t), y, t)
 
     def glance(self, batch, task):
         """One inner step: the loss on the batch (and the memory), an SGD step on the base weights only."""
