@@ -44,6 +44,16 @@ class Precision(Choice):
     fp32 = "fp32"
 
 
+# Whose statistics normalise a task's images (dataset.normalize=true); the functional form, since `global` cannot
+# be a member's name in a class body.
+#   auto: per_task under method.protocol=official in the task scenario, global otherwise
+#   global: the dataset's one per-channel mean and std (sources.py), for every task
+#   per_task: each task's own per-channel mean and std, from its training split only, as ivclab/CPG normalises
+#     each CIFAR-100 superclass task (utils/cifar100_dataset.py:8-10 and 29-31, the values in
+#     utils/cifar100_config.py); task scenario only: a test image is normalised with its task's statistics
+Normalization = Choice("Normalization", {"auto": "auto", "global": "global", "per_task": "per_task"})
+
+
 class LoggerMode(Choice):
     offline = "offline"
     online = "online"
@@ -63,6 +73,7 @@ class DataConfig(Checked):
     cache: bool = True  # keep decoded datasets under ~/.cache/cl-bench (or $CL_BENCH_CACHE): see data/cache.py
     val_fraction: float = 0.1  # share of each task's training data held out for model selection
     eval_batch_size: int = hardware.EVAL_BATCH  # samples per forward pass wherever a model is only evaluated
+    normalization: Normalization = Normalization.auto  # see Normalization above
 
     def checks(self):
         return [("val_fraction", 0 <= self.val_fraction < 1, "a fraction in [0, 1)"),
@@ -121,7 +132,9 @@ class HardwareConfig(Checked):
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: Precision = Precision.auto
     channels_last: bool | None = None  # NHWC activations for convs; null: on for GPUs
-    tf32: bool = True  # TF32 matmuls for what runs in fp32 on Ampere and newer
+    # TF32 matmuls and convs for what runs in fp32 on Ampere and newer; null: on, except under
+    # method.protocol=official, which runs in plain fp32 as the official code does
+    tf32: bool | None = None
     deterministic: bool = False  # PyTorch's deterministic algorithms (slower on GPU)
     distributed: bool = False  # data-parallel over the processes torchrun starts (hardware=ddp)
     threads: int | None = None  # CPU threads for torch ops; null keeps torch's default (one per core)
@@ -192,9 +205,25 @@ class Config:
         if self.eval_future and self.scenario == "class" and self.dataset.kind not in ("permuted", "rotated"):
             raise UserError("eval_future=true in the class scenario needs tasks that share labels (permuted_mnist, "
                             "rotated_mnist): a future task's classes have no outputs yet; use scenario=task")
+        if self.method.protocol == "official":  # the official code's arithmetic: ivclab/CPG (2019, PyTorch 1.x
+            # before TF32 existed) trains and evaluates in plain fp32, without autocast
+            if self.hardware.precision == "bf16" or self.hardware.tf32:
+                raise UserError("method.protocol=official runs in plain fp32 as the official code: drop "
+                                "hardware.precision=bf16 and hardware.tf32=true (hardware=auto does so)")
+        if self.data.normalization == "per_task" and (self.scenario != "task" or not self.dataset.normalize):
+            raise UserError("data.normalization=per_task normalises each task's images with its own statistics, "
+                            "which needs the task id at test time and dataset.normalize=true: use scenario=task, "
+                            "or data.normalization=global")
         check_within_task_checkpoints(self.checkpoint, methods.get(name))
         if self.logger.wandb:
             require_extra("wandb", "wandb", "logger=wandb")
+
+
+def per_task_normalization(cfg) -> bool:
+    """Whether data.normalization resolves to per_task for this run (see Normalization)."""
+    if cfg.data.normalization != "auto":
+        return cfg.data.normalization == "per_task"
+    return cfg.method.protocol == "official" and cfg.scenario == "task" and bool(cfg.dataset.normalize)
 
 
 def register() -> None:

@@ -14,6 +14,7 @@ class Hardware:
     channels_last: bool
     rank: int = 0
     world_size: int = 1
+    precision: str = "fp32"  # what the run computes in, as metrics.json records it: bf16 (autocast), tf32, fp32
 
 
 # Samples per forward pass wherever a model is only evaluated (scoring, relevance, features): data.eval_batch_size.
@@ -28,13 +29,15 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def setup(cfg) -> Hardware:
+def setup(cfg, fp32: bool = False) -> Hardware:
+    """fp32: plain fp32 arithmetic, no autocast and no TF32 (method.protocol=official), whatever precision=auto
+    and tf32=null would choose."""
     if cfg.distributed:
-        return _setup_distributed(cfg)
-    return _setup(cfg)
+        return _setup_distributed(cfg, fp32)
+    return _setup(cfg, fp32=fp32)
 
 
-def _setup_distributed(cfg) -> Hardware:
+def _setup_distributed(cfg, fp32: bool = False) -> Hardware:
     """One process per device under torchrun: NCCL between GPUs, gloo between CPU processes."""
     import torch.distributed as dist
     if "WORLD_SIZE" not in os.environ:
@@ -45,7 +48,7 @@ def _setup_distributed(cfg) -> Hardware:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     if not dist.is_initialized():
         dist.init_process_group("nccl" if on_gpu else "gloo")
-    hw = _setup(cfg, torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"))
+    hw = _setup(cfg, torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"), fp32)
     hw.rank, hw.world_size = dist.get_rank(), dist.get_world_size()
     return hw
 
@@ -59,22 +62,26 @@ def _device(cfg) -> torch.device:
     return device
 
 
-def _setup(cfg, device: torch.device | None = None) -> Hardware:
+def _setup(cfg, device: torch.device | None = None, fp32: bool = False) -> Hardware:
     device = device or _device(cfg)
     if cfg.threads is not None:  # small batches on few shared cores often run faster on one thread
         torch.set_num_threads(cfg.threads)
     on_gpu = device.type == "cuda"
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and on_gpu)
+    bf16 = not fp32 and (cfg.precision == "bf16" or (cfg.precision == "auto" and on_gpu))
+    tf32 = not fp32 and (cfg.tf32 is None or cfg.tf32)
     channels_last = on_gpu if cfg.channels_last is None else cfg.channels_last
     if on_gpu:
         torch.cuda.reset_peak_memory_stats(device)  # this run's peak, when a multirun runs jobs in one process
-        torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
-        torch.backends.cudnn.allow_tf32 = cfg.tf32
+        # Set both ways, every run: a multirun's earlier job in this process must not leave TF32 on.
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cudnn.benchmark = not cfg.deterministic
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
-    return Hardware(device, torch.bfloat16 if bf16 else None, channels_last)
+    # TF32 touches only what runs in fp32 on a GPU; the CPU computes in fp32 (bf16 autocast aside)
+    precision = "bf16" if bf16 else "tf32" if tf32 and on_gpu else "fp32"
+    return Hardware(device, torch.bfloat16 if bf16 else None, channels_last, precision=precision)
 
 
 def peak_memory_mb(device: torch.device) -> float:

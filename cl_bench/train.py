@@ -26,13 +26,14 @@ def build(cfg, recorder):
     """Hardware, scenario and method for cfg, seeded, before any training."""
     config.validate(cfg)
     import torch._dynamo  # noqa: F401  torch.optim imports it on first use (~1 s): here, so time_s times learning
-    hw = hardware.setup(cfg.hardware)
+    official = cfg.method.protocol == "official"
+    hw = hardware.setup(cfg.hardware, fp32=official)  # the official protocol: the official code's fp32
     seed_everything(cfg.seed)
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last,
-                               select_on_test=cfg.method.protocol == "official")
+                               select_on_test=official, per_task_norm=config.per_task_normalization(cfg))
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
     ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size, cfg.seed,
-                          cfg.data.eval_batch_size)
+                          cfg.data.eval_batch_size, precision=hw.precision)
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)
@@ -112,7 +113,8 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
         with profiled(run_dir if writer and cfg.profile_task == task.id else None, task.id, ctx.device):
             method.learn(task)
         results.add(*evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
-        record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx.device, random_init)
+        record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx.device, random_init,
+                             ctx.precision)
         recorder.task_end(task.id, record)
         if cfg.checkpoint.enabled and writer:
             with guard():
@@ -120,7 +122,7 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
                                        hardware.rng_state(ctx.generator, ctx.device), record["time_s"])
             recorder.checkpoint_saved(task.id, path)
     if start == len(tasks):
-        record = make_record(cfg, scenario.info, results, method, elapsed, ctx.device, random_init)
+        record = make_record(cfg, scenario.info, results, method, elapsed, ctx.device, random_init, ctx.precision)
     recorder.run_end(record)
     return objective(record, cfg.sweep.objective)
 
@@ -337,8 +339,8 @@ def count_correct(method, tasks, splits, info, ctx, batch_size: int, task_aware:
     aware_hits = torch.zeros_like(hits)
     for j, (task, split) in enumerate(zip(tasks, splits)):
         task_id = task.id if info.scenario == "task" else None
-        for raw, y, _ in split.batches(batch_size):
-            x = info.view.eval(raw)
+        for raw, y, t in split.batches(batch_size):
+            x = info.view.eval(raw, t)
             with ctx.autocast():
                 logits = method.predict(x, task_id)
                 if task_aware:
@@ -347,7 +349,7 @@ def count_correct(method, tasks, splits, info, ctx, batch_size: int, task_aware:
     return hits, (aware_hits if task_aware else None)
 
 
-def make_record(cfg, info, results: Results, method, time_s, device, random_init=None) -> dict:
+def make_record(cfg, info, results: Results, method, time_s, device, random_init=None, precision="fp32") -> dict:
     """The metrics.json record (schema in docs/architecture.md)."""
     acc = results.acc
     record = {
@@ -362,6 +364,7 @@ def make_record(cfg, info, results: Results, method, time_s, device, random_init
         record["task_aware_avg_acc"] = metrics.avg_acc(results.task_aware_acc)
     record.update({
         "variant": method.variant(), "objective": cfg.sweep.objective, "protocol": cfg.method.protocol,
+        "precision": precision, "normalization": "per_task" if info.view.per_task else "global",
         "capacity": method.capacity(),
         "time_s": time_s,
         "peak_mem_mb": hardware.peak_memory_mb(device), "complete": len(acc) == info.num_tasks,

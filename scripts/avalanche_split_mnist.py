@@ -15,7 +15,8 @@ fixed_class_order=[0..9].
 - naive, ewc, replay: class-incremental (task_labels=False), one 10-way head, Avalanche's plain cross-entropy over
   all 10 outputs (cl-bench masks unseen outputs in training; after the last task all 10 are seen, so the final
   row is comparable). EWC: lambda 5000 (--ewc-lambda), mode="separate". Avalanche's penalty is lambda*sum F d^2,
-  cl-bench's is lambda/2*sum F d^2 (same batched Fisher), so Avalanche lambda 2500 is cl-bench's lambda 5000;
+  cl-bench's with method.fisher=batched method.penalty=half is lambda/2*sum F d^2 (same batched Fisher), so
+  Avalanche lambda 2500 is cl-bench's lambda 5000;
   at Avalanche lambda 5000 this workload diverges to NaN weights in the third experience (finite_params: false).
   Replay: mem_size=500 (default ExperienceBalancedBuffer,
   128 new + 128 memory samples per step, as cl-bench's er).

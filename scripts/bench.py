@@ -51,12 +51,14 @@ SHORT = {
 }
 NEEDS_CONV = {"gated"}  # gates act on conv channels
 # The same job in Avalanche and in cl-bench: (Avalanche strategy and flags, cl-bench overrides on WORKLOAD).
-# EWC's lambda is low enough that neither library diverges at lr 0.01 (at cl-bench's default 5000, Avalanche's
-# weights turn NaN in the third task); Avalanche adds lambda*F*d^2 where cl-bench adds lambda/2*F*d^2.
+# EWC's lambda is low enough that neither library diverges at lr 0.01 (at lambda 5000, Avalanche's weights turn NaN
+# in the third task); Avalanche adds lambda*F*d^2 with a batched Fisher, where cl-bench with method.fisher=batched
+# method.penalty=half (FACIL's arithmetic) adds lambda/2*F*d^2 with the same Fisher.
 EWC_LAMBDA = 100.0
 PEERS = {
     "naive": (["naive"], []),
-    "ewc": (["ewc", f"--ewc-lambda={EWC_LAMBDA / 2}"], ["method=ewc", f"method.ewc_lambda={EWC_LAMBDA}"]),
+    "ewc": (["ewc", f"--ewc-lambda={EWC_LAMBDA / 2}"], ["method=ewc", "method.fisher=batched", "method.penalty=half",
+                                                         f"method.ewc_lambda={EWC_LAMBDA}"]),
     # Avalanche's Replay keeps an experience-balanced buffer, written at the end of each experience: the same
     # policy here (cl-bench's default reservoir scores 2 points lower on this job, see benchmarks.md).
     "replay": (["replay"], ["method=er", "method.memory_size=500", "method.memory_policy=balanced"]),

@@ -215,3 +215,26 @@ def test_er_ace_refuses_the_task_scenario_and_a_memory_below_the_classes():
     for name in ("der", "derpp", "er_ace"):
         with pytest.raises(methods.UserError, match=r"method.memory_size=5 is below the 10 classes .* at least 10"):
             build(f"method={name}", "scenario=class", "method.memory_size=5")
+
+
+def test_er_ace_scores_with_the_official_cosine_head():
+    """AML's ER-ACE model (main.py:112-117) ends in distLinear (model.py:17-35): 10 · x/(|x| + 1e-5) · (w_c/(|w_c| +
+    1e-5)), no bias. By hand: x = (3, 4), rows (1, 0) and (0, 2): 10 · (0.6, 0.8) up to the 1e-5s."""
+    from cl_bench.methods.er_ace import CosineLinear
+    head = CosineLinear(2, 2)
+    with torch.no_grad():
+        head.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 2.0]]))
+    want = 10 * torch.tensor([[3 / (5 + 1e-5) * 1 / (1 + 1e-5), 4 / (5 + 1e-5) * 2 / (2 + 1e-5)]])
+    torch.testing.assert_close(head(torch.tensor([[3.0, 4.0]])), want)
+    assert want[0].tolist() == pytest.approx([6.0, 8.0], abs=1e-3)
+
+    method, tasks = build("method=er_ace", "scenario=class", *TINY)
+    assert isinstance(method.heads.head, CosineLinear) and not any("bias" in n for n, _ in
+                                                                    method.heads.head.named_parameters())
+    method.heads.seen = method.info.seen_outputs(1)
+    x = method.info.view.eval(tasks[1].train.x[:5])
+    f, w = method.backbone(x), method.heads.head.weight
+    torch.testing.assert_close(method(x, None), 10 * (f / (f.norm(dim=1, keepdim=True) + 1e-5))
+                               @ (w / (w.norm(dim=1, keepdim=True) + 1e-5)).t()[:, :4])
+    plain, _ = build("method=er_ace", "scenario=class", "method.head=linear", *TINY)
+    assert isinstance(plain.heads.head, torch.nn.Linear)

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import UserError
 from . import sources
-from .batches import View
+from .batches import View, channel_stats
 
 
 @dataclass
@@ -91,10 +91,11 @@ class Scenario:
 
 
 def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
-          channels_last: bool = False, select_on_test: bool = False) -> Scenario:
+          channels_last: bool = False, select_on_test: bool = False, per_task_norm: bool = False) -> Scenario:
     """Read the dataset's source and cut it into tasks, all resident on `device`. select_on_test (the official
     protocol of reference code that selected on test data): nothing is held out, and the split a learner
-    selects on (Task.val) is the task's test split."""
+    selects on (Task.val) is the task's test split. per_task_norm (data.normalization): each task's images are
+    normalised with the mean and std of that task's own training split (never its validation or test data)."""
     src = sources.load(dataset_cfg.source, data_cfg.root, data_cfg.download, data_cfg.cache, dataset_cfg.path,
                        dataset_cfg.image_size)
     rng = np.random.default_rng(seed)
@@ -110,10 +111,12 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
         raise UserError(f"dataset.kind={kind!r} is unknown: use split, superclass, permuted or rotated")
     offsets = _offsets(task_classes, shared_labels and scenario == "class")
     mean, std = (src.mean, src.std) if dataset_cfg.normalize else ([0.0] * len(src.mean), [1.0] * len(src.std))
-    view = View(mean, std, dataset_cfg.augment, device, channels_last, brightness=dataset_cfg.brightness_jitter)
-    info = Info(dataset_cfg.name, scenario, tuple(src.train_x.shape[1:]), task_classes, offsets, view)
     tasks, test = zip(*(_task(src, t, task_classes[t], offsets[t], kind, dataset_cfg, data_cfg, rng, device,
                               select_on_test) for t in range(len(task_classes))))
+    if per_task_norm:
+        mean, std = (list(rows) for rows in zip(*(channel_stats(task.train.x) for task in tasks)))
+    view = View(mean, std, dataset_cfg.augment, device, channels_last, brightness=dataset_cfg.brightness_jitter)
+    info = Info(dataset_cfg.name, scenario, tuple(src.train_x.shape[1:]), task_classes, offsets, view)
     return Scenario(list(tasks), list(test), info)
 
 

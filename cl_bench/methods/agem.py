@@ -80,7 +80,7 @@ class AGEM(OnlineMethod):
             raw, y, t = self.memory.x[rows], self.memory.y[rows], self.memory.t[rows]
             weight = valid[rows].float()
             with self.ctx.autocast():
-                features = self.backbone(self.info.view.train(raw, self.ctx.generator))
+                features = self.backbone(self.info.view.train(raw, self.ctx.generator, t))
                 logits = self.mixed_outputs(features, t, self.cfg.ce_outputs)
                 per_sample = torch.nn.functional.cross_entropy(logits.float(), y, reduction="none")
             memory_loss = (per_sample * weight).sum() / weight.sum().clamp(min=1)

@@ -31,7 +31,9 @@ class CEOutputs(Choice):
 class Protocol(Choice):
     # honest: every choice a method makes (goals, pruning ratios, relevance) uses held-out validation data;
     # official: as reference code that selected on test data (ivclab/CPG): each task's whole training data is
-    # trained on and the method's choices are made on its test split; runs say so in metrics.json and the report.
+    # trained on and the method's choices are made on its test split, in plain fp32 (no autocast, no TF32), each
+    # task normalised with its own training statistics in the task scenario (data.normalization=auto); runs say
+    # so in metrics.json (protocol, precision, normalization) and the report.
     honest = "honest"
     official = "official"
 
@@ -77,6 +79,7 @@ class Context:
     # Data-parallel: this rank's own augmentation stream (every rank draws the batch order, the replay draws and
     # the memory updates from `generator`, alike; each augments only its own shard, with this one).
     shard_generator: torch.Generator | None = None
+    precision: str = "fp32"  # what the run computes in (hardware.Hardware.precision): bf16, tf32 or fp32
 
     @property
     def augment_generator(self) -> torch.Generator:
@@ -359,10 +362,10 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
     def _training_batch(self, raw, y, t, step: int) -> Batch:
         """One augmented training batch: data-parallel, this rank's shard of the global batch, augmented alone."""
         if self.ctx.world_size == 1:
-            return Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t, step)
+            return Batch(raw, self.info.view.train(raw, self.ctx.generator, t), y, t, step)
         whole = Batch(raw, None, y, t, step)
         raw, y, t = self.shard(raw, y, t)
-        return Batch(raw, self.augment(raw), y, t, step, whole)
+        return Batch(raw, self.augment(raw, t), y, t, step, whole)
 
     def shard(self, *rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Data-parallel: this rank's rows (r, r + w, ...) of tensors every rank holds alike, such as a replay
@@ -386,9 +389,9 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         # shards[r][i] is global row i * w + r: interleaved back into order, the padding (rows past the end) cut
         return torch.stack(shards, dim=1).reshape(w * per_rank, *x.shape[1:])[:rows]
 
-    def augment(self, raw: torch.Tensor) -> torch.Tensor:
-        """Training view of stored pixels (a replay draw), from this rank's augmentation stream."""
-        return self.info.view.train(raw, self.ctx.augment_generator)
+    def augment(self, raw: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
+        """Training view of stored pixels (a replay draw) of tasks t, from this rank's augmentation stream."""
+        return self.info.view.train(raw, self.ctx.augment_generator, t)
 
 
 @dataclass

@@ -108,7 +108,7 @@ class DER(Method):
         """One memory batch, augmented as training batches are: (x, y, t, stored logits, which rows are real)."""
         drawn = self.memory.sample_distinct(self.cfg.replay_batch_size, self.ctx.generator)
         raw, y, t, logits, drawn = self.shard(*drawn)  # data-parallel: every rank draws alike, trains on its rows
-        return self.augment(raw), y, t, logits, drawn
+        return self.augment(raw, t), y, t, logits, drawn
 
     def replay_loss(self) -> torch.Tensor:
         x, _, t, stored, drawn = self.replay()

@@ -86,7 +86,7 @@ class ER(Method):
         def loss(batch: Batch):
             if replay and (task.id > 0 or batch.step > 0):
                 raw, y, t = self.shard(*self.memory.sample(m, self.ctx.generator)[:3])
-                x = self.augment(raw)
+                x = self.augment(raw, t)
                 batch = Batch(None, torch.cat([batch.x, x]), torch.cat([batch.y, y]), torch.cat([batch.t, t]))
             return self.mixed_loss(batch, self.cfg.ce_outputs)
 

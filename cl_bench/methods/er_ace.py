@@ -12,6 +12,10 @@ without replacement. Defaults are the official code's: one pass over the stream 
 and 10 memory samples, plain SGD at lr 0.1, 20 samples per class of split CIFAR-10 (200). The official code runs
 ER-ACE task-free: the mask and the replay apply from the first step, task 0 included; task_free=false gives
 Mammoth's models/er_ace.py instead, with neither during the first task.
+The classifier is the official one (method.head=cosine): main.py:112-117 builds ER-ACE's ResNet-18 with
+dist_linear, whose head (model.py:17-35, distLinear) scores class c as 10 · cos(f(x), w_c), a bias-free weight
+row per class, each norm taken with 1e-5 added; Mammoth's models/er_ace.py does the same by default
+(use_custom_classifier, lines 15-33, 45, 50-52). method.head=linear keeps the backbone's plain linear head.
 Where the paper is silent: the official model has an output for every class of the dataset from the start, so
 its mask also keeps the outputs of future tasks; here the class head has the outputs of the tasks seen so far
 (as for every method), so the rule applies to those.
@@ -22,10 +26,32 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from ..checks import Choice
 from .base import Batch, Method, MethodConfig
 from .er import check_memory_holds_every_class
 from .memory import Memory, mean_over_drawn
+
+
+class Head(Choice):
+    cosine = "cosine"  # the official code's distLinear: 10 · cos(f(x), w_c) (AML model.py:17-35, main.py:116)
+    linear = "linear"  # the backbone's linear head, as every other method's
+
+
+class CosineLinear(nn.Module):
+    """s · cos(x, w_c) per class c, without bias, as AML's distLinear (model.py:17-35): each of x and the weight
+    rows divided by its L2 norm plus eps; the weight initialised as nn.Linear's, s fixed at 10."""
+
+    def __init__(self, in_features: int, out_features: int, scale: float = 10.0, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Linear(in_features, out_features, bias=False).weight
+        self.scale, self.eps = scale, eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x / (x.norm(p=2, dim=1, keepdim=True) + self.eps)
+        w = self.weight / (self.weight.norm(p=2, dim=1, keepdim=True) + self.eps)
+        return self.scale * (x @ w.t())
 
 
 @dataclass
@@ -38,6 +64,7 @@ class ERACEConfig(MethodConfig):
     memory_size: int = 200  # AML's --mem_size 20 per class, times the 10 classes of split CIFAR-10
     replay_batch_size: int = 10  # memory samples per step (AML's --buffer_batch_size)
     task_free: bool = True  # mask and replay from the first step (AML); false: not during task 0 (Mammoth)
+    head: Head = Head.cosine  # the class head: see Head
 
     def checks(self):
         return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1"),
@@ -53,6 +80,8 @@ class ERACE(Method):
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
         check_memory_holds_every_class(cfg.memory_size, info)
+        if cfg.head == "cosine":
+            self.heads.head = CosineLinear(backbone.feature_dim, info.num_outputs)
         self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device)
         # The classes the incoming stream has shown so far (the official seen_so_far), kept for resumes.
         self.register_buffer("stream_classes", torch.zeros(info.num_outputs, dtype=torch.bool, device=ctx.device))

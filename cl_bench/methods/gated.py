@@ -163,7 +163,7 @@ class Gated(Method):
         so that every seen task counts alike."""
         raw, _, t_memory = self.memory.sample_uniform_tasks(self.cfg.replay_batch_size or self.cfg.batch_size,
                                                             self.ctx.generator)
-        x = torch.cat([batch.x, self.info.view.train(raw, self.ctx.generator)])
+        x = torch.cat([batch.x, self.info.view.train(raw, self.ctx.generator, t_memory)])
         # The current path on both, normalised as in evaluation (its running statistics, left as they are): were
         # the current batch on its batch statistics and the memory not, the classifier could tell tasks apart by
         # that alone, and at evaluation, where every sample is on running statistics, name no sample the new task.
@@ -216,9 +216,9 @@ class Gated(Method):
         self.eval()
         gated.route(self.routed, [task_id])
         counts = [torch.zeros(layer.out_channels, device=self.ctx.device) for layer in self.layers]
-        for raw, _, _ in data.batches(self.ctx.eval_batch_size):
+        for raw, _, t in data.batches(self.ctx.eval_batch_size):
             with self.ctx.autocast():
-                self.backbone(self.info.view.eval(raw))
+                self.backbone(self.info.view.eval(raw, t))
             for count, layer in zip(counts, self.layers):
                 count += layer.last_gates.sum(0).float()
         return [count / len(data) for count in counts]
@@ -314,7 +314,7 @@ class Gated(Method):
         for task in self.seen_tasks:
             for raw, _, t in task.val.batches(self.ctx.eval_batch_size):
                 with self.ctx.autocast():
-                    logits = self._task_logits(self._paths(self.info.view.eval(raw), count))
+                    logits = self._task_logits(self._paths(self.info.view.eval(raw, t), count))
                 hits[task.id] += (logits.argmax(1) == t).sum()
         sizes = [len(task.val) for task in self.seen_tasks]
         return [h / n if n else None for h, n in zip(hits.cpu().tolist(), sizes)]

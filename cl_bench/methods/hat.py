@@ -231,9 +231,9 @@ class HAT(Method):
         official code compares between epochs)."""
         self.eval()
         total = torch.zeros((), device=self.ctx.device)
-        for raw, y, _ in task.val.batches(self.ctx.eval_batch_size):
+        for raw, y, t in task.val.batches(self.ctx.eval_batch_size):
             with self.ctx.autocast():
-                logits = self(self.info.view.eval(raw), task.id)
+                logits = self(self.info.view.eval(raw, t), task.id)
             total += F.cross_entropy(logits.float(), y - task.offset, reduction="sum")
         return (total / len(task.val) + self.cfg.c * self.regulariser(task.id, self.cfg.s_max)).item()
 

@@ -174,9 +174,9 @@ class MaskedMethod(Method):
         self.eval()
         model = model or (lambda x: self(x, task_id))
         correct = torch.zeros((), dtype=torch.long, device=self.ctx.device)
-        for raw, y, _ in split.batches(self.ctx.eval_batch_size):
+        for raw, y, t in split.batches(self.ctx.eval_batch_size):
             with self.ctx.autocast():
-                logits = model(self.info.view.eval(raw))
+                logits = model(self.info.view.eval(raw, t))
             correct += (logits.argmax(1) == self.targets(y, task_id)).sum()
         return int(correct) / max(len(split), 1)
 

@@ -21,9 +21,13 @@ seed code's kl(log_softmax(z / T), stored). The Fisher is (∂L/∂θ ÷ ψ)², 
 the base weights' gradient by tile(ψ), recovering the calibrated weights' gradient. On a ResNet the seed's
 residual block adds the shortcut after the second activation and leaves the 1x1 shortcut conv uncalibrated
 (block_form=seed, default); block_form=standard keeps the backbone's ReLU after the sum and calibrates every
-conv. Defaults: no published values could be found; they are La-MAML's MNIST settings (batch 10, 5 glances,
-200 memories, replay 10, lr 0.1, clip 2) with reg = β = 1, T = 2 and γ = 0.5 (chosen on validation data before
-the seed's glances and outer objective were adopted: see REPRODUCING.md).
+conv. Defaults: no published values could be found. From La-MAML's MNIST runs (montrealrobotics/La-MAML,
+run_experiments.sh:14-36): batch 10, 5 glances, 200 memories, replay 10; lr 0.1 for both loops is the opt_wt and
+opt_lr of its C-MAML and Sync lines there (La-MAML's own line uses opt_lr 0.3); the elementwise clamp of inner
+gradients at ±2 is the seed's, at La-MAML's grad_clip_norm default 2.0 (parser.py:94), a clamp La-MAML's MNIST
+model computes but never applies (model/lamaml.py:52 discards the result; lamaml_cifar.py:83 applies it). With
+reg = β = 1, T = 2 and γ = 0.5 (chosen on validation data before the seed's glances and outer objective were
+adopted: see REPRODUCING.md).
 """
 from dataclasses import dataclass
 from typing import ClassVar
@@ -112,7 +116,7 @@ class NCCL(OnlineMethod):
         use = count >= step * self.cfg.batch_size
         raw, y, t = (torch.where(use.view(-1, *[1] * (a.dim() - 1)), a, b)
                      for a, b in ((raw, batch.raw), (y, batch.y), (t, batch.t)))
-        return Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t)
+        return Batch(raw, self.info.view.train(raw, self.ctx.generator, t), y, t)
 
     def glance(self, batch, task):
         """One inner step: the loss on the batch (and the memory), an SGD step on the base weights only."""

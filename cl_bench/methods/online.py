@@ -91,7 +91,7 @@ class OnlineMethod(Method):
     def stream(self, task):
         """The task's training data, once, in shuffled batches of batch_size."""
         for raw, y, t in task.train.batches(self.cfg.batch_size, self.ctx.generator):
-            yield Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t)
+            yield Batch(raw, self.info.view.train(raw, self.ctx.generator, t), y, t)
 
     def observe(self, batch: Batch, task, store: bool) -> torch.Tensor:
         """The glances at one incoming batch; then, if store, the batch into the memory."""
@@ -111,14 +111,14 @@ class OnlineMethod(Method):
         if self.soft_targets:
             self.eval()  # the prediction as it stands, on the plain images, without moving batch-norm statistics
             with self.ctx.autocast():
-                logits = self.mixed_logits(self.info.view.eval(batch.raw), batch.t)
+                logits = self.mixed_logits(self.info.view.eval(batch.raw, batch.t), batch.t)
             logits = F.pad(logits, (0, self.info.num_outputs - logits.shape[1]), value=float("-inf"))
         self.memory.add(batch.raw, batch.y, batch.t, logits, self.ctx.generator)
 
     def replay(self, before_task: int | None = None) -> tuple[Batch, torch.Tensor]:
         """A memory batch (of tasks before before_task, if given) and its stored logits."""
         raw, y, t, logits = self.memory.sample(self.cfg.replay_batch_size, self.ctx.generator, before_task)
-        return Batch(raw, self.info.view.train(raw, self.ctx.generator), y, t), logits
+        return Batch(raw, self.info.view.train(raw, self.ctx.generator, t), y, t), logits
 
     def mixed_logits(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Logits over the label space seen so far; in the task scenario -inf outside each row's task."""

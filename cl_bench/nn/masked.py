@@ -201,8 +201,11 @@ class MaskedLayer(nn.Module):
 
     @torch.no_grad()
     def zero_released(self) -> None:
-        """Set the free weights to 0 (CPG's gradual pruning does so after every step): the comparison is kept
-        while ownership is unchanged."""
+        """Set the free weights to 0: the comparison is kept while ownership is unchanged. cl-bench's gradual
+        pruning calls this after every step (cpg.py), and a released weight leaves the forward at once (its owner
+        is 0); ivclab/CPG only updates the masks during gradual pruning (utils/prune.py:78-88, the zeroing line 88
+        commented out) and zeroes the released weights at the end of each epoch (Manager.validate's apply_mask,
+        utils/manager.py:105), so until then they still compute, frozen (their gradients are zeroed)."""
         released = self._memo("_released", _versions(self.owner), lambda: self.owner == 0)
         self.weight.masked_fill_(released, 0.0)
 
