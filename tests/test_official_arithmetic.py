@@ -100,3 +100,37 @@ def test_cpgs_baselines_run_under_the_official_protocol_and_say_so(tmp_path, nam
     m = json.loads((run_dir / "metrics.json").read_text())
     assert (m["protocol"], m["precision"], m["normalization"]) == ("official", "fp32", "per_task")
     assert m["val_acc"] == m["acc"]  # the official code selects on (and so scores on) the test split
+
+
+def test_weight_decay_on_weights_is_the_references_decay_by_hand():
+    """ivclab/CPG (packnet_cifar100_main_normal.py:226-230) adds wd·w to the gradients of the conv and linear weights
+    only, then takes a plain SGD step; method.weight_decay_on=weights gives that step, all (torch's) decays the batch
+    norms and biases too."""
+    from cl_bench.methods.base import weights_decayed
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+                              torch.nn.Linear(4 * 6 * 6, 5))
+    x, wd, lr = torch.randn(8, 3, 8, 8), 0.1, 0.5
+    start = [p.detach().clone() for p in net.parameters()]
+
+    def step(optimizer):
+        with torch.no_grad():
+            for p, p0 in zip(net.parameters(), start):
+                p.copy_(p0)
+        optimizer.zero_grad()
+        net(x).square().mean().backward()
+        grads = [p.grad.clone() for p in net.parameters()]
+        optimizer.step()
+        return grads, [p.detach().clone() for p in net.parameters()]
+
+    grads, ours = step(torch.optim.SGD(weights_decayed(net.parameters(), wd), lr=lr, weight_decay=0.0))
+    by_hand = [p0 - lr * (g + wd * p0 * (p0.dim() > 1)) for p0, g in zip(start, grads)]
+    for mine, ref in zip(ours, by_hand):
+        torch.testing.assert_close(mine, ref)
+    _, everything = step(torch.optim.SGD(net.parameters(), lr=lr, weight_decay=wd))
+    bn_weight = 2  # conv weight, conv bias, bn weight: torch's decay moves it, the reference's does not
+    assert not torch.allclose(everything[bn_weight], ours[bn_weight])
+    assert config.validate(config.compose(["method=finetune", "method.weight_decay=0.1",
+                                           "method.weight_decay_on=weights"])).method.weight_decay_on == "weights"
+    with pytest.raises(UserError, match="weight_decay_on"):
+        config.validate(config.compose(["method=packnet", "method.weight_decay_on=all"]))

@@ -11,18 +11,21 @@ from omegaconf import OmegaConf
 from cl_bench import config, methods, settings
 from cl_bench.errors import UserError
 
-# The Makefile's and presets' spelling of each setting before it moved to conf/setting/ (commit a29db2c).
+# The Makefile's and presets' spelling of each setting before it moved to conf/setting/ (commit a29db2c), with what
+# reading the references found since: gated's baselines on its schedule and batch (lit-leo/cgate config/cfg.py),
+# CPG's weight decay on conv and linear weights only (ivclab/CPG packnet_cifar100_main_normal.py:226-230).
 SMNIST = ("dataset=split_mnist dataset.normalize=false scenario=class backbone=mlp backbone.hidden_sizes=[100,100] "
           "method.epochs=1 method.batch_size=10 method.momentum=0")
 PMNIST = ("dataset=permuted_mnist dataset.normalize=false dataset.num_tasks=20 dataset.samples_per_task=null "
           "scenario=class backbone=mlp backbone.hidden_sizes=[100,100] method.epochs=1 method.batch_size=128 "
           "method.momentum=0")
 CPG_WEIGHTS = "method.epochs=100 method.batch_size=32 method.nesterov=true method.weight_decay=4e-5 " \
-              "method.lr_milestones=[50,80]"
+              "method.weight_decay_on=weights method.lr_milestones=[50,80]"  # the decay as ivclab/CPG adds it
 ABATI = {"split_mnist": "dataset=split_mnist backbone=convnet backbone.channels=[100,100,100] method.epochs=10 "
                         "method.optimizer=adam method.lr=0.001",
-         **{d: f"dataset={d} backbone=resnet18 method.epochs=30 method.optimizer=adam method.lr=0.001"
-            for d in ("split_svhn", "split_cifar10")}}
+         **{d: f"dataset={d} backbone=resnet18 method.epochs=30 method.optimizer=adam method.lr=0.001 "
+               "method.lr_milestones=[20]" for d in ("split_svhn", "split_cifar10")}}  # gated's own milestone
+ICARL_ABATI = "method.batch_size=64 method.lr_gamma=0.1 method.weight_decay=0"  # gated's batch, no decay
 GEM_MLP = "scenario=class backbone=mlp backbone.hidden_sizes=[100,100] backbone.init=kaiming_normal"
 ROT = f"dataset=rotated_mnist dataset.num_tasks=20 dataset.normalize=false {GEM_MLP}"
 PERM = f"dataset=permuted_mnist dataset.num_tasks=20 dataset.normalize=false {GEM_MLP}"
@@ -81,14 +84,20 @@ SOURCES = {  # what `cl-bench train NEW` composes now: OLD, as it was spelt
         "method.alpha=0.1 method.beta=0.5",
     **{f"method=ewc dataset={d}": f"{ABATI[d]} method=ewc method.online=true" for d in ABATI},
     **{f"method=lwf dataset={d}": f"{ABATI[d]} method=lwf" for d in ABATI},
-    "method=hat dataset=split_mnist": f"{ABATI['split_mnist']} method=hat method.batch_norm=per_task",
+    "method=hat dataset=split_mnist": f"{ABATI['split_mnist']} method=hat method.batch_norm=per_task "
+                                      "method.lr_schedule=milestones",  # gated's epochs, not HAT's plateau stop
     **{f"method=joint dataset={d} scenario=class": f"{ABATI[d]} method=joint scenario=class"
        for d in ("split_svhn", "split_cifar10")},
     "method=joint dataset=split_mnist setting=abati_joint_split_mnist": f"{ABATI['split_mnist']} method=joint",
-    **{f"method={m} dataset={d}": f"{ABATI[d]} method={m} method.memory_size=500 scenario=class"
-       for m in ("icarl", "er") for d in ("split_svhn", "split_cifar10")},
-    **{f"method={m} dataset=split_mnist setting=abati_{m}_split_mnist":
-       f"{ABATI['split_mnist']} method={m} method.memory_size=500 scenario=class" for m in ("icarl", "er")},
+    **{f"method=er dataset={d}": f"{ABATI[d]} method=er method.memory_size=500 scenario=class"
+       for d in ("split_svhn", "split_cifar10")},
+    **{f"method=icarl dataset={d}": f"{ABATI[d]} method=icarl method.memory_size=500 scenario=class {ICARL_ABATI}"
+       for d in ("split_svhn", "split_cifar10")},
+    "method=er dataset=split_mnist setting=abati_er_split_mnist":
+        f"{ABATI['split_mnist']} method=er method.memory_size=500 scenario=class",
+    "method=icarl dataset=split_mnist setting=abati_icarl_split_mnist":
+        f"{ABATI['split_mnist']} method=icarl method.memory_size=500 scenario=class {ICARL_ABATI} "
+        "method.lr_milestones=[]",
     "method=agem dataset=split_mnist setting=abati_agem_split_mnist":
         "dataset=split_mnist backbone=convnet backbone.channels=[100,100,100] method=agem method.memory_size=500 "
         "scenario=class",

@@ -38,6 +38,13 @@ class Protocol(Choice):
     official = "official"
 
 
+class DecayOn(Choice):
+    """The parameters method.weight_decay applies to."""
+    all = "all"  # every parameter the optimiser steps (torch's weight_decay)
+    weights = "weights"  # conv and linear weights only, not batch norms or biases: ivclab/CPG adds the decay to
+    # their gradients by hand (packnet_cifar100_main_normal.py:226-230), for every row of its cifar100_20 table
+
+
 @dataclass
 class MethodConfig(Checked):
     """Training knobs every method shares; a method's own dataclass extends this one and holds its defaults."""
@@ -51,6 +58,7 @@ class MethodConfig(Checked):
     momentum: float = 0.9  # SGD only
     nesterov: bool = False  # SGD only
     weight_decay: float = 0.0
+    weight_decay_on: DecayOn = DecayOn.all
     lr_milestones: list[int] = field(default_factory=list)  # epochs at which the lr is multiplied by lr_gamma
     lr_gamma: float = 0.1
     skip_nonfinite: bool = False  # skip steps whose loss is NaN/inf instead of stopping (a host sync per step)
@@ -264,6 +272,8 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         cfg = self.cfg
         lr = cfg.lr if lr is None else lr
         wd = cfg.weight_decay if weight_decay is None else weight_decay
+        if wd and cfg.weight_decay_on == "weights":
+            params, wd = weights_decayed(params, wd), 0.0
         if cfg.optimizer == "sgd":
             return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=wd)
         if cfg.optimizer == "adam":
@@ -471,3 +481,13 @@ def reset_parameters(module: nn.Module) -> None:
     for m in module.modules():
         if hasattr(m, "reset_parameters"):
             m.reset_parameters()
+
+
+def weights_decayed(params, wd: float) -> list[dict]:
+    """Parameter groups that decay the conv and linear weights (the tensors of two or more dimensions) by wd and
+    nothing else; groups given already keep theirs."""
+    params = list(params)
+    if params and isinstance(params[0], dict):
+        return params
+    return [{"params": [p for p in params if p.dim() > 1], "weight_decay": wd},
+            {"params": [p for p in params if p.dim() <= 1], "weight_decay": 0.0}]

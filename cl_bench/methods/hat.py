@@ -72,7 +72,9 @@ class HATConfig(MethodConfig):
     batch_norm: BatchNorm = BatchNorm.none  # what becomes of the backbone's batch norms: see BatchNorm
 
     def checks(self):
-        return [*super().checks(), ("s_max", self.s_max >= 1, "a number of at least 1 (s grows from 1/s_max)"),
+        return [*super().checks(), ("weight_decay_on", self.weight_decay_on == "all",
+                                    "all: HAT decays the parameters it owns by hand, as joansj/hat"),
+                ("s_max", self.s_max >= 1, "a number of at least 1 (s grows from 1/s_max)"),
                 ("c", self.c >= 0, "0 or more"), ("clipgrad", self.clipgrad > 0, "a positive number"),
                 ("thres_cosh", self.thres_cosh > 0, "a positive number"),
                 ("thres_emb", self.thres_emb > 0, "a positive number"),

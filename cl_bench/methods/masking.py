@@ -11,7 +11,7 @@ import torch
 
 from ..checks import Choice
 from ..nn import masked
-from .base import Method, MethodConfig
+from .base import DecayOn, Method, MethodConfig
 
 
 class Init(Choice):
@@ -26,8 +26,14 @@ class MaskedConfig(MethodConfig):
     lr: float = 1e-2  # SGD lr of the task's trainable weights, biases, batch norms and head
     nesterov: bool = True  # the CPG code base's SGD
     weight_decay: float = 4e-5  # added by hand to the task's trainable conv/linear weights only
+    weight_decay_on: DecayOn = DecayOn.weights  # so, and only so: the by-hand decay above
     lr_milestones: list[int] = field(default_factory=lambda: [50, 80])  # lr ×lr_gamma at these epochs
     init: Init = Init.official  # the weights', heads' and grown weights' initialisation
+
+
+    def checks(self):
+        return [*super().checks(), ("weight_decay_on", self.weight_decay_on == "weights",
+                                    "weights: the mask methods decay the task's own conv and linear weights by hand")]
 
 
 @dataclass
