@@ -78,7 +78,8 @@ repro-cpg: $(VENV_STAMP)  ## CPG, PAE, PackNet, independent, finetune on cifar10
 	$(CL) train -m $(PAE_ROW) protocol=official seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RC)/official-pae
 	$(CL) report $(RC)
 
-# Abati et al. 2020's comparison (setting/gated_*, setting/abati_*): gated in both scenarios; in the task scenario
+# Abati et al. 2020's comparison (setting/gated_*, setting/abati_*): gated in both scenarios (the class scenario's
+# task classifier fitted jointly, as the paper, and after each task: grid=task_classifier_fits); in the task scenario
 # Joint, EWC-On, LwF and HAT (Split MNIST's conv net only: HAT converts plain chains); in the class scenario full
 # replay (joint), iCaRL, A-GEM and ER at gated's memory (500). On Split MNIST the DER paper owns the pairs of
 # joint, iCaRL, ER and A-GEM, so gated's baselines there are named settings.
@@ -87,7 +88,9 @@ GATED_DATA := dataset=split_mnist,split_svhn,split_cifar10
 RGB_RESNET := dataset=split_svhn,split_cifar10
 
 repro-gated: $(VENV_STAMP)  ## gated against the paper's baselines on Split MNIST, SVHN, CIFAR-10, both scenarios (GPU)
-	$(CL) train -m method=gated $(GATED_DATA) scenario=task,class seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/gated
+	$(CL) train -m method=gated $(GATED_DATA) scenario=task seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/gated-task
+	$(CL) train -m method=gated $(GATED_DATA) scenario=class grid=task_classifier_fits seed=$(SEEDS) $(ARGS) \
+	    hydra.sweep.dir=$(RG)/gated-class
 	$(CL) train -m method=ewc,lwf $(GATED_DATA) seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/task
 	$(CL) train -m method=hat dataset=split_mnist seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/hat
 	$(CL) train -m method=joint $(RGB_RESNET) scenario=task,class seed=$(SEEDS) $(ARGS) hydra.sweep.dir=$(RG)/joint

@@ -337,3 +337,11 @@ def test_no_setting_repeats_what_it_sits_on(name):
            if k != "setting" and not (isinstance(v, str) and v.startswith("${"))}  # per-buffer tables aside
     repeated = [k for k, v in own.items() if OmegaConf.select(under, k, default="<unset>") == v]
     assert repeated == [], f"{name} repeats {repeated}"
+
+
+def test_cfg_job_prints_the_paper_setting():
+    proc = cl_bench("train", "method=cpg", "dataset=cifar100_20", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    for line in ("name: vgg16_bn", "epochs: 100", "prune_epochs: 20", "retrain_epochs: 30", "max_multiplier: 1.5",
+                 "setting: cpg_cifar100_20"):
+        assert line in proc.stdout, line
