@@ -160,10 +160,10 @@ def method_rows(opts) -> list[tuple[str, list[str]]]:
     on the MLP of 256 units the section was first measured with."""
     cifar = ["dataset=split_cifar10", "setting=none", "backbone=resnet18_reduced", f"data.root={opts.cifar_root}",
              "dataset.samples_per_task=500"]
-    return [("split_mnist/mlp", ["dataset=split_mnist", "setting=none", "backbone=mlp", "backbone.hidden_sizes=[256,256]",
-                                 f"data.root={opts.data}"]),
-            ("split_mnist/convnet", ["dataset=split_mnist", "setting=none", "backbone=convnet", "backbone.channels=[16,32]",
-                                     f"data.root={opts.data}", "dataset.samples_per_task=500"]),
+    mnist = ["dataset=split_mnist", "setting=none", f"data.root={opts.data}"]
+    return [("split_mnist/mlp", [*mnist, "backbone=mlp", "backbone.hidden_sizes=[256,256]"]),
+            ("split_mnist/convnet", [*mnist, "backbone=convnet", "backbone.channels=[16,32]",
+                                     "dataset.samples_per_task=500"]),
             ("split_cifar10/resnet18_reduced", cifar)]
 
 

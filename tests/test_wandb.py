@@ -60,6 +60,7 @@ def test_offline_wandb_run_holds_per_task_series_and_summary(tmp_path):
     assert any("acc_matrix" in k for k in summary)  # the matrix as a table
     assert config["method"]["name"] == "finetune"
     assert config["dataset"]["name"] == "split_digits"
+    assert "setting" in config and config["setting"] is None  # the paper setting composed: none on the digits
 
 
 def runs_and_artifacts(run_dir):
