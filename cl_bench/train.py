@@ -18,6 +18,7 @@ from . import backbones, checkpoint, config, hardware, methods, metrics, recorde
 from .data import scenarios
 from .errors import UserError
 from .methods.base import ResumePoint
+from .shape import Shape
 
 SCHEMA = 1
 
@@ -32,7 +33,7 @@ def build(cfg, recorder):
                                select_on_test=cfg.method.protocol == "official")
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
     ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size, cfg.seed,
-                          cfg.data.eval_batch_size)
+                          cfg.data.eval_batch_size, shape=Shape(hw.device) if cfg.shape else None)
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)
@@ -107,22 +108,57 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
     t0 = time.perf_counter() - elapsed
     if cfg.checkpoint.every_epochs and writer:
         ctx.epoch_done = within_task_saver(cfg.checkpoint.every_epochs, run_dir, method, results, ctx, guard, t0)
+    clock = Clock(ctx.shape)
     for task in tasks[start:]:
         recorder.task_start(task)
+        clock.task_start(task.id)
         with profiled(run_dir if writer and cfg.profile_task == task.id else None, task.id, ctx.device):
             method.learn(task)
+        clock.lap("learn_s")
         results.add(*evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
-        record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx.device, random_init)
+        clock.lap("eval_s")
+        record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx.device, random_init,
+                             shape_of(ctx, method, run_dir))
         recorder.task_end(task.id, record)
         if cfg.checkpoint.enabled and writer:
             with guard():
                 path = checkpoint.save(run_dir, task.id, method, results.matrices(),
                                        hardware.rng_state(ctx.generator, ctx.device), record["time_s"])
+            clock.checkpoint(task.id, path)
             recorder.checkpoint_saved(task.id, path)
     if start == len(tasks):
         record = make_record(cfg, scenario.info, results, method, elapsed, ctx.device, random_init)
+    if ctx.shape is not None:  # the last task's checkpoint, written after its record
+        record["shape"] = shape_of(ctx, method, run_dir)
     recorder.run_end(record)
     return objective(record, cfg.sweep.objective)
+
+
+class Clock:
+    """debug=shape: each task's seconds learning, evaluating and checkpointing, and its checkpoint's bytes."""
+
+    def __init__(self, shape: Shape | None):
+        self.shape, self.last = shape, 0.0
+
+    def task_start(self, task_id: int) -> None:
+        if self.shape is not None:
+            self.shape.task_start(task_id)
+            self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        if self.shape is not None:
+            now = time.perf_counter()
+            self.shape.task_timed(**{name: now - self.last})
+            self.last = now
+
+    def checkpoint(self, task_id: int, path: Path) -> None:
+        if self.shape is not None:
+            self.lap("checkpoint_s")
+            self.shape.checkpoint_written(task_id, path)
+
+
+def shape_of(ctx, method, run_dir: Path) -> dict | None:
+    return None if ctx.shape is None else ctx.shape.section(method, run_dir)
 
 
 @contextlib.contextmanager
@@ -347,7 +383,7 @@ def count_correct(method, tasks, splits, info, ctx, batch_size: int, task_aware:
     return hits, (aware_hits if task_aware else None)
 
 
-def make_record(cfg, info, results: Results, method, time_s, device, random_init=None) -> dict:
+def make_record(cfg, info, results: Results, method, time_s, device, random_init=None, shape=None) -> dict:
     """The metrics.json record (schema in docs/architecture.md)."""
     acc = results.acc
     record = {
@@ -369,6 +405,8 @@ def make_record(cfg, info, results: Results, method, time_s, device, random_init
     if random_init is not None:
         record["fwt"] = metrics.fwt(acc, random_init)
         record["random_init_acc"] = random_init
+    if shape is not None:
+        record["shape"] = shape
     return record
 
 

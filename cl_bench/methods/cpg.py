@@ -177,7 +177,7 @@ class CPG(MaskedMethod):
     def train_measured(self, task, epochs: int, lr: float, **kwargs) -> float:
         """train_weights, returning the last epoch's training accuracy (counted on the device, read once)."""
         hits, seen = torch.zeros((), dtype=torch.long, device=self.ctx.device), 0
-        last = (epochs - 1) * -(-len(task.train) // self.cfg.batch_size)
+        last = (self.phase_epochs(epochs) - 1) * self.steps_per_epoch(task.train)
 
         def loss(batch):
             nonlocal seen
@@ -191,10 +191,10 @@ class CPG(MaskedMethod):
         self.train_weights(task, epochs, lr, loss_fn=loss, **kwargs)
         return int(hits) / max(seen, 1)
 
-    def pick_and_train(self, task) -> tuple[float, float]:
+    def pick_and_train(self, task, name: str = "train") -> tuple[float, float]:
         """(selection accuracy, last epoch's training accuracy)."""
         mask_lr = self.cfg.mask_lr if self.picking_on(task.id) else 0.0
-        train_acc = self.train_measured(task, self.cfg.epochs, self.cfg.lr, mask_lr=mask_lr)
+        train_acc = self.train_measured(task, self.cfg.epochs, self.cfg.lr, mask_lr=mask_lr, name=name)
         return self.accuracy(task.val, task.id), train_acc
 
     def pick_and_grow(self, task, goal: float | None) -> tuple[float, bool]:
@@ -211,7 +211,7 @@ class CPG(MaskedMethod):
             self.restore(start)
             self.param_multiplier.fill_(multiplier)
             self.widen(multiplier, task.id)
-            acc, train_acc = self.pick_and_train(task)
+            acc, train_acc = self.pick_and_train(task, name=f"grow_{multiplier}x")
             log.info(f"task {task.id}: grown to {multiplier}x: selection acc {acc:.4f}, train acc {train_acc:.4f}")
         return acc, goal is not None and acc < goal
 
@@ -224,9 +224,9 @@ class CPG(MaskedMethod):
         for target in self.cfg.prune_targets:
             if must is not None and sparsity >= must:
                 break
-            train_acc = self.gradual_prune(task, sparsity, target)
+            train_acc = self.gradual_prune(task, sparsity, target, name=f"prune_{target}")
             sparsity = target
-            if train_acc <= self.cfg.train_acc_bar:  # the official script stops compacting here
+            if train_acc <= self.cfg.train_acc_bar and not self.every_phase:  # the official script stops here
                 log.info(f"task {task.id}: sparsity {target}: train acc {train_acc:.4f}, compacting stops")
                 break
             acc = self.accuracy(task.val, task.id)
@@ -238,10 +238,12 @@ class CPG(MaskedMethod):
         log.info(f"task {task.id}: keeps sparsity {kept} ({why})")
         return chosen_acc
 
-    def gradual_prune(self, task, initial: float, target: float) -> float:
+    def gradual_prune(self, task, initial: float, target: float, name: str = "prune") -> float:
         """Retrain for prune_epochs (no lr drops), releasing weights every prune_frequency steps on the cubic
         ramp from the initial to the target sparsity; returns the last epoch's training accuracy."""
-        end = self.cfg.prune_ramp_epochs * -(-len(task.train) // self.cfg.batch_size)
+        # The ramp within the phase as it runs (debug=shape cuts it to one batch: it then prunes at once).
+        ramp = min(self.cfg.prune_ramp_epochs, self.phase_epochs(self.cfg.prune_epochs))
+        end = ramp * self.steps_per_epoch(task.train)
         if end == 0:  # no ramp: prune to the target at once, then retrain
             self.release(task.id, target)
 
@@ -252,7 +254,7 @@ class CPG(MaskedMethod):
                 layer.zero_released()
 
         return self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, after_step=after_step,
-                                   milestones=[])
+                                   milestones=[], name=name)
 
     def refit_picking(self, task, acc: float) -> float:
         """Step 4 (the official --finetune_again): restart the picking mask at mask_init and train it with the
@@ -274,7 +276,7 @@ class CPG(MaskedMethod):
             return stale >= self.cfg.refit_patience
 
         self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr, mask_lr=self.cfg.retrain_mask_lr,
-                           milestones=[], after_epoch=after_epoch)
+                           milestones=[], after_epoch=after_epoch, name="refit")
         self.restore(before if best is None else best)
         log.info(f"task {task.id}: picking refit " + ("kept nothing" if best is None else f"kept, {best_acc:.4f}"))
         return acc if best is None else best_acc
@@ -334,7 +336,7 @@ class CPG(MaskedMethod):
 
         params = list(model.parameters())
         self.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)), params=params,
-                 optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0), after_backward=decay)
+                 optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0), after_backward=decay, name="goal")
         model.eval()
         return self.accuracy(task.val, task.id, model), net
 

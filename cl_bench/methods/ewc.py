@@ -45,7 +45,7 @@ class EWC(QuadraticPenalty):
         weighted by batch size (the batched estimate FACIL and Mammoth use)."""
         fisher = {n: torch.zeros_like(self.get_parameter(n)) for n in self.anchored}
         self.eval()
-        for raw, y, _ in task.train.batches(self.cfg.batch_size):
+        for raw, y, _ in self.phase_batches(task.train.batches(self.cfg.batch_size)):
             self.zero_grad(set_to_none=True)
             with self.ctx.autocast():
                 loss = F.cross_entropy(self(self.info.view.eval(raw), task.id), self.targets(y, task.id))
@@ -58,7 +58,8 @@ class EWC(QuadraticPenalty):
         return {n: f / len(task.train) for n, f in fisher.items()}
 
     def consolidate(self, task):
-        fisher = self.fisher(task)
+        with self.phase("fisher"):
+            fisher = self.fisher(task)
         with torch.no_grad():
             self._accumulate(fisher)
 

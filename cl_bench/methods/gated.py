@@ -137,7 +137,7 @@ class Gated(Method):
     def _fit_path(self, task):
         for layer in self.layers:
             layer.start_task()
-        steps = -(-len(task.train) // self.cfg.batch_size)
+        steps = self.steps_per_epoch(task.train)
         params = self._path_params(task.id) + ([*self.task_classifier.parameters()] if self._joint(task) else [])
 
         def loss(batch):
@@ -155,7 +155,8 @@ class Gated(Method):
             if self.cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
 
-        self.fit(task, loss, params=params, after_backward=after_backward, after_step=lambda _: self._restore_frozen())
+        self.fit(task, loss, params=params, after_backward=after_backward, after_step=lambda _: self._restore_frozen(),
+                 name="path")
 
     def task_loss(self, batch, task_id: int) -> torch.Tensor:
         """-log p(t | x) of the task classifier over the paths of tasks 0..task_id, for the current batch and a
@@ -243,7 +244,8 @@ class Gated(Method):
 
         params = list(self.task_classifier.parameters())
         self.fit(task, loss, data=data, params=params, epochs=self.cfg.task_classifier_epochs,
-                 optimizer=self.make_optimizer(params, lr=self.cfg.task_classifier_lr, weight_decay=0.0))
+                 optimizer=self.make_optimizer(params, lr=self.cfg.task_classifier_lr, weight_decay=0.0),
+                 name="task_classifier")
 
     def _paths(self, x: torch.Tensor, count: int) -> torch.Tensor:
         """Features of the first `count` tasks' paths (evaluation mode), as count × N × feature_dim, in one
