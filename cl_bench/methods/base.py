@@ -12,6 +12,7 @@ from omegaconf import MISSING
 from torch import nn
 
 from .. import hardware
+from ..checkpoint import SideStore
 from ..checks import Checked, Choice
 from ..data.scenarios import Info, Split, Task
 from ..errors import UserError
@@ -80,6 +81,8 @@ class Context:
     shard_generator: torch.Generator | None = None
     # debug=shape (cl_bench/shape.py): every phase cut to one epoch of one batch, and timed; None otherwise.
     shape: object | None = None
+    # Where a method keeps state too large for its state dict (files in the run directory under train.run).
+    store: SideStore = field(default_factory=SideStore)
 
     @property
     def augment_generator(self) -> torch.Generator:
@@ -179,6 +182,7 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         self.register_buffer("tasks_learned", torch.zeros((), dtype=torch.long))
         self._phase = 0  # fit() calls made so far in the current task
         self._resume_at: ResumePoint | None = None
+        self._phase_name = "train"  # what debug=shape's record calls fit()'s phases (phase_named)
 
     # --- the contract -------------------------------------------------------------------------------
     def learn(self, task: Task) -> None:
@@ -270,9 +274,9 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
             return torch.optim.Adam(params, lr=lr, weight_decay=wd)
         return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
 
-    def fit(self, task: Task, loss_fn, *args, name: str = "train", **kwargs) -> None:
-        """The common epoch loop (_fit), as one phase of the task: name is the phase's, in debug=shape's record."""
-        with self.phase(name):
+    def fit(self, task: Task, loss_fn, *args, **kwargs) -> None:
+        """The common epoch loop (_fit), as one phase of the task (named by phase_named, in debug=shape's record)."""
+        with self.phase(self._phase_name):
             self._fit(task, loss_fn, *args, **kwargs)
 
     def _fit(self, task: Task, loss_fn, data: Split | None = None, params=None, epochs: int | None = None,
@@ -360,6 +364,15 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         """debug=shape: a rule that ends a sequence of phases early on a measured accuracy (CPG's compacting stop)
         is passed over, so that every phase the setting can run does run (one batch measures no accuracy)."""
         return self.ctx.shape is not None
+
+    @contextlib.contextmanager
+    def phase_named(self, name: str):
+        """Within it, fit()'s phases carry this name in debug=shape's record ("train" elsewhere)."""
+        outer, self._phase_name = self._phase_name, name
+        try:
+            yield
+        finally:
+            self._phase_name = outer
 
     def phase(self, name: str):
         """Around a phase a method runs outside fit(): timed under debug=shape."""
