@@ -150,9 +150,17 @@ class CheckpointConfig(Checked):
     prefix = "checkpoint."
     enabled: bool = True  # write checkpoints/task_<ttt>/ after every task
     every_epochs: int = 0  # also write one within a task every N epochs (0: only after tasks); resume continues there
+    # Complete tasks' checkpoints kept: the newest N, or all. A resume reads the newest (and, within a task, the one
+    # before it, which is the newest complete one), and init_from=RUN_DIR branches from it: 1 keeps what both need
+    # (a 20-task CPG cifar100_20 run: one checkpoint, not 20); all keeps every task's, for init_from=.../task_<ttt>
+    # and `cl-bench eval --checkpoint` of earlier tasks, and a fallback past a damaged newest one.
+    keep: Any = 1
 
     def checks(self):
-        return [("every_epochs", self.every_epochs >= 0, "0 (after tasks only) or more")]
+        keep = self.keep
+        return [("every_epochs", self.every_epochs >= 0, "0 (after tasks only) or more"),
+                ("keep", keep == "all" or (type(keep) is int and keep >= 1),
+                 "a number of complete tasks' checkpoints to keep (1 or more: the newest), or all")]
 
 
 @dataclass

@@ -155,8 +155,7 @@ class Gated(Method):
             if self.cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
 
-        self.fit(task, loss, params=params, after_backward=after_backward, after_step=lambda _: self._restore_frozen(),
-                 name="path")
+        self.fit(task, loss, params=params, after_backward=after_backward, after_step=lambda _: self._restore_frozen())
 
     def task_loss(self, batch, task_id: int) -> torch.Tensor:
         """-log p(t | x) of the task classifier over the paths of tasks 0..task_id, for the current batch and a
@@ -243,9 +242,9 @@ class Gated(Method):
             return F.cross_entropy(self._task_logits(features), batch.t, weight=weight)
 
         params = list(self.task_classifier.parameters())
-        self.fit(task, loss, data=data, params=params, epochs=self.cfg.task_classifier_epochs,
-                 optimizer=self.make_optimizer(params, lr=self.cfg.task_classifier_lr, weight_decay=0.0),
-                 name="task_classifier")
+        with self.phase_named("task_classifier"):
+            self.fit(task, loss, data=data, params=params, epochs=self.cfg.task_classifier_epochs,
+                     optimizer=self.make_optimizer(params, lr=self.cfg.task_classifier_lr, weight_decay=0.0))
 
     def _paths(self, x: torch.Tensor, count: int) -> torch.Tensor:
         """Features of the first `count` tasks' paths (evaluation mode), as count × N × feature_dim, in one

@@ -132,7 +132,7 @@ class MaskedMethod(Method):
                 grad.addcmul_(layer.weight.detach(), trainable, value=self.cfg.weight_decay)
 
     def train_weights(self, task, epochs: int, lr: float, mask_lr: float = 0.0, after_step=None, milestones=None,
-                      after_epoch=None, loss_fn=None, name: str = "train") -> None:
+                      after_epoch=None, loss_fn=None) -> None:
         """Train the task's weights (SGD, ×lr_gamma at milestones, by default method.lr_milestones) and, when
         mask_lr > 0, its picking scores (Adam) jointly."""
         params = self.task_params(task.id)
@@ -158,7 +158,7 @@ class MaskedMethod(Method):
                  optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0),
                  after_backward=lambda: self.protect(task.id), after_step=on_step,
                  side_optimizers=(mask_opt,) if mask_opt is not None else (), milestones=milestones,
-                 after_epoch=after_epoch, name=name)
+                 after_epoch=after_epoch)
 
     def mask_lr_at(self, epoch: int, base: float, stop: bool = True) -> float:
         """The picking masks' step schedule: ×mask_lr_gamma at each milestone, and 0 from mask_lr_stop on
