@@ -146,7 +146,8 @@ def test_paper_setting_at_its_shape(tmp_path_factory, name):
         write_cifar100(data)
         write_cifar10(data)
     run = tmp_path_factory.mktemp(name)
-    m = train(run, *PAPER[name], "debug=shape", f"data.root={data}", "data.cache=false", "hardware.threads=2")
+    m = train(run, *PAPER[name], "debug=shape", f"data.root={data}", "data.cache=false", "hardware.threads=2",
+              "checkpoint.keep=1")
     shape, memory = m["shape"], m["capacity"].get("memory_bytes", 0)
     assert m["complete"]
     # the (grown) network with its masks and per-task parts, and the memory: nothing per snapshot or goal chain
