@@ -127,7 +127,8 @@ def write_cifar10(root, train=50_000, test=10_000) -> None:
 
 LAMAML_CIFAR = ("experiment=gem_split_cifar100", "method=lamaml", "backbone=pc_cnn", "dataset.augment=true",
                 "method.second_order=true", "method.trajectory_chunks=5", "method.inner_relu=false",
-                "method.memory_size=200", "method.inner_steps=10")
+                "method.memory_size=200", "method.inner_steps=10", "dataset.brightness_jitter=0.247",
+                "method.inner_clip=1.0", "method.grad_clip_norm=1.0", "method.outer_lr=0.25", "method.alpha_init=0.1")
 PAPER = {
     "cpg_cifar100_20": ("experiment=cpg_cifar100_20",),
     "pae_cifar100_20": ("experiment=pae_cifar100_20",),
