@@ -374,3 +374,18 @@ def test_a_refit_below_the_compacted_accuracy_is_kept_only_under_the_official_ba
     monkeypatch.setattr(method, "restore", restored.append)
     assert method.refit_picking(tasks[1], acc=0.95) == kept
     assert restored == ["refit epoch 0" if baseline == "restarted" else "compacted"]
+
+
+def test_an_older_checkpoints_goal_chains_move_to_the_side_store():
+    """Checkpoints written before the side store held the chains as the buffer goal_nets (repeats × tasks × size):
+    loading one puts the learned tasks' networks in the store, so that its run resumes and evaluates."""
+    cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]", "dataset.num_tasks=4",
+                             "method.goal_source=finetune", "method.goal_repeats=2")
+    method = make()
+    state = method.state_dict()
+    size = sum(v.numel() for v in method.template.state_dict().values() if v.is_floating_point())
+    state["goal_nets"] = torch.arange(2 * 4 * size, dtype=torch.float32).view(2, 4, size)
+    state["tasks_learned"] = torch.tensor(2)
+    method.load_state_dict(state)
+    assert sorted(method.ctx.store.memory) == [(t, f"cpg_goal_chain{c}") for t in range(2) for c in range(2)]
+    assert torch.equal(method.ctx.store.get(1, "cpg_goal_chain1"), state["goal_nets"][1, 1])
