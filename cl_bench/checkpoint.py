@@ -19,8 +19,11 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from .errors import UserError
+
 SCHEMA = 1
 FILES = ("state.safetensors", "masks.safetensors")
+SIDE = "side"  # the run directory's folder of side state (SideStore)
 
 
 def save(run_dir: Path, task_id: int, method, results: dict, rng: dict[str, torch.Tensor], elapsed: float,
@@ -72,6 +75,18 @@ def save(run_dir: Path, task_id: int, method, results: dict, rng: dict[str, torc
         os.replace(root / ".last.tmp", root / "last")
         shutil.rmtree(root / f"{name}_within", ignore_errors=True)  # the task is whole: this one is spent
     return final
+
+
+def prune(run_dir: Path, keep: int | str) -> None:
+    """checkpoint.keep: delete complete tasks' checkpoints but the newest `keep` (none with "all"); called after a
+    task's checkpoint and `last` are written, so a kill at any moment leaves the newest one whole."""
+    if keep == "all":
+        return
+    root = Path(run_dir) / "checkpoints"
+    complete = sorted(d for d in root.iterdir() if d.is_dir() and d.name.startswith("task_")
+                      and not d.name.endswith("_within"))
+    for old in complete[:-keep]:
+        shutil.rmtree(old)
 
 
 def _flatten_optimizer(state: dict, prefix: str = "_optim.") -> tuple[dict, dict[str, torch.Tensor]]:
@@ -160,3 +175,38 @@ def _write_synced(path: Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+class SideStore:
+    """State a method keeps beside its checkpoints because it is too large to hold on the device, clone into
+    snapshots or write into every checkpoint (CPG's fine-tuned goal networks: a chain's network per task), by task
+    and name: with a run directory, files side/task_<ttt>/<name>.safetensors, each written once (atomically) and
+    read back when needed, where a resume (or a branch, which copies them) finds them again; without one (a method
+    built by hand), host memory. A task learned again after a resume writes the same entries again."""
+
+    def __init__(self, run_dir: Path | None = None):
+        self.root = None if run_dir is None else Path(run_dir) / SIDE
+        self.memory: dict[tuple[int, str], torch.Tensor] = {}
+
+    def put(self, task_id: int, name: str, tensor: torch.Tensor) -> None:
+        tensor = tensor.detach().cpu().contiguous().clone()
+        if self.root is None:
+            self.memory[task_id, name] = tensor
+            return
+        folder = self.root / f"task_{task_id:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{name}.tmp{os.getpid()}"
+        save_file({"tensor": tensor}, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / f"{name}.safetensors")
+
+    def get(self, task_id: int, name: str) -> torch.Tensor:
+        if self.root is None:
+            return self.memory[task_id, name]
+        path = self.root / f"task_{task_id:03d}" / f"{name}.safetensors"
+        try:
+            return load_file(path)["tensor"]
+        except (OSError, ValueError, KeyError) as e:
+            raise UserError(f"{path} is missing or unreadable ({type(e).__name__}): the run's side state for task "
+                            f"{task_id}; restart the run, or resume from a copy of its whole directory") from None

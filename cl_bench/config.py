@@ -95,6 +95,8 @@ class DatasetConfig(Checked):
     samples_per_task: int | None = None  # cap on each task's training samples (GEM: 1000)
     test_samples_per_task: int | None = None  # cap on each task's test samples, a random subset (CPU-sized runs
     # of many tasks: every task's test split is evaluated after every task)
+    val_samples_per_task: int | None = None  # cap on each task's validation samples, a random subset of those held
+    # out (the rest unused: training keeps its size); debug=shape scores every phase on a few hundred
     augment: bool = False  # pad-crop and flip during training (32×32 colour data)
     brightness_jitter: float = 0.0  # with augment: ColorJitter(brightness=b) too (La-MAML's CIFAR: 63/255 = 0.247)
     normalize: bool = True  # per-channel mean/std normalisation; false: pixels in [0, 1] only (Mammoth's MNIST
@@ -119,7 +121,7 @@ class DatasetConfig(Checked):
                  "null, or a size in pixels with dataset.source=image_folder"),
                 ("classes_per_task", self.classes_per_task is None or self.classes_per_task >= 1, "null or at least 1"),
                 *((key, getattr(self, key) is None or getattr(self, key) >= 1, "null or at least 1")
-                  for key in ("samples_per_task", "test_samples_per_task")),
+                  for key in ("samples_per_task", "test_samples_per_task", "val_samples_per_task")),
                 ("brightness_jitter", self.brightness_jitter == 0 or (self.augment and 0 < self.brightness_jitter < 1),
                  "0, or a strength in (0, 1) with dataset.augment=true"),
                 ("rotation", self.kind == "rotated" or self.rotation == "gem",
@@ -162,9 +164,17 @@ class CheckpointConfig(Checked):
     prefix = "checkpoint."
     enabled: bool = True  # write checkpoints/task_<ttt>/ after every task
     every_epochs: int = 0  # also write one within a task every N epochs (0: only after tasks); resume continues there
+    # Complete tasks' checkpoints kept: the newest N, or all. A resume reads the newest (and, within a task, the one
+    # before it, which is the newest complete one), and init_from=RUN_DIR branches from it: 1 keeps what both need
+    # (a 20-task CPG cifar100_20 run: one checkpoint, not 20); all keeps every task's, for init_from=.../task_<ttt>
+    # and `cl-bench eval --checkpoint` of earlier tasks, and a fallback past a damaged newest one.
+    keep: Any = 1
 
     def checks(self):
-        return [("every_epochs", self.every_epochs >= 0, "0 (after tasks only) or more")]
+        keep = self.keep
+        return [("every_epochs", self.every_epochs >= 0, "0 (after tasks only) or more"),
+                ("keep", keep == "all" or (type(keep) is int and keep >= 1),
+                 "a number of complete tasks' checkpoints to keep (1 or more: the newest), or all")]
 
 
 @dataclass
@@ -192,6 +202,8 @@ class Config:
     init_from: str | None = None  # RUN_DIR[/checkpoints/task_<ttt>]: a new run branching from that finished task
     profile_task: int | None = None  # record a torch profiler trace of this task's training into profile/
     setting: str | None = None  # the paper setting composed (conf/setting/, set by it): see cl_bench/settings.py
+    shape: bool = False  # debug=shape: every phase cut to one epoch of one batch; memory, state and checkpoint
+    # sizes and each phase's seconds recorded in metrics.json's `shape` section (cl_bench/shape.py)
 
     def __post_init__(self) -> None:
         """What holds across groups: the method supports the scenario (and DDP, and within-task checkpoints)."""

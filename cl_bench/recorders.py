@@ -6,7 +6,7 @@ import secrets
 import time
 from pathlib import Path
 
-from . import metrics, settings
+from . import metrics, settings, shape
 
 
 class Recorder:
@@ -135,6 +135,8 @@ class ConsoleRecorder(Recorder):
     def task_end(self, task_id, record):
         self.progress.console.print(f"task {task_id + 1}: acc " + " ".join(f"{a:.3f}" for a in record["acc"][-1])
                                     + f" · avg {record['avg_acc']:.4f} · val avg {_num(record['val_avg_acc'])}")
+        if "shape" in record:
+            self.progress.console.print(shape.summary(record["shape"], task_id))
 
     def warning(self, message):
         self.console.print(f"[yellow]warning:[/] {message}")
@@ -159,6 +161,8 @@ class ConsoleRecorder(Recorder):
         self.console.print(f"avg_acc (RA) {record['avg_acc']:.4f} · val {_num(record['val_avg_acc'])} · {aware}"
                            f"BTI {record['bti']:+.4f} · LA {record['la']:.4f} · forgetting {record['forgetting']:.4f}"
                            f" · bwt {record['bwt']:+.4f} · {record['time_s']:.1f} s")
+        if "shape" in record:
+            self.console.print(shape.summary(record["shape"]))
         self.console.print(f"run directory: {self.run_dir}")
 
     def close(self):
@@ -182,6 +186,8 @@ class LogRecorder(Recorder):
     def task_end(self, task_id, record):
         self.log.info(f"task {task_id}: acc {_row(record['acc'][-1])} · val {_row(record['val_acc'][-1])} · "
                       f"avg_acc {record['avg_acc']:.4f} · val_avg_acc {_num(record['val_avg_acc'])}")
+        if "shape" in record:
+            self.log.info(shape.summary(record["shape"], task_id))
 
     def warning(self, message):
         self.log.warning(message)

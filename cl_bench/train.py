@@ -18,12 +18,14 @@ from . import backbones, checkpoint, config, hardware, methods, metrics, recorde
 from .data import scenarios
 from .errors import UserError
 from .methods.base import ResumePoint
+from .shape import Shape
 
 SCHEMA = 1
 
 
-def build(cfg, recorder):
-    """Hardware, scenario and method for cfg, seeded, before any training."""
+def build(cfg, recorder, run_dir: Path | None = None):
+    """Hardware, scenario and method for cfg, seeded, before any training; the method's side state goes under
+    run_dir (host memory without one)."""
     config.validate(cfg)
     import torch._dynamo  # noqa: F401  torch.optim imports it on first use (~1 s): here, so time_s times learning
     official = cfg.method.protocol == "official"
@@ -33,7 +35,8 @@ def build(cfg, recorder):
                                select_on_test=official, per_task_norm=config.per_task_normalization(cfg))
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
     ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size, cfg.seed,
-                          cfg.data.eval_batch_size, precision=hw.precision)
+                          cfg.data.eval_batch_size, precision=hw.precision,
+                          shape=Shape(hw.device) if cfg.shape else None, store=checkpoint.SideStore(run_dir))
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)
@@ -96,7 +99,7 @@ def run(cfg, run_dir: Path) -> float:
 
 def _run(cfg, run_dir, recorder, writer, guard) -> float:
     """The task loop proper: build, resume, then learn, evaluate, record and checkpoint each task."""
-    scenario, method, ctx = build(cfg, recorder)
+    scenario, method, ctx = build(cfg, recorder, run_dir)
     tasks, batch = scenario.tasks, ctx.eval_batch_size
     results, start, elapsed = Results.empty(cfg.scenario), 0, 0.0
     random_init = accuracy_on_test(method, scenario, tasks, ctx, batch) if cfg.eval_future else None
@@ -108,23 +111,58 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
     t0 = time.perf_counter() - elapsed
     if cfg.checkpoint.every_epochs and writer:
         ctx.epoch_done = within_task_saver(cfg.checkpoint.every_epochs, run_dir, method, results, ctx, guard, t0)
+    clock = Clock(ctx.shape)
     for task in tasks[start:]:
         recorder.task_start(task)
+        clock.task_start(task.id)
         with profiled(run_dir if writer and cfg.profile_task == task.id else None, task.id, ctx.device):
             method.learn(task)
+        clock.lap("learn_s")
         results.add(*evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
+        clock.lap("eval_s")
         record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx.device, random_init,
-                             ctx.precision)
+                             ctx.precision, shape_of(ctx, method, run_dir))
         recorder.task_end(task.id, record)
         if cfg.checkpoint.enabled and writer:
             with guard():
                 path = checkpoint.save(run_dir, task.id, method, results.matrices(),
                                        hardware.rng_state(ctx.generator, ctx.device), record["time_s"])
+                checkpoint.prune(run_dir, cfg.checkpoint.keep)
+            clock.checkpoint(task.id, path)
             recorder.checkpoint_saved(task.id, path)
     if start == len(tasks):
         record = make_record(cfg, scenario.info, results, method, elapsed, ctx.device, random_init, ctx.precision)
+    if ctx.shape is not None:  # the last task's checkpoint, written after its record
+        record["shape"] = shape_of(ctx, method, run_dir)
     recorder.run_end(record)
     return objective(record, cfg.sweep.objective)
+
+
+class Clock:
+    """debug=shape: each task's seconds learning, evaluating and checkpointing, and its checkpoint's bytes."""
+
+    def __init__(self, shape: Shape | None):
+        self.shape, self.last = shape, 0.0
+
+    def task_start(self, task_id: int) -> None:
+        if self.shape is not None:
+            self.shape.task_start(task_id)
+            self.last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        if self.shape is not None:
+            now = time.perf_counter()
+            self.shape.task_timed(**{name: now - self.last})
+            self.last = now
+
+    def checkpoint(self, task_id: int, path: Path) -> None:
+        if self.shape is not None:
+            self.lap("checkpoint_s")
+            self.shape.checkpoint_written(task_id, path)
+
+
+def shape_of(ctx, method, run_dir: Path) -> dict | None:
+    return None if ctx.shape is None else ctx.shape.section(method, run_dir)
 
 
 @contextlib.contextmanager
@@ -219,9 +257,9 @@ def resume(method, run_dir, tasks, generator, device, recorder):
 
 
 def branch(source: Path, run_dir: Path, tasks) -> None:
-    """init_from: copy a finished task's checkpoint of another run (its last, or the one named), and those of the
-    tasks before it, into this run's checkpoints/, so that this run continues from it as a resume would, under its
-    own config. The source run's
+    """init_from: copy a finished task's checkpoint of another run (its last, or the one named), those of the tasks
+    before it that the source kept (checkpoint.keep), and the side state of the tasks up to it, into this run's
+    directory, so that this run continues from it as a resume would, under its own config. The source run's
     tasks must be this run's. Each process copies into its own run directory (ranks after 0 keep a scratch one);
     the copy is renamed into place, so processes sharing one directory never see half of it."""
     if source.parent.name == "checkpoints":
@@ -229,6 +267,10 @@ def branch(source: Path, run_dir: Path, tasks) -> None:
     else:
         source_run, last = source, source / "checkpoints" / "last"
         name = last.read_text().strip() if last.is_file() else None
+    if (name is not None and name.startswith("task_") and not name.endswith("_within")
+            and (source_run / "checkpoints" / "last").is_file() and not (source_run / "checkpoints" / name).is_dir()):
+        raise UserError(f"init_from={source}: that run did not keep {name} (checkpoint.keep keeps the newest); "
+                        "branch from its run directory, or run it with checkpoint.keep=all to branch from any task")
     if name is None or not (source_run / "checkpoints" / name).is_dir() or name.endswith("_within"):
         raise UserError(f"init_from={source}: not a run directory with a finished task's checkpoint, nor one of its "
                         "checkpoints/task_<ttt> folders")
@@ -238,20 +280,23 @@ def branch(source: Path, run_dir: Path, tasks) -> None:
         raise UserError(f"init_from={source}: that run's tasks are not this run's (dataset, num_tasks, class order "
                         "and seed must match)")
     parts = [f"task_{task_id:03d}" for task_id in range(int(name[len("task_"):]) + 1)]
-    missing = [p for p in parts if not (source_run / "checkpoints" / p).is_dir()]
-    if missing:
-        raise UserError(f"init_from={source}: {source_run}/checkpoints lacks {', '.join(missing)}, which a branch "
-                        "copies with it")
-    root = run_dir / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    for part in parts:  # every finished task up to it: a complete run directory
-        tmp = root / f".{part}.branch{os.getpid()}"
-        shutil.copytree(source_run / "checkpoints" / part, tmp)
-        try:
-            tmp.rename(root / part)
-        except OSError:  # another process of this run put it there first
-            shutil.rmtree(tmp)
-    recorders.write_text_atomic(root / "last", name)
+    for folder in ("checkpoints", checkpoint.SIDE):
+        for part in parts:  # every finished task up to it that the source kept
+            if (source_run / folder / part).is_dir():
+                copy_atomically(source_run / folder / part, run_dir / folder / part)
+    recorders.write_text_atomic(run_dir / "checkpoints" / "last", name)
+
+
+def copy_atomically(source: Path, target: Path) -> None:
+    """Copy a folder under a temporary name and rename it into place: processes sharing one directory never see
+    half of it (the first to finish wins)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.branch{os.getpid()}"
+    shutil.copytree(source, tmp)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process of this run put it there first
+        shutil.rmtree(tmp)
 
 
 def task_start_state(run_dir, task_id: int) -> tuple[dict, dict]:
@@ -349,7 +394,8 @@ def count_correct(method, tasks, splits, info, ctx, batch_size: int, task_aware:
     return hits, (aware_hits if task_aware else None)
 
 
-def make_record(cfg, info, results: Results, method, time_s, device, random_init=None, precision="fp32") -> dict:
+def make_record(cfg, info, results: Results, method, time_s, device, random_init=None, precision="fp32",
+                shape=None) -> dict:
     """The metrics.json record (schema in docs/architecture.md)."""
     acc = results.acc
     record = {
@@ -372,6 +418,8 @@ def make_record(cfg, info, results: Results, method, time_s, device, random_init
     if random_init is not None:
         record["fwt"] = metrics.fwt(acc, random_init)
         record["random_init_acc"] = random_init
+    if shape is not None:
+        record["shape"] = shape
     return record
 
 

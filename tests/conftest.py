@@ -32,8 +32,10 @@ def cl_bench(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
 
 
 def train(run_dir: Path, *overrides, check=True) -> dict:
-    """`cl-bench train` into run_dir on the embedded digits, quietly; returns metrics.json."""
-    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "logger=none", *overrides)
+    """`cl-bench train` into run_dir on the embedded digits, quietly; returns metrics.json. Every task's checkpoint
+    is kept (unless overrides say otherwise), so that tests can cut a run back to an earlier task."""
+    keep = [] if any(o.startswith("checkpoint.keep=") for o in overrides) else ["checkpoint.keep=all"]
+    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "logger=none", *keep, *overrides)
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((run_dir / "metrics.json").read_text())
@@ -63,7 +65,10 @@ def contract_problems(run_dir: Path) -> list[str]:
         if not math.isclose(m[key], want, abs_tol=1e-9):
             out.append(f"{key} {m[key]} != {want}")
     ckpt = run_dir / "checkpoints"
-    for t in range(n):
+    kept = [t for t in range(n) if (ckpt / f"task_{t:03d}").is_dir()]  # all, or the newest (checkpoint.keep)
+    if n - 1 not in kept:
+        out.append(f"checkpoints/task_{n - 1:03d} missing")
+    for t in kept:
         for f in ("state.safetensors", "masks.safetensors", "meta.json"):
             if not (ckpt / f"task_{t:03d}" / f).is_file():
                 out.append(f"checkpoints/task_{t:03d}/{f} missing")

@@ -328,9 +328,11 @@ def test_finetune_goals_chain_from_an_earlier_tasks_goal_model(monkeypatch):
     for t in (1, 2, 3):
         marks = {float(v) for v in fits[t]["start"].flatten()}
         assert len(marks) == 1 and 1 <= marks.pop() <= t  # the net as an earlier task's goal model ended
-    stored = method.goal_nets[0]
-    assert stored.shape[0] == 4 and all(float(stored[t, 0]) == t + 1 for t in range(4))
-    assert "goal_nets" in method.state_dict()  # the chains survive a checkpoint and resume
+    # Kept in the side store (files in the run directory under train.run), not in the state: every task's but the
+    # last's, which no later task draws from
+    assert sorted(method.ctx.store.memory) == [(t, "cpg_goal_chain0") for t in range(3)]
+    assert all(float(method.ctx.store.get(t, "cpg_goal_chain0")[0]) == t + 1 for t in range(3))
+    assert not any("goal" in k and "chain" in k for k in method.state_dict())
 
 
 def test_goal_repeats_keep_the_best_goal_and_all_max_the_best_of_both_sources(monkeypatch):
@@ -339,7 +341,8 @@ def test_goal_repeats_keep_the_best_goal_and_all_max_the_best_of_both_sources(mo
                              "method.goal_source=finetune", "method.goal_repeats=3")
     method = make()
     goal_fits(monkeypatch, method, [0.5, 0.9, 0.7])
-    assert method.task_goal(tasks[0]) == 0.9 and method.goal_nets.shape[:2] == (3, tasks[-1].id + 1)
+    assert method.task_goal(tasks[0]) == 0.9
+    assert sorted(method.ctx.store.memory) == [(0, f"cpg_goal_chain{c}") for c in range(3)]
     cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]",
                              "method.goal_source=all_max")
     method = make()
@@ -348,7 +351,10 @@ def test_goal_repeats_keep_the_best_goal_and_all_max_the_best_of_both_sources(mo
     assert [f["lr"] for f in fits] == [method.cfg.lr, method.cfg.lr, method.cfg.lr, 5e-3]
     for source in ("independent", "fixed", "none"):
         cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", f"method.goal_source={source}")
-        assert make().goal_nets.numel() == 0  # only fine-tune chains keep their networks
+        method = make()
+        goal_fits(monkeypatch, method, [0.5])
+        method.task_goal(tasks[0])
+        assert not method.ctx.store.memory  # only fine-tune chains keep their networks
 
 
 @pytest.mark.parametrize("baseline, kept", [("restarted", 0.85), ("compacted", 0.95)])
@@ -368,3 +374,18 @@ def test_a_refit_below_the_compacted_accuracy_is_kept_only_under_the_official_ba
     monkeypatch.setattr(method, "restore", restored.append)
     assert method.refit_picking(tasks[1], acc=0.95) == kept
     assert restored == ["refit epoch 0" if baseline == "restarted" else "compacted"]
+
+
+def test_an_older_checkpoints_goal_chains_move_to_the_side_store():
+    """Checkpoints written before the side store held the chains as the buffer goal_nets (repeats × tasks × size):
+    loading one puts the learned tasks' networks in the store, so that its run resumes and evaluates."""
+    cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]", "dataset.num_tasks=4",
+                             "method.goal_source=finetune", "method.goal_repeats=2")
+    method = make()
+    state = method.state_dict()
+    size = sum(v.numel() for v in method.template.state_dict().values() if v.is_floating_point())
+    state["goal_nets"] = torch.arange(2 * 4 * size, dtype=torch.float32).view(2, 4, size)
+    state["tasks_learned"] = torch.tensor(2)
+    method.load_state_dict(state)
+    assert sorted(method.ctx.store.memory) == [(t, f"cpg_goal_chain{c}") for t in range(2) for c in range(2)]
+    assert torch.equal(method.ctx.store.get(1, "cpg_goal_chain1"), state["goal_nets"][1, 1])

@@ -25,7 +25,8 @@ def single_and_ddp(tmp_path, *overrides) -> tuple[dict, dict]:
     single = train(tmp_path / "single", "hardware=cpu", *overrides)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "cl_bench",
-                           "train", "hardware=ddp", *overrides, f"hydra.run.dir={tmp_path / 'ddp'}"],
+                           "train", "hardware=ddp", "checkpoint.keep=all", *overrides,  # every task's memory read
+                           f"hydra.run.dir={tmp_path / 'ddp'}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert contract_problems(tmp_path / "ddp") == []

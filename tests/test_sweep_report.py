@@ -12,6 +12,7 @@ from conftest import cl_bench, train
 
 def sweep(sweep_dir, *overrides):
     proc = cl_bench("train", "-m", "method=finetune,ewc", "seed=0,1", "method.epochs=1", "logger=none",
+                    "checkpoint.keep=all",
                     f"hydra.sweep.dir={sweep_dir}", *overrides)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

@@ -75,7 +75,7 @@ def runs_and_artifacts(run_dir):
 
 def test_wandb_run_is_named_tagged_logs_checkpoints_and_resumes_under_its_id(tmp_path):
     run_dir = tmp_path / "run"
-    common = ("logger=wandb", "method.epochs=1", "dataset.num_tasks=3")
+    common = ("logger=wandb", "method.epochs=1", "dataset.num_tasks=3", "checkpoint.keep=all")  # cut back below
     proc = cl_bench("train", f"hydra.run.dir={run_dir}", *common, "logger.log_checkpoints=true", "logger.tags=[mine]")
     assert proc.returncode == 0, proc.stderr[-2000:]
     [(run, artifacts)] = runs_and_artifacts(run_dir)

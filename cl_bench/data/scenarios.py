@@ -169,6 +169,8 @@ def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device, select_on_t
     order = torch.from_numpy(rng.permutation(len(train_rows)))
     n_val = 0 if select_on_test else int(round(data_cfg.val_fraction * len(train_rows)))
     val_idx, train_idx = order[:n_val], order[n_val:]
+    if cfg.val_samples_per_task is not None:
+        val_idx = val_idx[: cfg.val_samples_per_task]
     if cfg.samples_per_task is not None:
         train_idx = train_idx[: cfg.samples_per_task]
     if cfg.test_samples_per_task is not None:

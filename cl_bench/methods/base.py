@@ -1,5 +1,6 @@
 """The Method contract and the small helpers every method shares: heads, the epoch loop, optimisers."""
 import abc
+import contextlib
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from omegaconf import MISSING
 from torch import nn
 
 from .. import hardware
+from ..checkpoint import SideStore
 from ..checks import Checked, Choice
 from ..data.scenarios import Info, Split, Task
 from ..errors import UserError
@@ -88,6 +90,10 @@ class Context:
     # the memory updates from `generator`, alike; each augments only its own shard, with this one).
     shard_generator: torch.Generator | None = None
     precision: str = "fp32"  # what the run computes in (hardware.Hardware.precision): bf16, tf32 or fp32
+    # debug=shape (cl_bench/shape.py): every phase cut to one epoch of one batch, and timed; None otherwise.
+    shape: object | None = None
+    # Where a method keeps state too large for its state dict (files in the run directory under train.run).
+    store: SideStore = field(default_factory=SideStore)
 
     @property
     def augment_generator(self) -> torch.Generator:
@@ -187,6 +193,7 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         self.register_buffer("tasks_learned", torch.zeros((), dtype=torch.long))
         self._phase = 0  # fit() calls made so far in the current task
         self._resume_at: ResumePoint | None = None
+        self._phase_name = "train"  # what debug=shape's record calls fit()'s phases (phase_named)
 
     # --- the contract -------------------------------------------------------------------------------
     def learn(self, task: Task) -> None:
@@ -280,9 +287,14 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
             return torch.optim.Adam(params, lr=lr, weight_decay=wd)
         return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
 
-    def fit(self, task: Task, loss_fn, data: Split | None = None, params=None, epochs: int | None = None,
-            optimizer=None, after_backward=None, after_step=None, side_optimizers=(), milestones=None,
-            after_epoch=None, glances: int = 1) -> None:
+    def fit(self, task: Task, loss_fn, *args, **kwargs) -> None:
+        """The common epoch loop (_fit), as one phase of the task (named by phase_named, in debug=shape's record)."""
+        with self.phase(self._phase_name):
+            self._fit(task, loss_fn, *args, **kwargs)
+
+    def _fit(self, task: Task, loss_fn, data: Split | None = None, params=None, epochs: int | None = None,
+             optimizer=None, after_backward=None, after_step=None, side_optimizers=(), milestones=None,
+             after_epoch=None, glances: int = 1) -> None:
         """The common epoch loop: on-device shuffled batches, one optimiser and lr schedule (×lr_gamma at
         `milestones`, by default method.lr_milestones), and the loss accumulated on the device and read once per
         epoch (no host sync per step). side_optimizers: those the method steps itself in after_step; fit() only
@@ -290,12 +302,12 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         early (a method's own stopping rule). glances: optimiser steps on each batch (loss_fn is called afresh for
         each; after_step runs once, after the last)."""
         data = task.train if data is None else data
-        epochs = self.cfg.epochs if epochs is None else epochs
+        epochs = self.phase_epochs(self.cfg.epochs if epochs is None else epochs)
         params = [p for p in (self.parameters() if params is None else params) if p.requires_grad]
         opt = optimizer or self.make_optimizer(params)
         milestones = self.cfg.lr_milestones if milestones is None else milestones
         sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(milestones), self.cfg.lr_gamma)
-        steps = -(-len(data) // self.cfg.batch_size)
+        steps = self.steps_per_epoch(data)
         phase, self._phase = self._phase, self._phase + 1
         first_epoch = 0
         if self._resume_at is not None:
@@ -311,7 +323,8 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
             total = torch.zeros((), device=self.ctx.device)
             first_bad = torch.full((), -1, device=self.ctx.device)  # first step with a non-finite loss
             skipped = 0
-            for step, (raw, y, t) in enumerate(data.batches(self.cfg.batch_size, self.ctx.generator)):
+            batches = self.phase_batches(data.batches(self.cfg.batch_size, self.ctx.generator))
+            for step, (raw, y, t) in enumerate(batches):
                 batch = self._training_batch(raw, y, t, epoch * steps + step)
                 for _ in range(glances):
                     with self.ctx.autocast():
@@ -344,6 +357,39 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
                 break
         if self.ctx.world_size > 1:
             average_batch_norm_statistics(self)
+
+    # --- phases: under debug=shape (ctx.shape) each runs one epoch of one batch -------------------------------
+    def phase_epochs(self, epochs: int) -> int:
+        """The epochs a phase of `epochs` runs."""
+        return epochs if self.ctx.shape is None else self.ctx.shape.cap_epochs(epochs)
+
+    def steps_per_epoch(self, data: Split, batch_size: int | None = None) -> int:
+        """The batches an epoch over data runs (schedules counted in steps read this, so they fit the cap)."""
+        steps = -(-len(data) // (batch_size or self.cfg.batch_size))
+        return steps if self.ctx.shape is None else self.ctx.shape.cap_steps(steps)
+
+    def phase_batches(self, batches):
+        """An epoch's batches, as a phase runs them: a loop a method runs outside fit() reads its batches so."""
+        return batches if self.ctx.shape is None else self.ctx.shape.cap_batches(batches)
+
+    @property
+    def every_phase(self) -> bool:
+        """debug=shape: a rule that ends a sequence of phases early on a measured accuracy (CPG's compacting stop)
+        is passed over, so that every phase the setting can run does run (one batch measures no accuracy)."""
+        return self.ctx.shape is not None
+
+    @contextlib.contextmanager
+    def phase_named(self, name: str):
+        """Within it, fit()'s phases carry this name in debug=shape's record ("train" elsewhere)."""
+        outer, self._phase_name = self._phase_name, name
+        try:
+            yield
+        finally:
+            self._phase_name = outer
+
+    def phase(self, name: str):
+        """Around a phase a method runs outside fit(): timed under debug=shape."""
+        return contextlib.nullcontext() if self.ctx.shape is None else self.ctx.shape.phase(name)
 
     # --- data-parallel training (hardware=ddp) -----------------------------------------------------------
     def _data_parallel(self, loss_fn):

@@ -18,6 +18,7 @@ With picking=false it is PAE, CPG without picking (and without step 4). Selectio
 validation split, or with method.protocol=official, as the official code does, its test split.
 """
 import copy
+import itertools
 import logging
 from dataclasses import dataclass, field
 
@@ -103,8 +104,8 @@ def must_ratio(tasks_left: int) -> float:
     return 1.0 - round(1.0 / (tasks_left + 1), 1)
 
 
-def flat_size(net: nn.Module) -> int:
-    return sum(v.numel() for v in net.state_dict().values() if v.is_floating_point())
+def goal_net_name(chain: int) -> str:
+    return f"cpg_goal_chain{chain}"
 
 
 def flatten_state(net: nn.Module) -> torch.Tensor:
@@ -144,10 +145,10 @@ class CPG(MaskedMethod):
         self.register_buffer("param_multiplier", torch.ones((), dtype=torch.float64))
         self.register_buffer("goal", torch.zeros(info.num_tasks))  # the validation accuracy each task aimed at
         self.register_buffer("val_acc", torch.zeros(info.num_tasks))  # its validation accuracy as kept
-        # finetune goals: every chain's goal network for every task, flattened (a later task fine-tunes one of
-        # them), kept in the state so that a resumed run continues the chains: repeats × tasks × backbone size.
-        chains = cfg.goal_repeats if cfg.goal_source in ("finetune", "all_max") else 0
-        self.register_buffer("goal_nets", torch.zeros(chains, info.num_tasks, flat_size(template)))
+        # finetune goals: every chain's goal network of every task but the last, flattened (a later task fine-tunes
+        # one drawn at random among all earlier ones), goal_repeats × (tasks - 1) × backbone size in all (PAE's
+        # 5 × 19 VGG16-BN: 12.8 GB): kept in the side store (files in the run directory, each written once and read
+        # when drawn), neither on the device nor in snapshots and checkpoints; a resume finds them there.
 
     @classmethod
     def uses_picking(cls, cfg) -> bool:
@@ -177,7 +178,7 @@ class CPG(MaskedMethod):
     def train_measured(self, task, epochs: int, lr: float, **kwargs) -> float:
         """train_weights, returning the last epoch's training accuracy (counted on the device, read once)."""
         hits, seen = torch.zeros((), dtype=torch.long, device=self.ctx.device), 0
-        last = (epochs - 1) * -(-len(task.train) // self.cfg.batch_size)
+        last = (self.phase_epochs(epochs) - 1) * self.steps_per_epoch(task.train)
 
         def loss(batch):
             nonlocal seen
@@ -211,7 +212,8 @@ class CPG(MaskedMethod):
             self.restore(start)
             self.param_multiplier.fill_(multiplier)
             self.widen(multiplier, task.id)
-            acc, train_acc = self.pick_and_train(task)
+            with self.phase_named(f"grow_{multiplier}x"):
+                acc, train_acc = self.pick_and_train(task)
             log.info(f"task {task.id}: grown to {multiplier}x: selection acc {acc:.4f}, train acc {train_acc:.4f}")
         return acc, goal is not None and acc < goal
 
@@ -224,9 +226,10 @@ class CPG(MaskedMethod):
         for target in self.cfg.prune_targets:
             if must is not None and sparsity >= must:
                 break
-            train_acc = self.gradual_prune(task, sparsity, target)
+            with self.phase_named(f"prune_{target}"):
+                train_acc = self.gradual_prune(task, sparsity, target)
             sparsity = target
-            if train_acc <= self.cfg.train_acc_bar:  # the official script stops compacting here
+            if train_acc <= self.cfg.train_acc_bar and not self.every_phase:  # the official script stops here
                 log.info(f"task {task.id}: sparsity {target}: train acc {train_acc:.4f}, compacting stops")
                 break
             acc = self.accuracy(task.val, task.id)
@@ -241,7 +244,9 @@ class CPG(MaskedMethod):
     def gradual_prune(self, task, initial: float, target: float) -> float:
         """Retrain for prune_epochs (no lr drops), releasing weights every prune_frequency steps on the cubic
         ramp from the initial to the target sparsity; returns the last epoch's training accuracy."""
-        end = self.cfg.prune_ramp_epochs * -(-len(task.train) // self.cfg.batch_size)
+        # The ramp within the phase as it runs (debug=shape cuts it to one batch: it then prunes at once).
+        ramp = min(self.cfg.prune_ramp_epochs, self.phase_epochs(self.cfg.prune_epochs))
+        end = ramp * self.steps_per_epoch(task.train)
         if end == 0:  # no ramp: prune to the target at once, then retrain
             self.release(task.id, target)
 
@@ -273,8 +278,9 @@ class CPG(MaskedMethod):
                 stale += 1
             return stale >= self.cfg.refit_patience
 
-        self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr, mask_lr=self.cfg.retrain_mask_lr,
-                           milestones=[], after_epoch=after_epoch)
+        with self.phase_named("refit"):
+            self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr, mask_lr=self.cfg.retrain_mask_lr,
+                               milestones=[], after_epoch=after_epoch)
         self.restore(before if best is None else best)
         log.info(f"task {task.id}: picking refit " + ("kept nothing" if best is None else f"kept, {best_acc:.4f}"))
         return acc if best is None else best_acc
@@ -300,11 +306,23 @@ class CPG(MaskedMethod):
         start, lr = None, self.cfg.lr
         if task.id > 0:
             g = self.ctx.generator
-            start = self.goal_nets[chain, int(torch.randint(task.id, (1,), generator=g, device=g.device))]
+            start = self.ctx.store.get(int(torch.randint(task.id, (1,), generator=g, device=g.device)),
+                                       goal_net_name(chain))
             lr = self.cfg.finetune_goal_lr
         acc, net = self.goal_model(task, start, lr)
-        self.goal_nets[chain, task.id] = flatten_state(net)
+        if task.id + 1 < self.info.num_tasks:  # no task after the last draws from it
+            self.ctx.store.put(task.id, goal_net_name(chain), flatten_state(net))
         return acc
+
+    def load_state_dict(self, state, strict=True, assign=False):
+        """A checkpoint of an older cl-bench holds the goal chains as the buffer goal_nets: moved to the side
+        store, so that its run resumes and evaluates."""
+        if "goal_nets" in state:
+            state = dict(state)
+            nets = state.pop("goal_nets")
+            for chain, task_id in itertools.product(range(nets.shape[0]), range(int(state["tasks_learned"]))):
+                self.ctx.store.put(task_id, goal_net_name(chain), nets[chain, task_id])
+        return super().load_state_dict(state, strict, assign)
 
     def goal_model(self, task, start: torch.Tensor | None = None, lr: float | None = None) -> tuple[float, nn.Module]:
         """Train an unconverted network (fresh, or loaded from a flattened start) with a new head on the task alone
@@ -333,8 +351,9 @@ class CPG(MaskedMethod):
                     w.grad.add_(w, alpha=self.cfg.weight_decay)
 
         params = list(model.parameters())
-        self.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)), params=params,
-                 optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0), after_backward=decay)
+        with self.phase_named("goal"):
+            self.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)), params=params,
+                     optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0), after_backward=decay)
         model.eval()
         return self.accuracy(task.val, task.id, model), net
 

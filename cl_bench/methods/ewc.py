@@ -93,7 +93,7 @@ class EWC(QuadraticPenalty):
 
         per_sample = vmap(grad(log_likelihood, has_aux=True), in_dims=(None, 0, 0))
         with torch.compiler.set_stance("force_eager"):  # the transforms trace the plain modules
-            for raw, y, t in task.train.batches(chunk):
+            for raw, y, t in self.phase_batches(task.train.batches(chunk)):
                 grads, log_p = per_sample(params, self.info.view.eval(raw, t), self.targets(y, task.id))
                 p = log_p.exp()
                 for n, g in grads.items():
@@ -106,7 +106,7 @@ class EWC(QuadraticPenalty):
         of the mean cross-entropy of the true labels, weighted by the batch size; divided by the sample count."""
         fisher = {n: torch.zeros_like(self.get_parameter(n)) for n in self.anchored}
         self.eval()
-        for raw, y, t in task.train.batches(self.cfg.batch_size):
+        for raw, y, t in self.phase_batches(task.train.batches(self.cfg.batch_size)):
             self.zero_grad(set_to_none=True)
             with self.ctx.autocast():
                 loss = F.cross_entropy(self(self.info.view.eval(raw, t), task.id), self.targets(y, task.id))
@@ -119,7 +119,8 @@ class EWC(QuadraticPenalty):
         return {n: f / len(task.train) for n, f in fisher.items()}
 
     def consolidate(self, task):
-        fisher = self.fisher(task)
+        with self.phase("fisher"):
+            fisher = self.fisher(task)
         with torch.no_grad():
             self._accumulate(fisher)
 

@@ -137,7 +137,7 @@ class Gated(Method):
     def _fit_path(self, task):
         for layer in self.layers:
             layer.start_task()
-        steps = -(-len(task.train) // self.cfg.batch_size)
+        steps = self.steps_per_epoch(task.train)
         params = self._path_params(task.id) + ([*self.task_classifier.parameters()] if self._joint(task) else [])
 
         def loss(batch):
@@ -242,8 +242,9 @@ class Gated(Method):
             return F.cross_entropy(self._task_logits(features), batch.t, weight=weight)
 
         params = list(self.task_classifier.parameters())
-        self.fit(task, loss, data=data, params=params, epochs=self.cfg.task_classifier_epochs,
-                 optimizer=self.make_optimizer(params, lr=self.cfg.task_classifier_lr, weight_decay=0.0))
+        with self.phase_named("task_classifier"):
+            self.fit(task, loss, data=data, params=params, epochs=self.cfg.task_classifier_epochs,
+                     optimizer=self.make_optimizer(params, lr=self.cfg.task_classifier_lr, weight_decay=0.0))
 
     def _paths(self, x: torch.Tensor, count: int) -> torch.Tensor:
         """Features of the first `count` tasks' paths (evaluation mode), as count × N × feature_dim, in one

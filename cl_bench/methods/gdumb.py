@@ -126,7 +126,7 @@ class GDumb(Method):
         data = Split(*self.memory.stored())
         params = [p for p in self.parameters() if p.requires_grad]
         optimizer = self.make_optimizer(params)
-        steps = -(-len(data) // self.cfg.batch_size)
+        steps = self.steps_per_epoch(data)
         mix = self.cfg.regularization == "cutmix"
 
         def loss(batch: Batch):

@@ -149,7 +149,7 @@ class HAT(Method):
         # the embeddings are never decayed.
         opt = self.make_optimizer([{"params": masked + embeddings, "weight_decay": 0.0},
                                    {"params": own, "weight_decay": cfg.weight_decay}])
-        steps = -(-len(task.train) // cfg.batch_size)
+        steps = self.steps_per_epoch(task.train)
         samples = len(task.train)
         current = {"s": 1.0}
 

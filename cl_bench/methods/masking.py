@@ -146,7 +146,7 @@ class MaskedMethod(Method):
         for score in scores:
             score.requires_grad_(mask_lr > 0)
         mask_opt = torch.optim.Adam(scores, lr=mask_lr) if scores and mask_lr > 0 else None
-        steps_per_epoch = -(-len(task.train) // self.cfg.batch_size)
+        steps_per_epoch = self.steps_per_epoch(task.train)
         # The official code keeps the masks learning to the end when the task has no weights of its own.
         stop_masks = self.owns_weights(task.id)
 

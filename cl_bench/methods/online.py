@@ -73,24 +73,29 @@ class OnlineMethod(Method):
         self.replay_ready = False  # whether the memory holds anything yet (false only for the very first batch)
 
     def train_task(self, task):
-        steps = -(-len(task.train) // self.cfg.batch_size)
-        for epoch in range(self.cfg.epochs):  # multi-pass: the stream again; the memory keeps the first pass's
-            self.ctx.recorder.epoch_start(task.id, epoch, self.cfg.epochs, steps)
-            total = torch.zeros((), device=self.ctx.device)
-            for i, batch in enumerate(self.stream(task)):
-                self.replay_ready = task.id > 0 or epoch > 0 or i > 0
-                self.train()
-                total += self.observe(batch, task, store=epoch == 0)  # each sample stored once, in the first pass
-                self.ctx.recorder.step()
-            mean_loss = float(total / steps)  # the one host sync of a pass
-            if not math.isfinite(mean_loss):
-                raise NonFiniteLoss(f"the loss became {mean_loss} during task {task.id}: lower the method's learning "
-                                    "rates (or nccl's beta); earlier checkpoints are intact")
-            self.ctx.recorder.epoch_end(task.id, epoch, mean_loss)
+        steps, epochs = self.steps_per_epoch(task.train), self.phase_epochs(self.cfg.epochs)
+        with self.phase("stream"):
+            for epoch in range(epochs):  # multi-pass: the stream again; the memory keeps the first pass's
+                self.learn_pass(task, epoch, epochs, steps)
+
+    def learn_pass(self, task, epoch: int, epochs: int, steps: int) -> None:
+        """One pass over the task's stream: each batch glanced at (and stored, in the first pass)."""
+        self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
+        total = torch.zeros((), device=self.ctx.device)
+        for i, batch in enumerate(self.stream(task)):
+            self.replay_ready = task.id > 0 or epoch > 0 or i > 0
+            self.train()
+            total += self.observe(batch, task, store=epoch == 0)  # each sample stored once, in the first pass
+            self.ctx.recorder.step()
+        mean_loss = float(total / steps)  # the one host sync of a pass
+        if not math.isfinite(mean_loss):
+            raise NonFiniteLoss(f"the loss became {mean_loss} during task {task.id}: lower the method's learning "
+                                "rates (or nccl's beta); earlier checkpoints are intact")
+        self.ctx.recorder.epoch_end(task.id, epoch, mean_loss)
 
     def stream(self, task):
         """The task's training data, once, in shuffled batches of batch_size."""
-        for raw, y, t in task.train.batches(self.cfg.batch_size, self.ctx.generator):
+        for raw, y, t in self.phase_batches(task.train.batches(self.cfg.batch_size, self.ctx.generator)):
             yield Batch(raw, self.info.view.train(raw, self.ctx.generator, t), y, t)
 
     def observe(self, batch: Batch, task, store: bool) -> torch.Tensor:
