@@ -55,15 +55,17 @@ def paper_backbone(method: str, dataset: str, setting: str | None = None) -> str
     return SETTING_BACKBONES.get(name, DATASET_BACKBONES.get(dataset, FALLBACK_BACKBONE))
 
 
-def by_memory_size(table, *, _root_, _node_=None):
-    """`${by_memory_size:{200: 0.01, 500: 0.1}}`: the value the paper published for the run's method.memory_size
-    (Mammoth's best arguments are per buffer size). A size the table lacks is a user error naming the sizes."""
-    size = _root_.method.memory_size
+def by_memory_size(table, *, _parent_, _root_, _node_):
+    """`${by_memory_size:{200: 0.01, 500: 0.1}}` in a setting's method node: the value the paper published for the
+    run's method.memory_size (Mammoth's best arguments are per buffer size), read from the method node itself,
+    which a method's build resolves apart from the run's config. A size the table lacks is a user error naming
+    the sizes."""
+    size = _parent_.memory_size
     if size not in table:
-        key = f"method.{_node_._key()}" if _node_ is not None else "this key"
-        sizes = ", ".join(str(s) for s in table)
-        raise UserError(f"{setting_label(_root_.get('setting'))} publishes {key} for method.memory_size {sizes} only, "
-                        f"not {size}: choose one of those, or set {key} yourself")
+        key, sizes = f"method.{_node_._key()}", ", ".join(str(s) for s in table)
+        where = setting_label(_root_.setting) if "setting" in _root_ else "the paper setting"
+        raise UserError(f"{where} publishes {key} for method.memory_size {sizes} only, not {size}: choose one of "
+                        f"those, or set {key} yourself")
     return table[size]
 
 

@@ -345,3 +345,14 @@ def test_cfg_job_prints_the_paper_setting():
     for line in ("name: vgg16_bn", "epochs: 100", "prune_epochs: 20", "retrain_epochs: 30", "max_multiplier: 1.5",
                  "setting: cpg_cifar100_20"):
         assert line in proc.stdout, line
+
+
+def test_a_setting_with_per_buffer_values_runs(tmp_path):
+    """The method builds its config apart from the run's (methods.build): the table reads the method's own buffer."""
+    from test_shape import write_mnist
+    write_mnist(tmp_path / "data", train=600, test=200)
+    m = train(tmp_path / "run", "method=derpp", "dataset=split_mnist", "method.memory_size=200", "debug=fast",
+              f"data.root={tmp_path / 'data'}", "data.cache=false")
+    assert m["complete"] and m["setting"] == "derpp_split_mnist"
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "setting: derpp_split_mnist (paper)" in log
