@@ -12,7 +12,8 @@ USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) a
        cl-bench train resume=RUN_DIR          continue an interrupted run from its last checkpoint
        cl-bench train -sc install=bash        shell completion (eval "$(cl-bench train -sc install=bash)")
        cl-bench eval RUN_DIR [--checkpoint task_003]   re-evaluate a checkpoint, write eval.json
-       cl-bench report PATH... [--out DIR]    mean ± std [95% CI] over seeds (report.md, report.csv), plots
+       cl-bench report PATH... [--out DIR] [--rank]  mean ± std [95% CI] over seeds (report.md, report.csv),
+                                                 plots; --rank orders each setting's methods by RA
        cl-bench list                          methods, datasets, backbones and paper settings
        cl-bench data prepare cifar10 --from SRC --root DIR   CIFAR-10's canonical files from an archive,
                                               an image folder or an .npz of encoded images"""
@@ -81,7 +82,9 @@ def evaluate(args: list[str]) -> int:
 def report(args: list[str]) -> int:
     opts = parse("report", args, lambda p: (p.add_argument("paths", nargs="+", type=Path),
                                             p.add_argument("--out", type=Path, help="default: the first PATH"),
-                                            p.add_argument("--no-plots", action="store_true")))
+                                            p.add_argument("--no-plots", action="store_true"),
+                                            p.add_argument("--rank", action="store_true",
+                                                           help="order the methods of each setting by RA")))
     missing = [str(p) for p in opts.paths if not p.exists()]
     if missing:
         raise UserError(f"no such run or sweep directory: {', '.join(missing)}")
@@ -89,7 +92,7 @@ def report(args: list[str]) -> int:
         from .checks import require_extra
         require_extra("matplotlib", "plots", "cl-bench report's plots", ", or pass --no-plots")
     from . import report as report_module
-    if not report_module.report(opts.paths, opts.out, plots=not opts.no_plots):
+    if not report_module.report(opts.paths, opts.out, plots=not opts.no_plots, rank=opts.rank):
         raise UserError(f"no complete run (metrics.json) under {', '.join(map(str, opts.paths))}")
     return 0
 

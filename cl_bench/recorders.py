@@ -37,7 +37,8 @@ class Recorders:
         return fan_out
 
 
-SUMMARY = ("avg_acc", "val_avg_acc", "task_aware_avg_acc", "forgetting", "bwt", "bti", "la")
+SUMMARY = ("avg_acc", "val_avg_acc", "task_aware_avg_acc", "task_prediction_avg_acc", "forgetting", "bwt", "bti", "la")
+MATRICES = ("acc", "val_acc", "task_aware_acc", "task_prediction_acc")  # row i: after task i
 
 
 def step_metrics(record: dict) -> dict:
@@ -47,8 +48,9 @@ def step_metrics(record: dict) -> dict:
     out = {f"acc/task_{j}": a for j, a in enumerate(acc[-1][: len(acc)])}
     out.update({f"forgetting/task_{j}": f for j, f in enumerate(metrics.task_forgetting(acc))})
     out.update({f"val_acc/task_{j}": a for j, a in enumerate(record["val_acc"][-1])})
-    if "task_aware_acc" in record:
-        out.update({f"task_aware_acc/task_{j}": a for j, a in enumerate(record["task_aware_acc"][-1][: len(acc)])})
+    for key in ("task_aware_acc", "task_prediction_acc"):
+        if key in record:
+            out.update({f"{key}/task_{j}": a for j, a in enumerate(record[key][-1][: len(acc)])})
     out.update({k: record[k] for k in SUMMARY if k in record})
     return out
 
@@ -81,7 +83,7 @@ class JSONRecorder(Recorder):
         self._event("epoch_end", task=task_id, epoch=epoch, loss=loss)
 
     def task_end(self, task_id, record):
-        rows = {k: record[k][-1] for k in ("acc", "val_acc", "task_aware_acc") if k in record}
+        rows = {k: record[k][-1] for k in MATRICES if k in record}
         self._event("eval", task=task_id, step=len(record["acc"]), **rows)
         self._event("task_end", task=task_id, step=len(record["acc"]), **step_metrics(record),
                     capacity=record["capacity"])
@@ -153,9 +155,9 @@ class ConsoleRecorder(Recorder):
             table.add_row(f"T{i + 1}", *(f"{a:.3f}" if j <= i else "" for j, a in enumerate(row)))
         last = len(acc) - 1
         table.add_row(f"val, T{last + 1}", *(_num(a, 3) for a in record["val_acc"][-1]), style="dim")
-        if "task_aware_acc" in record:
-            table.add_row(f"task-aware, T{last + 1}", *(_num(a, 3) for a in record["task_aware_acc"][-1][: last + 1]),
-                          style="dim")
+        for key, label in (("task_aware_acc", "task-aware"), ("task_prediction_acc", "task named")):
+            if key in record:
+                table.add_row(f"{label}, T{last + 1}", *(_num(a, 3) for a in record[key][-1][: last + 1]), style="dim")
         self.console.print(table)
         aware = f"task-aware {record['task_aware_avg_acc']:.4f} · " if "task_aware_avg_acc" in record else ""
         self.console.print(f"avg_acc (RA) {record['avg_acc']:.4f} · val {_num(record['val_avg_acc'])} · {aware}"
@@ -237,7 +239,7 @@ class WandbRecorder(Recorder):
     def run_end(self, record):
         columns = ["after_task"] + [f"task_{j}" for j in range(record["num_tasks"])]
         tables = {}
-        for name in ("acc", "val_acc", "task_aware_acc"):
+        for name in MATRICES:
             if name in record:
                 rows = [[i] + [row[j] if j <= i else None for j in range(record["num_tasks"])]
                         for i, row in enumerate(record[name])]

@@ -218,8 +218,8 @@ def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict], ou
 
 
 def plot_all(runs: list[dict], out: Path) -> list[Path]:
-    """The accuracy matrix of each run, average accuracy over tasks per setting, capacity over tasks for
-    the mask methods, and gate usage per layer for gated."""
+    """The accuracy matrix of each run (and its task-prediction matrix where the method infers the task), average
+    accuracy over tasks per setting, capacity over tasks for the mask methods, and gate usage per layer for gated."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -228,6 +228,8 @@ def plot_all(runs: list[dict], out: Path) -> list[Path]:
     made = []
     for run in runs:
         made.append(_acc_heatmap(plt, run, plots))
+        if run.get("task_prediction_acc"):  # gated's class scenario: how often its task classifier names the task
+            made.append(_acc_heatmap(plt, run, plots, "task_prediction_acc"))
         if run["method"].split(" ")[0] in MASK_METHODS:
             made += _capacity_over_tasks(plt, run, plots)
         if run["method"] == "gated" and "frozen_fraction" in run["capacity"]:
@@ -241,24 +243,29 @@ def _name(run: dict) -> str:
         f"{Path(run['run_dir']).parent.name}_{Path(run['run_dir']).name}"
 
 
-def _acc_heatmap(plt, run, plots) -> Path:
+# A matrix of a run (row i: after task i) plotted by _acc_heatmap: its file prefix and colour-bar label.
+HEATMAPS = {"acc": ("acc", "accuracy %"), "task_prediction_acc": ("task_prediction", "task predicted right %")}
+
+
+def _acc_heatmap(plt, run, plots, key: str = "acc") -> Path:
     import numpy as np
-    t = run["num_tasks"]
-    matrix = np.full((len(run["acc"]), t), np.nan)
-    for i, row in enumerate(run["acc"]):
+    prefix, label = HEATMAPS[key]
+    rows, t = run[key], run["num_tasks"]
+    matrix = np.full((len(rows), t), np.nan)
+    for i, row in enumerate(rows):
         matrix[i, : i + 1] = row[: i + 1]
-    fig, ax = plt.subplots(figsize=(1 + 0.45 * t, 1 + 0.4 * len(run["acc"])))
+    fig, ax = plt.subplots(figsize=(1 + 0.45 * t, 1 + 0.4 * len(rows)))
     image = ax.imshow(100 * matrix, vmin=0, vmax=100, cmap="viridis")
     ax.set(xlabel="evaluated on task", ylabel="after learning task",
            title=f"{run['method']} · {run['dataset']} · {run['scenario']} (seed {run['seed']})")
     ax.set_xticks(range(t), [str(j + 1) for j in range(t)])
-    ax.set_yticks(range(len(run["acc"])), [str(i + 1) for i in range(len(run["acc"]))])
+    ax.set_yticks(range(len(rows)), [str(i + 1) for i in range(len(rows))])
     if t <= 10:
-        for i in range(len(run["acc"])):
+        for i in range(len(rows)):
             for j in range(i + 1):
                 ax.text(j, i, f"{100 * matrix[i, j]:.0f}", ha="center", va="center", color="w", fontsize=7)
-    fig.colorbar(image, ax=ax, label="accuracy %")
-    return _save(plt, fig, plots / f"acc_{_name(run)}.png")
+    fig.colorbar(image, ax=ax, label=label)
+    return _save(plt, fig, plots / f"{prefix}_{_name(run)}.png")
 
 
 def _avg_acc_curves(plt, runs, plots) -> list[Path]:
@@ -317,7 +324,31 @@ def _save(plt, fig, path: Path) -> Path:
     return path
 
 
-def report(paths: list[Path], out: Path | None = None, plots: bool = True) -> list[dict]:
+RANKED_WITHIN = ("dataset", "tasks", "scenario", "protocol")  # --rank orders the methods of each such group
+
+
+def ranking_lines(rows: list[dict]) -> list[str]:
+    """Per dataset × tasks × scenario × protocol, the rows by RA, best first, each with its 95% interval; between two
+    neighbours '>' where the lower one's interval lies wholly below the upper one's, '≈' where they overlap (or
+    a row has one seed and no interval)."""
+    groups = defaultdict(list)
+    for row in rows:
+        groups[tuple(row[k] for k in RANKED_WITHIN)].append(row)
+    lines = []
+    for key, members in sorted(groups.items()):
+        members = sorted(members, key=lambda r: -r["avg_acc"])
+        text = ""
+        for upper, lower in zip([None, *members], members):
+            if upper is not None:
+                apart = upper["avg_acc"] - upper["avg_acc_ci95"] > lower["avg_acc"] + lower["avg_acc_ci95"]
+                text += " > " if apart else " ≈ "
+            label = lower["method"] + (f" (memory {lower['memory']})" if lower["memory"] else "")
+            text += f"{label} {fmt(lower, 'avg_acc')}"
+        lines.append(f"{' · '.join(str(k) for k in key)}, n={'/'.join(str(r['seeds']) for r in members)}: {text}")
+    return lines
+
+
+def report(paths: list[Path], out: Path | None = None, plots: bool = True, rank: bool = False) -> list[dict]:
     runs = find_runs(paths)
     rows = summarise(runs)
     incomplete = [r for r in runs if not r["complete"]]
@@ -325,6 +356,11 @@ def report(paths: list[Path], out: Path | None = None, plots: bool = True) -> li
     out = Path(out or paths[0])
     write_tables(rows, incomplete, sweeps, out)
     print_table(rows, incomplete, sweeps, out)
+    if rank:
+        lines = ["RA % ranked, best first (mean ± std [95% CI]; '>' the intervals are apart, '≈' they overlap):",
+                 *ranking_lines(rows)]
+        print("\n".join(lines))
+        _atomic_text(out / "ranking.md", "\n\n".join(lines) + "\n")
     if plots:
         plot_all(runs, out)
     return rows

@@ -37,6 +37,9 @@ SETTING_BACKBONES = {  # settings whose paper ran another backbone than its data
     # gated's 3 × 100-channel conv net, for gated and the baselines it compares with on Split MNIST
     **{f"{m}_split_mnist": "gated_convnet" for m in ("gated", "ewc", "lwf", "hat")},
     **{f"abati_{m}split_mnist": "gated_convnet" for m in ("", "joint_", "icarl_", "er_", "agem_")},
+    # gated's class-scenario claim at a CPU's size (make repro-gated-cpu): the conv net [32, 64, 64] for all four
+    **{f"abati_cpu_{m}_{d}": "convnet" for m in ("gated", "er", "icarl", "agem")
+       for d in ("split_mnist", "split_cifar10")},
     # La-MAML's kaiming-initialised MLP, for the La-MAML family, NCCL and La-MAML's baselines on its MNIST benchmarks
     **{f"{s}_{d}": "lamaml_mlp" for d in GEM_MNIST
        for s in ("gem", "nccl", "lamaml", "cmaml", "sync", "la_er", "la_agem", "la_finetune")},

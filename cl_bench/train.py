@@ -118,7 +118,7 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
         with profiled(run_dir if writer and cfg.profile_task == task.id else None, task.id, ctx.device):
             method.learn(task)
         clock.lap("learn_s")
-        results.add(*evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
+        results.add(evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
         clock.lap("eval_s")
         record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx.device, random_init,
                              ctx.precision, shape_of(ctx, method, run_dir))
@@ -213,11 +213,14 @@ def evaluate_checkpoint(cfg, run_dir: Path, name: str | None = None) -> dict:
     state, masks, meta, _ = found
     state, _ = checkpoint.split_rng(state)
     method.load_state_dict({**state, **masks})
-    test, val, aware = evaluate(method, scenario, meta["task_id"], False, ctx, ctx.eval_batch_size)
-    result = {"checkpoint": f"task_{meta['task_id']:03d}", "scenario": cfg.scenario, "acc": test,
-              "avg_acc": sum(test) / len(test), "val_acc": val}
-    if aware is not None:
-        result["task_aware_acc"] = aware
+    found = evaluate(method, scenario, meta["task_id"], False, ctx, ctx.eval_batch_size)
+    result = {"checkpoint": f"task_{meta['task_id']:03d}", "scenario": cfg.scenario, "acc": found.test,
+              "avg_acc": sum(found.test) / len(found.test), "val_acc": found.val}
+    if found.aware is not None:
+        result["task_aware_acc"] = found.aware
+    if found.task_confusion is not None:
+        result["task_prediction_acc"] = task_prediction_row(found.task_confusion)
+        result["task_confusion"] = found.task_confusion
     return result
 
 
@@ -319,6 +322,10 @@ class Results:
     acc: list[list[float]]
     val_acc: list[list[float | None]]
     task_aware_acc: list[list[float]] | None
+    # a method that infers the task (class scenario): row i, after task i: per tested task, the fraction of its test
+    # samples given their own task, and the confusion between tasks (Evaluation.task_confusion)
+    task_prediction_acc: list[list[float]] | None = None
+    task_confusion: list[list[list[float]]] | None = None
 
     @classmethod
     def empty(cls, scenario: str) -> "Results":
@@ -329,16 +336,26 @@ class Results:
         if "val_acc" not in meta:
             raise UserError(f"{run_dir} was checkpointed by an older cl-bench that recorded no validation "
                             "accuracy: it cannot be resumed; start it again")
-        return cls(meta["acc"], meta["val_acc"], meta.get("task_aware_acc"))
+        return cls(meta["acc"], meta["val_acc"], meta.get("task_aware_acc"), meta.get("task_prediction_acc"),
+                   meta.get("task_confusion"))
 
-    def add(self, test: list[float], val: list[float | None], aware: list[float] | None) -> None:
-        self.acc.append(test)
-        self.val_acc.append(val)
+    def add(self, found: "Evaluation") -> None:
+        self.acc.append(found.test)
+        self.val_acc.append(found.val)
         if self.task_aware_acc is not None:
-            self.task_aware_acc.append(aware)
+            self.task_aware_acc.append(found.aware)
+        if found.task_confusion is not None:
+            self.task_prediction_acc = (self.task_prediction_acc or []) + [task_prediction_row(found.task_confusion)]
+            self.task_confusion = (self.task_confusion or []) + [found.task_confusion]
 
     def matrices(self) -> dict:
-        return {"acc": self.acc, "val_acc": self.val_acc, "task_aware_acc": self.task_aware_acc}
+        return {"acc": self.acc, "val_acc": self.val_acc, "task_aware_acc": self.task_aware_acc,
+                "task_prediction_acc": self.task_prediction_acc, "task_confusion": self.task_confusion}
+
+
+def task_prediction_row(confusion: list[list[float]]) -> list[float]:
+    """Per tested task, the fraction of its samples given their own task (0 for a task not learned yet)."""
+    return [row[j] if j < len(row) else 0.0 for j, row in enumerate(confusion)]
 
 
 # sweep.objective -> the metrics.json key `cl-bench train` returns to Hydra's sweeper
@@ -352,21 +369,36 @@ def evaluate(method, scenario, task_id: int, future: bool, ctx, batch_size: int)
     info, seen = scenario.info, scenario.tasks[: task_id + 1]
     tested = scenario.tasks if future else seen
     aware = info.scenario == "class"
-    test_hits, aware_hits = count_correct(method, tested, scenario.test, info, ctx, batch_size, aware)
-    val_hits, _ = count_correct(method, seen, [t.val for t in seen], info, ctx, batch_size)
+    test_hits, aware_hits, confusion = count_correct(method, tested, scenario.test, info, ctx, batch_size, aware)
+    val_hits, _, _ = count_correct(method, seen, [t.val for t in seen], info, ctx, batch_size)
     test_sizes, val_sizes = [len(s) for s in scenario.test[: len(tested)]], [len(t.val) for t in seen]
     parts = [(test_hits, test_sizes), (val_hits, val_sizes)] + ([(aware_hits, test_sizes)] if aware else [])
+    if confusion is not None:  # row by row: each tested task's samples over the seen tasks they were given
+        confusion = confusion[:, : len(seen)]
+        parts += [(row, [size] * len(seen)) for row, size in zip(confusion, test_sizes)]
     counts = torch.cat([hits for hits, _ in parts]).cpu().tolist()  # the one host sync
     rows, start = [], 0
     for hits, sizes in parts:
         rows.append(fractions(counts[start: start + len(hits)], sizes))
         start += len(hits)
-    return rows[0], rows[1], (rows[2] if aware else None)
+    return Evaluation(rows[0], rows[1], rows[2] if aware else None, rows[3:] if confusion is not None else None)
+
+
+@dataclass
+class Evaluation:
+    """One evaluation after a task: test and validation accuracy per task, task-aware test accuracy (class
+    scenario), and, for a method that infers the task, task_confusion[j][k]: the fraction of task j's test samples
+    given task k."""
+
+    test: list[float]
+    val: list[float | None]
+    aware: list[float] | None = None
+    task_confusion: list[list[float]] | None = None
 
 
 def accuracy_on_test(method, scenario, tasks, ctx, batch_size: int) -> list[float]:
     """Accuracy on the test split of each of tasks (the random-initialisation reference of fwt)."""
-    hits, _ = count_correct(method, tasks, scenario.test, scenario.info, ctx, batch_size)
+    hits, _, _ = count_correct(method, tasks, scenario.test, scenario.info, ctx, batch_size)
     return fractions(hits.cpu().tolist(), [len(s) for s in scenario.test[: len(tasks)]])
 
 
@@ -378,20 +410,28 @@ def fractions(counts: list[int], sizes: list[int]) -> list[float | None]:
 @torch.inference_mode()
 def count_correct(method, tasks, splits, info, ctx, batch_size: int, task_aware: bool = False):
     """Correct predictions on splits[j] of each task j, as one device tensor (no host sync); task_aware (class
-    scenario): also those with the task id given, through the method itself (Method.task_aware_logits)."""
+    scenario): also those with the task id given, through the method itself (Method.task_aware_logits), and, for
+    a method that infers the task (Method.inferred_tasks), the confusion between tasks: row j counts task j's
+    samples by the task they were given. Returns (hits, aware hits or None, confusion or None)."""
     method.eval()
     hits = torch.zeros(len(tasks), dtype=torch.long, device=ctx.device)
     aware_hits = torch.zeros_like(hits)
+    confusion = torch.zeros(len(tasks), info.num_tasks, dtype=torch.long, device=ctx.device)
+    inferred = False
     for j, (task, split) in enumerate(zip(tasks, splits)):
         task_id = task.id if info.scenario == "task" else None
         for raw, y, t in split.batches(batch_size):
             x = info.view.eval(raw, t)
             with ctx.autocast():
                 logits = method.predict(x, task_id)
+                given = method.inferred_tasks() if task_aware else None
                 if task_aware:
                     aware_hits[j] += (method.task_aware_logits(x, task.id, logits).argmax(1) == y - task.offset).sum()
             hits[j] += (logits.argmax(1) == method.targets(y, task.id)).sum()
-    return hits, (aware_hits if task_aware else None)
+            if given is not None:
+                inferred = True
+                confusion[j].index_add_(0, given, torch.ones_like(given))
+    return hits, (aware_hits if task_aware else None), (confusion if inferred else None)
 
 
 def make_record(cfg, info, results: Results, method, time_s, device, random_init=None, precision="fp32",
@@ -408,6 +448,10 @@ def make_record(cfg, info, results: Results, method, time_s, device, random_init
     if results.task_aware_acc is not None:
         record["task_aware_acc"] = results.task_aware_acc
         record["task_aware_avg_acc"] = metrics.avg_acc(results.task_aware_acc)
+    if results.task_prediction_acc is not None:
+        record["task_prediction_acc"] = results.task_prediction_acc
+        record["task_prediction_avg_acc"] = metrics.avg_acc(results.task_prediction_acc)
+        record["task_confusion"] = results.task_confusion[-1]
     record.update({
         "variant": method.variant(), "objective": cfg.sweep.objective, "protocol": cfg.method.protocol,
         "precision": precision, "normalization": "per_task" if info.view.per_task else "global",

@@ -199,7 +199,7 @@ def test_joint_objective_trains_the_task_classifier_with_the_task():
     method.learn(tasks[0])
     before = [p.detach().clone() for p in method.task_classifier.parameters()]
     calls = []
-    method._fit_task_classifier = lambda task: calls.append(task.id)  # the post-hoc fit must not run
+    method._fit_task_classifier = lambda task, epochs: calls.append(task.id)  # the post-hoc fit must not run
     method.learn(tasks[1])
     assert calls == []
     assert all(not torch.equal(a, p) for a, p in zip(before, method.task_classifier.parameters()))
@@ -264,3 +264,118 @@ def test_reports_list_the_post_hoc_task_classifier_apart():
     assert build("class")[0].variant() is None
     assert build("class", task_classifier_fit="after_task")[0].variant() == "after_task"
     assert build("task", task_classifier_fit="after_task")[0].variant() is None  # no task classifier there
+
+
+# --- class scenario: task-prediction diagnostics and the joint objective's options (issue 29) -------------------
+
+def test_class_runs_record_task_prediction_and_the_offline_bound_leaves_learning_alone(tmp_path):
+    plain = train(tmp_path / "plain", *SMALL, "scenario=class")
+    bound = train(tmp_path / "bound", *SMALL, "scenario=class", "method.offline_bound_epochs=3")
+    assert bound["acc"] == plain["acc"] and bound["task_prediction_acc"] == plain["task_prediction_acc"]
+    offline = bound["capacity"]["val_task_accuracy_offline"]
+    assert [len(row) for row in offline] == [1, 2, 3] and offline[0] == [1.0]  # one task: nothing to confuse
+    assert all(0 <= a <= 1 for row in offline for a in row) and "val_task_accuracy_offline" not in plain["capacity"]
+    rows, confusion = plain["task_prediction_acc"], plain["task_confusion"]
+    assert [len(r) for r in rows] == [1, 2, 3] and rows[0] == [1.0]
+    assert [len(r) for r in confusion] == [3, 3, 3]
+    assert all(abs(sum(r) - 1) < 1e-9 for r in confusion) and [confusion[j][j] for j in range(3)] == rows[-1]
+    # A class is right only where its task was named: the class logits are -inf outside the predicted task.
+    assert all(a <= p + 1e-12 for acc, pred in zip(plain["acc"], rows) for a, p in zip(acc, pred))
+    assert plain["task_prediction_avg_acc"] == sum(rows[-1]) / 3
+
+
+def test_methods_that_infer_no_task_record_no_task_prediction(run_dir):
+    m = train(run_dir, "method=er", "scenario=class", "dataset.num_tasks=3", "method.epochs=1")
+    assert "task_prediction_acc" not in m and "task_confusion" not in m
+
+
+def _first_task_learned(**cfg):
+    method, tasks = build("class", epochs=1, memory_size=60, **cfg)
+    method.learn(tasks[0])
+    method.memory.add_task(tasks[0].train.x, tasks[0].train.y, tasks[0].train.t, torch.Generator().manual_seed(0))
+    for layer in method.layers:
+        layer.start_task()
+    raw, y, t = tasks[1].train.x[:16], tasks[1].train.y[:16], tasks[1].train.t[:16]
+    return method, Batch(raw, method.info.view.train(raw), y, t)
+
+
+def test_hard_task_loss_gates_show_the_classifier_the_path_evaluation_runs():
+    method, batch = _first_task_learned(task_loss_gates="hard")
+    method.train()
+    gated.route(method.routed, [1], norm="running", hard=True)
+    trained = method.backbone(batch.x)
+    method.eval()
+    gated.route(method.routed, [1])  # task 1 not learned yet: every kernel usable, as while it trains
+    evaluated = method.backbone(batch.x)
+    assert torch.allclose(trained, evaluated, atol=1e-5)
+    method.train()
+    gated.route(method.routed, [1], norm="running")  # the Gumbel samples differ from evaluation's gates
+    assert not torch.allclose(method.backbone(batch.x), evaluated, atol=1e-3)
+
+
+def test_task_loss_norm_batch_reads_the_batch_and_leaves_running_statistics():
+    method, batch = _first_task_learned(task_loss_norm="batch")
+    stats = [(n.bns[1].running_mean.clone(), n.bns[1].running_var.clone()) for n in method.norms]
+    method.train()
+    method.task_loss(batch, 1)
+    assert all(torch.equal(n.bns[1].running_mean, m) and torch.equal(n.bns[1].running_var, v)
+               for n, (m, v) in zip(method.norms, stats))
+    gated.route(method.routed, [1])  # plain training moves them
+    method.backbone(batch.x)
+    assert not torch.equal(method.norms[0].bns[1].running_mean, stats[0][0])
+
+
+def test_task_loss_weighs_the_current_batch_as_told():
+    """With the current batch's share 1, the rehearsal batch drawn cannot change the loss; by default (1/(t+1))
+    it does."""
+    for share, same in ((1.0, True), (None, False)):
+        method, batch = _first_task_learned(task_loss_gates="hard", task_loss_current_weight=share)
+        method.train()
+        losses = []
+        for seed in (1, 2):
+            method.ctx.generator.manual_seed(seed)
+            losses.append(method.task_loss(batch, 1).item())
+        assert (abs(losses[0] - losses[1]) < 1e-6) == same
+
+
+def test_the_task_classifier_learning_rate_and_refit_are_read():
+    slow, tasks = build("class", epochs=1, memory_size=60, task_classifier_lr=1e-9)
+    slow.learn(tasks[0])
+    before = [p.detach().clone() for p in slow.task_classifier.parameters()]
+    slow.learn(tasks[1])
+    assert all(torch.allclose(a, p, atol=1e-6) for a, p in zip(before, slow.task_classifier.parameters()))
+    refit, tasks = build("class", epochs=1, memory_size=60, task_classifier_refit_epochs=2)
+    calls = []
+    refit._fit_task_classifier = lambda task, epochs: calls.append((task.id, epochs))
+    refit.learn(tasks[0])
+    refit.learn(tasks[1])
+    assert calls == [(0, 2), (1, 2)]
+
+
+def test_options_of_the_other_task_classifier_fit_are_refused():
+    with pytest.raises(UserError, match="task_loss_gates"):
+        GatedConfig(task_classifier_fit="after_task", task_loss_gates="hard")
+    with pytest.raises(UserError, match="task_classifier_epochs"):
+        GatedConfig(task_classifier_epochs=3)
+
+
+def test_the_task_classifier_reads_each_paths_pooled_final_features_as_the_paper():
+    """Abati et al. 2020, section 3.3: h = ⊕_i μ(ĥ_i), the global average pool of each seen task's final feature map
+    (the features its head reads), concatenated over the paths, into an MLP of one hidden layer of 64 ReLU units."""
+    method, tasks = build("class", epochs=1, memory_size=60)
+    for task in tasks[:2]:
+        method.learn(task)
+    method.eval()
+    x = method.info.view.eval(tasks[0].val.x[:5], tasks[0].val.t[:5])
+    maps, read = [], []
+    last_pool = next(m for m in reversed(method.backbone.body) if isinstance(m, torch.nn.MaxPool2d))
+    hooks = [last_pool.register_forward_hook(lambda m, i, o: maps.append(o)),
+             method.task_classifier[0].register_forward_hook(lambda m, i, o: read.append(i[0]))]
+    method.predict(x, None)
+    for hook in hooks:
+        hook.remove()
+    pooled = maps[0].mean((2, 3)).view(2, 5, -1)  # the two paths' final maps, globally averaged
+    expected = torch.cat([pooled[0], pooled[1], torch.zeros(5, (5 - 2) * pooled.shape[2])], dim=1)
+    assert torch.allclose(read[0], expected, atol=1e-6)
+    assert [m.out_features for m in method.task_classifier if isinstance(m, torch.nn.Linear)] == [64, 5]
+    assert any(isinstance(m, torch.nn.ReLU) for m in method.task_classifier)

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from cl_bench import config
 
-TARGETS = ("repro-baselines", "repro-cpg", "repro-gated", "repro-nccl", "repro-smoke")
+TARGETS = ("repro-baselines", "repro-cpg", "repro-gated", "repro-gated-cpu", "repro-nccl", "repro-smoke")
 
 
 def sweep_values(value: str) -> list[str]:

@@ -26,6 +26,18 @@ ABATI = {"split_mnist": "dataset=split_mnist backbone=convnet backbone.channels=
          **{d: f"dataset={d} backbone=resnet18 method.epochs=30 method.optimizer=adam method.lr=0.001 "
                "method.lr_milestones=[20]" for d in ("split_svhn", "split_cifar10")}}  # gated's own milestone
 ICARL_ABATI = "method.batch_size=64 method.lr_gamma=0.1 method.weight_decay=0"  # gated's batch, no decay
+# gated's class-scenario claim at a CPU's size (make repro-gated-cpu): conv net [32, 64, 64], memory 500, every image of
+# Split MNIST for 2 epochs, Split CIFAR-10 cut to 2,000 images a task for 3; A-GEM on its own online protocol
+CPU = {"split_mnist": "dataset=split_mnist backbone=convnet scenario=class",
+       "split_cifar10": "dataset=split_cifar10 backbone=convnet scenario=class dataset.samples_per_task=2000"}
+CPU_ADAM = {"split_mnist": "method.epochs=2 method.optimizer=adam method.lr=0.001",
+            "split_cifar10": "method.epochs=3 method.optimizer=adam method.lr=0.001"}
+ABATI_CPU = {f"method={m} dataset={d} setting=abati_cpu_{m}_{d}":
+             f"{CPU[d]} method={m} {extra}{CPU_ADAM[d] if adam else ''}"
+             for d in CPU for m, adam, extra in (("gated", True, ""), ("er", True, "method.memory_size=500 "),
+                                                 ("icarl", True, f"method.memory_size=500 {ICARL_ABATI} "
+                                                                 "method.lr_milestones=[] "),
+                                                 ("agem", False, "method.memory_size=500"))}
 GEM_MLP = "scenario=class backbone=mlp backbone.hidden_sizes=[100,100] backbone.init=kaiming_normal"
 ROT = f"dataset=rotated_mnist dataset.num_tasks=20 dataset.normalize=false {GEM_MLP}"
 PERM = f"dataset=permuted_mnist dataset.num_tasks=20 dataset.normalize=false {GEM_MLP}"
@@ -103,6 +115,7 @@ SOURCES = {  # what `cl-bench train NEW` composes now: OLD, as it was spelt
         "scenario=class",
     **{f"method=agem dataset={d}": f"dataset={d} backbone=resnet18 method=agem method.memory_size=500 scenario=class"
        for d in ("split_svhn", "split_cifar10")},
+    **ABATI_CPU,
     "method=finetune dataset=split_mnist": f"{SMNIST} method=finetune method.lr=0.03",
     "method=joint dataset=split_mnist": f"{SMNIST} method=joint method.lr=0.03",
     **der_rows("split_mnist", SMNIST, {

@@ -239,3 +239,23 @@ def test_runs_of_different_task_counts_are_reported_apart(tmp_path):
     assert [(r["tasks"], r["seeds"], round(r["avg_acc"], 6)) for r in rows] == [(2, 1, 0.7), (3, 2, 0.7)]
     assert {p.name for p in (tmp_path / "plots").glob("avg_acc_*")} == {
         "avg_acc_permuted_mnist_2tasks_class_mlp.png", "avg_acc_permuted_mnist_3tasks_class_mlp.png"}
+
+
+def test_rank_orders_each_settings_methods_by_ra_and_marks_overlapping_intervals(tmp_path):
+    # gated 0.90/0.91/0.92 and er 0.60/0.62/0.64 lie apart; icarl 0.80/0.90/1.00 overlaps both.
+    values = {"gated": (0.90, 0.91, 0.92), "er": (0.60, 0.62, 0.64), "icarl": (0.80, 0.90, 1.00)}
+    for method, accs in values.items():
+        for seed, acc in enumerate(accs):
+            write_run(tmp_path / f"{method}{seed}", method, "split_mnist", acc, seed, memory=500)
+    write_run(tmp_path / "other", "er", "permuted_mnist", 0.5, 0)
+    proc = cl_bench("report", str(tmp_path), "--no-plots", "--rank")
+    assert proc.returncode == 0, proc.stderr
+    ranking = (tmp_path / "ranking.md").read_text()
+    assert ("split_mnist · 1 · class · honest, n=3/3/3: gated (memory 500) 91.00 ± 1.00 [88.52, 93.48] ≈ icarl "
+            in ranking)
+    assert " ≈ er (memory 500) 62.00 ± 2.00" in ranking  # icarl's interval [65.2, 114.8] reaches er's [57.0, 67.0]
+    assert "permuted_mnist · 1 · class · honest, n=1: er (memory 200) 50.00 ± 0.00" in ranking
+    assert ranking.splitlines()[-1] in proc.stdout
+    from cl_bench.report import find_runs, ranking_lines, summarise
+    rows = [r for r in summarise(find_runs([tmp_path])) if r["method"] != "icarl"]
+    assert " > er (memory 500)" in ranking_lines(rows)[1]  # without icarl, gated's interval is above er's

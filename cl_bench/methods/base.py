@@ -217,6 +217,11 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         """Logits: over task_id's classes in the task scenario, over every class seen when task_id is None."""
         return self(x, task_id)
 
+    def inferred_tasks(self) -> torch.Tensor | None:
+        """Class scenario, evaluation: the task each sample of the last predict(x, None) was assigned, for a method
+        whose prediction goes through a task it infers (gated's task classifier); None for the others."""
+        return None
+
     def task_aware_logits(self, x: torch.Tensor, task_id: int, logits: torch.Tensor) -> torch.Tensor:
         """Class scenario, evaluation only: logits over task_id's classes when the task id is given (FACIL's
         task-aware accuracy), with `logits` = predict(x, None). Here the class logits restricted to the task's

@@ -24,6 +24,7 @@ that, and named no sample the new task right after it was learned); the task cla
 current batch 1/(t+1) and the rehearsal batch t/(t+1), the uniform task distribution; one optimiser (method.lr)
 for the path and the classifier; the sparsity term reads the gates of the current batch's class-loss forward.
 """
+import copy
 import dataclasses
 from dataclasses import dataclass, replace
 
@@ -43,6 +44,18 @@ class TaskClassifierFit(Choice):
     after_task = "after_task"  # fitted after each task on detached features of the frozen paths
 
 
+class TaskLossGates(Choice):
+    """The current path's gates in the task classifier's forward of the joint objective."""
+    sampled = "sampled"  # Gumbel-sigmoid samples, as the class loss's forward
+    hard = "hard"  # thresholded at logit 0 as in evaluation (straight-through gradient of the noiseless sigmoid)
+
+
+class TaskLossNorm(Choice):
+    """The current path's batch norms in the task classifier's forward of the joint objective."""
+    running = "running"  # its running statistics, left as they are: the normalisation evaluation applies
+    batch = "batch"  # the statistics of the current and rehearsal batch together (and they update the running ones)
+
+
 @dataclass
 class GatedConfig(MethodConfig):
     name: str = "gated"
@@ -60,7 +73,17 @@ class GatedConfig(MethodConfig):
     task_classifier_hidden: int = 64  # class scenario: hidden ReLU units of the task classifier
     task_classifier_fit: TaskClassifierFit = TaskClassifierFit.joint
     task_classifier_epochs: int = 5  # after_task only: passes over the task's data plus the memory
-    task_classifier_lr: float = 0.001  # after_task only: learning rate of the task classifier
+    task_classifier_lr: float | None = None  # the task classifier's learning rate; None: method.lr
+    # joint only, the ablations of issue 29 (REPRODUCING.md measures each):
+    task_loss_gates: TaskLossGates = TaskLossGates.sampled
+    task_loss_norm: TaskLossNorm = TaskLossNorm.running
+    task_loss_current_weight: float | None = None  # the current batch's share of the task loss; None: 1/(t+1)
+    task_classifier_refit_epochs: int = 0  # passes over the task's data plus the memory once the path is frozen
+    task_loss_warmup_epochs: int = 0  # first epochs of each task trained without the task loss (the path first)
+    # Diagnostic, off by default: after each task, a fresh task classifier of the same shape fitted offline on the
+    # frozen paths' features of every seen task's full training data (this many epochs); its validation accuracy is
+    # the upper bound the paths' features allow (capacity: val_task_accuracy_offline). Predictions never read it.
+    offline_bound_epochs: int = 0
 
     def checks(self):
         return [*super().checks(), ("sparsity", self.sparsity >= 0, "0 or more"),
@@ -72,11 +95,22 @@ class GatedConfig(MethodConfig):
                 ("replay_batch_size", self.replay_batch_size >= 0, "0 (batch_size) or more"),
                 ("task_classifier_hidden", self.task_classifier_hidden >= 1, "at least 1"),
                 ("task_classifier_epochs", self.task_classifier_epochs >= 1, "at least 1"),
-                ("task_classifier_lr", self.task_classifier_lr > 0, "a positive number"),
-                *((f.name, self.task_classifier_fit == "after_task" or getattr(self, f.name) == f.default,
-                   f"{f.default}: it is read with task_classifier_fit=after_task only (the joint objective trains "
-                   "the task classifier with each task, at method.lr)")
-                  for f in dataclasses.fields(self) if f.name in ("task_classifier_epochs", "task_classifier_lr"))]
+                ("task_classifier_lr", self.task_classifier_lr is None or self.task_classifier_lr > 0,
+                 "null (method.lr) or a positive number"),
+                ("task_loss_current_weight", self.task_loss_current_weight is None
+                 or 0 <= self.task_loss_current_weight <= 1, "null (1/(t+1)) or a fraction in [0, 1]"),
+                ("task_classifier_refit_epochs", self.task_classifier_refit_epochs >= 0, "0 or more"),
+                ("task_loss_warmup_epochs", self.task_loss_warmup_epochs >= 0, "0 or more"),
+                ("offline_bound_epochs", self.offline_bound_epochs >= 0, "0 (off) or more"),
+                *((f.name, self.task_classifier_fit == fit or getattr(self, f.name) == f.default,
+                   f"{f.default}: it is read with task_classifier_fit={fit} only")
+                  for f in dataclasses.fields(self) for fit, names in READ_BY.items() if f.name in names)]
+
+
+# The options that only one way of fitting the task classifier reads: set with the other, an error.
+READ_BY = {"after_task": ("task_classifier_epochs",),
+              "joint": ("task_loss_gates", "task_loss_norm", "task_loss_current_weight", "replay_batch_size",
+                        "task_classifier_refit_epochs", "task_loss_warmup_epochs")}
 
 
 class Gated(Method):
@@ -103,6 +137,10 @@ class Gated(Method):
                 nn.Linear(info.num_tasks * backbone.feature_dim, cfg.task_classifier_hidden), nn.ReLU(),
                 nn.Linear(cfg.task_classifier_hidden, info.num_tasks))
         self.seen_tasks = []  # tasks learned so far; their validation splits give capacity()'s task_accuracy
+        self.last_task_prediction: torch.Tensor | None = None  # the task each sample of the last class forward got
+        if info.scenario == "class" and cfg.offline_bound_epochs:
+            # row i: after task i, the offline classifier's validation accuracy per seen task (NaN: not measured)
+            self.register_buffer("offline_task_acc", torch.full((info.num_tasks, info.num_tasks), float("nan")))
         self.to(ctx.device)
         self._probe()
 
@@ -120,7 +158,11 @@ class Gated(Method):
         self._consolidate(task)
         if self.info.scenario == "class":
             if self.cfg.task_classifier_fit == "after_task":
-                self._fit_task_classifier(task)
+                self._fit_task_classifier(task, self.cfg.task_classifier_epochs)
+            elif self.cfg.task_classifier_refit_epochs:
+                self._fit_task_classifier(task, self.cfg.task_classifier_refit_epochs)
+            if self.cfg.offline_bound_epochs:
+                self.offline_task_acc[task.id, : task.id + 1] = self._offline_bound(task.id + 1)
             self.memory.add_task(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
 
     def resumed(self, learned_tasks):
@@ -138,7 +180,12 @@ class Gated(Method):
         for layer in self.layers:
             layer.start_task()
         steps = self.steps_per_epoch(task.train)
-        params = self._path_params(task.id) + ([*self.task_classifier.parameters()] if self._joint(task) else [])
+        params = self._path_params(task.id)
+        optimizer = self.make_optimizer(params)
+        if self._joint(task):
+            classifier = [*self.task_classifier.parameters()]
+            optimizer.add_param_group({"params": classifier, "lr": self._classifier_lr(), "weight_decay": 0.0})
+            params = params + classifier
 
         def loss(batch):
             gated.route(self.routed, [task.id])
@@ -146,7 +193,7 @@ class Gated(Method):
             total = F.cross_entropy(self.heads(features, task.id), batch.y - task.offset)
             if batch.step >= self.cfg.sparsity_warmup_epochs * steps:
                 total = total + self.cfg.sparsity * self.gate_density()  # of this forward, before the rehearsal one
-            if self._joint(task):
+            if self._joint(task) and batch.step >= self.cfg.task_loss_warmup_epochs * steps:
                 total = total + self.task_loss(batch, task.id)
             return total
 
@@ -155,19 +202,25 @@ class Gated(Method):
             if self.cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
 
-        self.fit(task, loss, params=params, after_backward=after_backward, after_step=lambda _: self._restore_frozen())
+        self.fit(task, loss, params=params, optimizer=optimizer, after_backward=after_backward,
+                 after_step=lambda _: self._restore_frozen())
+
+    def _classifier_lr(self) -> float:
+        return self.cfg.lr if self.cfg.task_classifier_lr is None else self.cfg.task_classifier_lr
 
     def task_loss(self, batch, task_id: int) -> torch.Tensor:
         """-log p(t | x) of the task classifier over the paths of tasks 0..task_id, for the current batch and a
-        rehearsal batch with uniform task labels over the earlier tasks, weighted
-        so that every seen task counts alike."""
+        rehearsal batch with uniform task labels over the earlier tasks, weighted by default so that every seen
+        task counts alike (the current batch 1/(t+1))."""
         raw, _, t_memory = self.memory.sample_uniform_tasks(self.cfg.replay_batch_size or self.cfg.batch_size,
                                                             self.ctx.generator)
         x = torch.cat([batch.x, self.info.view.train(raw, self.ctx.generator, t_memory)])
-        # The current path on both, normalised as in evaluation (its running statistics, left as they are): were
-        # the current batch on its batch statistics and the memory not, the classifier could tell tasks apart by
-        # that alone, and at evaluation, where every sample is on running statistics, name no sample the new task.
-        gated.route(self.routed, [task_id], running=True)
+        # The current path on both batches alike (task_loss_norm, default: its running statistics, as evaluation):
+        # were the current batch on its batch statistics and the memory not, the classifier could tell the tasks
+        # apart by that alone, and at evaluation, where every sample is on running statistics, name no sample the
+        # new task.
+        gated.route(self.routed, [task_id], norm=str(self.cfg.task_loss_norm),
+                    hard=self.cfg.task_loss_gates == "hard")
         current = self.backbone(x)
         self.backbone.eval()  # the earlier paths are settled: hard gates, their batch norms' running statistics
         with torch.no_grad():
@@ -175,7 +228,8 @@ class Gated(Method):
         self.backbone.train()
         logits = self._task_logits(torch.cat([earlier, current[None]]))
         n = batch.x.shape[0]
-        return (F.cross_entropy(logits[:n], batch.t) + task_id * F.cross_entropy(logits[n:], t_memory)) / (task_id + 1)
+        weight = 1 / (task_id + 1) if self.cfg.task_loss_current_weight is None else self.cfg.task_loss_current_weight
+        return weight * F.cross_entropy(logits[:n], batch.t) + (1 - weight) * F.cross_entropy(logits[n:], t_memory)
 
     def gate_density(self) -> torch.Tensor:
         """1/L Σ_l ‖G^l‖₁ / c_out^l over the gated units, of the last forward, averaged over its samples."""
@@ -224,7 +278,7 @@ class Gated(Method):
         return [count / len(data) for count in counts]
 
     # --- class scenario: the task classifier fitted after the task (task_classifier_fit=after_task) ---------
-    def _fit_task_classifier(self, task):
+    def _fit_task_classifier(self, task, epochs: int):
         """Rehearsal: the task's training data and the memory of earlier tasks, with the cross-entropy weighted
         so that every task counts alike however many samples it has there."""
         if task.id == 0:
@@ -243,8 +297,49 @@ class Gated(Method):
 
         params = list(self.task_classifier.parameters())
         with self.phase_named("task_classifier"):
-            self.fit(task, loss, data=data, params=params, epochs=self.cfg.task_classifier_epochs,
-                     optimizer=self.make_optimizer(params, lr=self.cfg.task_classifier_lr, weight_decay=0.0))
+            self.fit(task, loss, data=data, params=params, epochs=epochs,
+                     optimizer=self.make_optimizer(params, lr=self._classifier_lr(), weight_decay=0.0))
+
+    # --- class scenario: the diagnostic upper bound of task prediction (offline_bound_epochs) ---------------
+    def _offline_bound(self, count: int) -> torch.Tensor:
+        """Accuracy per seen task's validation split of a fresh task classifier of the same shape, fitted on the
+        frozen paths' features of every seen task's whole training data (uniform task weights), offline. The run's
+        random streams are left as they were: learning is the same with the diagnostic on or off."""
+        devices = [self.ctx.device] if self.ctx.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            generator = torch.Generator(self.ctx.device).manual_seed(count)
+            torch.manual_seed(count)
+            classifier = copy.deepcopy(self.task_classifier)
+            for m in classifier:
+                if isinstance(m, nn.Linear):
+                    m.reset_parameters()
+            features, tasks = self._path_features([task.train for task in self.seen_tasks], count)
+            weight = len(tasks) / (count * torch.bincount(tasks, minlength=count).float())
+            opt = self.make_optimizer(list(classifier.parameters()), lr=self._classifier_lr(), weight_decay=0.0)
+            for _ in range(self.cfg.offline_bound_epochs):
+                for idx in torch.randperm(len(tasks), device=tasks.device, generator=generator).split(
+                        self.cfg.batch_size):
+                    loss = F.cross_entropy(self._task_logits(features[idx].transpose(0, 1), classifier), tasks[idx],
+                                           weight=weight)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+            features, tasks = self._path_features([task.val for task in self.seen_tasks], count)
+            with torch.no_grad():
+                hits = self._task_logits(features.transpose(0, 1), classifier).argmax(1) == tasks
+            return torch.stack([hits[tasks == t].float().mean() for t in range(count)])
+
+    @torch.no_grad()
+    def _path_features(self, splits: list[Split], count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first `count` paths' features (evaluation mode) of every sample of splits, as N × count × dim, and
+        each sample's task."""
+        self.eval()
+        features, tasks = [], []
+        for split in splits:
+            for raw, _, t in split.batches(self.ctx.eval_batch_size):
+                features.append(self._paths(self.info.view.eval(raw, t), count).float().transpose(0, 1))
+                tasks.append(t)
+        return torch.cat(features), torch.cat(tasks)
 
     def _paths(self, x: torch.Tensor, count: int) -> torch.Tensor:
         """Features of the first `count` tasks' paths (evaluation mode), as count × N × feature_dim, in one
@@ -252,12 +347,12 @@ class Gated(Method):
         gated.route(self.routed, list(range(count)))
         return self.backbone(x.repeat(count, *[1] * (x.dim() - 1))).view(count, x.shape[0], -1)
 
-    def _task_logits(self, features: torch.Tensor) -> torch.Tensor:
+    def _task_logits(self, features: torch.Tensor, classifier: nn.Module | None = None) -> torch.Tensor:
         """Task classifier over the concatenated path features; paths not learned yet enter as zeros."""
         count, n, dim = features.shape
         inputs = features.new_zeros(n, self.info.num_tasks, dim)
         inputs[:, :count] = features.transpose(0, 1)
-        return self.task_classifier(inputs.flatten(1))[:, :count]
+        return (classifier or self.task_classifier)(inputs.flatten(1))[:, :count]
 
     # --- prediction ---------------------------------------------------------------------------------
     def forward(self, x, task_id):
@@ -265,6 +360,9 @@ class Gated(Method):
             return self._predict_class(x)
         gated.route(self.routed, [task_id])
         return self.heads(self.backbone(x), task_id)
+
+    def inferred_tasks(self) -> torch.Tensor | None:
+        return self.last_task_prediction if self.info.scenario == "class" else None
 
     def task_aware_logits(self, x, task_id, logits):
         """With the task id given, its own path and head: the class logits above are -inf outside the predicted
@@ -277,6 +375,7 @@ class Gated(Method):
         count, n = max(len(self.seen_tasks), 1), x.shape[0]
         features = self._paths(x, count)
         task_pred = self._task_logits(features).argmax(1)
+        self.last_task_prediction = task_pred
         logits = features.new_full((count, n, self.info.seen_outputs(count - 1)), float("-inf"), dtype=torch.float)
         for t in range(count):
             start = self.info.offsets[t]
@@ -302,6 +401,9 @@ class Gated(Method):
             classifier = sum(2 * m.weight.numel() for m in self.task_classifier if isinstance(m, nn.Linear))
             out["inference_flops_per_sample"] = sum(flops) + classifier  # every seen path, then the task classifier
             out["val_task_accuracy"] = self.task_accuracy()  # on validation: capacity() is the method's own report
+            if self.cfg.offline_bound_epochs:
+                out["val_task_accuracy_offline"] = [row[: i + 1] for i, row in
+                                                    enumerate(self.offline_task_acc[:seen].tolist())]
             out["memory_size"] = self.cfg.memory_size
         return out
 

@@ -60,14 +60,10 @@ class Gate(nn.Module):
         if open_bias is not None:  # None: PyTorch's default initialisation, as the paper
             nn.init.constant_(self.fc2.bias, open_bias)
 
-    def forward(self, x: torch.Tensor, running: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, norm: str = "train") -> torch.Tensor:
         h = self.fc1(x.mean((2, 3)))
-        # A one-sample batch (the tail of an epoch) has no batch statistics: use the running ones; so does a
-        # forward that must not move them (rehearsal samples of other tasks on the current path).
-        use_batch = self.training and h.shape[0] > 1 and not running
-        h = F.batch_norm(h, self.norm.running_mean, self.norm.running_var, self.norm.weight, self.norm.bias,
-                         use_batch, self.norm.momentum, self.norm.eps)
-        return self.fc2(F.relu(h))
+        # A one-sample batch (the tail of an epoch) has no batch statistics: use the running ones.
+        return self.fc2(F.relu(_normalise(self.norm, h, norm if self.training and h.shape[0] > 1 else "running")))
 
 
 class TaskNorm(nn.Module):
@@ -79,14 +75,11 @@ class TaskNorm(nn.Module):
         self.bns = nn.ModuleList(nn.BatchNorm2d(bn.num_features, bn.eps, bn.momentum, bn.affine)
                                  for _ in range(num_tasks))
         self.tasks: list[int] = [0]
-        self.running = False  # training on the running statistics, without moving them (set by route)
+        self.norm = "train"  # how a training forward normalises (NORM_MODES; set by route)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         if self.training:
-            bn = self.bns[self.tasks[0]]
-            if self.running:
-                return F.batch_norm(z, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps)
-            return bn(z)
+            return _normalise(self.bns[self.tasks[0]], z, self.norm)
         n = z.shape[0] // len(self.tasks)
         scale, shift = (v.repeat_interleave(n, 0)[:, :, None, None] for v in _affine([self.bns[t] for t in self.tasks]))
         return z * scale + shift
@@ -110,7 +103,8 @@ class GatedUnit(nn.Module):
         self.register_buffer("frozen", torch.zeros(c_out, dtype=torch.bool))
         self.register_buffer("usable", torch.ones(num_tasks, c_out, dtype=torch.bool))
         self.tasks: list[int] = [0]  # the paths the next forward runs; set by route()
-        self.running = False  # see TaskNorm.running
+        self.norm = "train"  # see TaskNorm.norm
+        self.hard = False  # training forward with evaluation's hard gates instead of Gumbel samples (set by route)
         self.last_gates: torch.Tensor | None = None  # gates of the last forward, rows as the input's
         self.out_pixels = 0  # H×W of the last output, for FLOP counts
         self.anchor: list[torch.Tensor] = []  # the kernels' weights when the current task started
@@ -119,7 +113,8 @@ class GatedUnit(nn.Module):
         h = self.body(x)
         self.out_pixels = h.shape[2] * h.shape[3]
         if self.training:  # one task's path, routed alone
-            self.last_gates = gumbel_sigmoid(self.gates[self.tasks[0]](x, self.running), self.tau)
+            logits = self.gates[self.tasks[0]](x, self.norm)
+            self.last_gates = straight_through(torch.sigmoid(logits)) if self.hard else gumbel_sigmoid(logits, self.tau)
         else:
             self.last_gates = self._stacked_gates(x).to(h.dtype)
         return h * self.last_gates[:, :, None, None]
@@ -179,6 +174,21 @@ class GatedUnit(nn.Module):
         gate = self.gates[0]
         return active_out * per_kernel * self.out_pixels + 2 * gate.fc1.out_features * (
             gate.fc1.in_features + self.out_channels)
+
+
+# How a training forward normalises a task's batch norms:
+NORM_MODES = {
+    "train": "the batch's statistics, moving the running ones (plain training)",
+    "running": "the running statistics, left as they are (the normalisation evaluation applies)",
+    "batch": "the batch's statistics, leaving the running ones as they are",
+}
+
+
+def _normalise(bn: nn.BatchNorm1d | nn.BatchNorm2d, z: torch.Tensor, norm: str) -> torch.Tensor:
+    if norm == "train":
+        return bn(z)
+    stats = (bn.running_mean, bn.running_var) if norm == "running" else (None, None)
+    return F.batch_norm(z, *stats, bn.weight, bn.bias, norm == "batch", 0.0, bn.eps)
 
 
 def _stack(modules, name: str) -> torch.Tensor:
@@ -270,9 +280,13 @@ def routed(backbone: nn.Module) -> list[GatedUnit | TaskNorm]:
     return [m for m in backbone.modules() if isinstance(m, GatedUnit | TaskNorm)]
 
 
-def route(modules: list[GatedUnit | TaskNorm], tasks: list[int], running: bool = False) -> None:
+def route(modules: list[GatedUnit | TaskNorm], tasks: list[int], norm: str = "train", hard: bool = False) -> None:
     """Make the next forward of routed(backbone) run these tasks' paths (inputs stacked task-major when there are
-    several); with running, a training forward normalises with the routed task's running statistics and leaves
-    them as they are."""
+    several). A training forward normalises as `norm` says (NORM_MODES) and, with hard, thresholds its gates as
+    evaluation does."""
+    if norm not in NORM_MODES:
+        raise ValueError(f"norm {norm!r}: one of {', '.join(NORM_MODES)}")
     for m in modules:
-        m.tasks, m.running = tasks, running
+        m.tasks, m.norm = tasks, norm
+        if isinstance(m, GatedUnit):
+            m.hard = hard
