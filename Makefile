@@ -112,24 +112,14 @@ repro-gated: $(VENV_STAMP)  ## gated against the paper's baselines on Split MNIS
 # memory 500 on every training image of Split MNIST (2 epochs a task) and on Split CIFAR-10 cut to 2,000 images a task
 # (3 epochs), the conv net [32, 64, 64]; the report ranks the methods by RA with 95% intervals.
 RGC := $(REPRO)/repro-gated-cpu
+define NEWLINE
+
+
+endef
 
 repro-gated-cpu: $(VENV_STAMP)  ## gated vs ER, iCaRL, A-GEM at memory 500, class scenario, CPU-sized (REPRODUCING.md: about 3 hours)
-	$(CL) train -m method=gated dataset=split_mnist setting=abati_cpu_gated_split_mnist $(QUIET) $(ARGS) \
-	    hydra.sweep.dir=$(RGC)/split_mnist/gated
-	$(CL) train -m method=er dataset=split_mnist setting=abati_cpu_er_split_mnist $(QUIET) $(ARGS) \
-	    hydra.sweep.dir=$(RGC)/split_mnist/er
-	$(CL) train -m method=icarl dataset=split_mnist setting=abati_cpu_icarl_split_mnist $(QUIET) $(ARGS) \
-	    hydra.sweep.dir=$(RGC)/split_mnist/icarl
-	$(CL) train -m method=agem dataset=split_mnist setting=abati_cpu_agem_split_mnist $(QUIET) $(ARGS) \
-	    hydra.sweep.dir=$(RGC)/split_mnist/agem
-	$(CL) train -m method=gated dataset=split_cifar10 setting=abati_cpu_gated_split_cifar10 $(QUIET) $(ARGS) \
-	    hydra.sweep.dir=$(RGC)/split_cifar10/gated
-	$(CL) train -m method=er dataset=split_cifar10 setting=abati_cpu_er_split_cifar10 $(QUIET) $(ARGS) \
-	    hydra.sweep.dir=$(RGC)/split_cifar10/er
-	$(CL) train -m method=icarl dataset=split_cifar10 setting=abati_cpu_icarl_split_cifar10 $(QUIET) $(ARGS) \
-	    hydra.sweep.dir=$(RGC)/split_cifar10/icarl
-	$(CL) train -m method=agem dataset=split_cifar10 setting=abati_cpu_agem_split_cifar10 $(QUIET) $(ARGS) \
-	    hydra.sweep.dir=$(RGC)/split_cifar10/agem
+	$(foreach d,split_mnist split_cifar10,$(foreach m,gated er icarl agem,$(CL) train -m method=$(m) dataset=$(d) \
+	    setting=abati_cpu_$(m)_$(d) $(QUIET) $(ARGS) hydra.sweep.dir=$(RGC)/$(d)/$(m)$(NEWLINE)))
 	$(CL) report $(RGC) --rank
 
 # La-MAML's three MNIST benchmarks (setting/gem_*: montrealrobotics/La-MAML, run_experiments.sh) and its Split

@@ -356,7 +356,7 @@ def report(paths: list[Path], out: Path | None = None, plots: bool = True, rank:
     out = Path(out or paths[0])
     write_tables(rows, incomplete, sweeps, out)
     print_table(rows, incomplete, sweeps, out)
-    if rank:
+    if rank and rows:
         lines = ["RA % ranked, best first (mean ± std [95% CI]; '>' the intervals are apart, '≈' they overlap):",
                  *ranking_lines(rows)]
         print("\n".join(lines))

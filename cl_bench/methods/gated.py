@@ -17,12 +17,18 @@ gradient shapes the current path and the classifier. task_classifier_fit=after_t
 each task instead, on detached features (the project's earlier version, kept for comparison).
 
 Where the paper is silent, chosen here: the task classifier's inputs from the current path (current and
-rehearsal batch together) are computed in a second forward on the path's running batch-norm statistics, left as
-they are, so that the task's statistics stay its own and the classifier sees the normalisation it meets in
-evaluation (a first version normalised only the rehearsal batch so; the classifier then told the tasks apart by
-that, and named no sample the new task right after it was learned); the task classifier's loss weighs the
-current batch 1/(t+1) and the rehearsal batch t/(t+1), the uniform task distribution; one optimiser (method.lr)
-for the path and the classifier; the sparsity term reads the gates of the current batch's class-loss forward.
+rehearsal batch together) come from a second forward on the path's running batch-norm statistics, left as they are
+(task_loss_norm=running), so that the task's statistics stay its own and the classifier sees the normalisation it
+meets in evaluation (a first version normalised only the rehearsal batch so; the classifier then told the tasks
+apart by that, and named no sample the new task right after it was learned); that forward samples the current
+path's gates as training does (task_loss_gates=sampled: the official code's training forward, as its description
+reads, draws every gate from the Gumbel-sigmoid), and evaluation's hard gates are an option (task_loss_gates=hard,
+measured in REPRODUCING.md: it names the newest task more often right after it is learned, without raising RA at
+the CPU schedule). The task loss weighs the current batch 1/(t+1) and the rehearsal batch t/(t+1), the uniform
+task distribution; one optimiser for the path and the classifier (the classifier's lr: task_classifier_lr, default
+method.lr); the sparsity term reads the gates of the current batch's class-loss forward. Each of these choices'
+other readings is an option, measured one at a time in REPRODUCING.md. offline_bound_epochs is a diagnostic: the
+same classifier fitted offline on every seen task's whole training data, the upper bound the paths' features allow.
 """
 import copy
 import dataclasses
@@ -53,7 +59,7 @@ class TaskLossGates(Choice):
 class TaskLossNorm(Choice):
     """The current path's batch norms in the task classifier's forward of the joint objective."""
     running = "running"  # its running statistics, left as they are: the normalisation evaluation applies
-    batch = "batch"  # the statistics of the current and rehearsal batch together (and they update the running ones)
+    batch = "batch"  # the statistics of the current and rehearsal batch together, leaving the running ones as they are
 
 
 @dataclass
@@ -74,7 +80,7 @@ class GatedConfig(MethodConfig):
     task_classifier_fit: TaskClassifierFit = TaskClassifierFit.joint
     task_classifier_epochs: int = 5  # after_task only: passes over the task's data plus the memory
     task_classifier_lr: float | None = None  # the task classifier's learning rate; None: method.lr
-    # joint only, the ablations of issue 29 (REPRODUCING.md measures each):
+    # joint only: the choices the paper leaves open, each measured one at a time in REPRODUCING.md
     task_loss_gates: TaskLossGates = TaskLossGates.sampled
     task_loss_norm: TaskLossNorm = TaskLossNorm.running
     task_loss_current_weight: float | None = None  # the current batch's share of the task loss; None: 1/(t+1)
