@@ -259,3 +259,16 @@ def test_rank_orders_each_settings_methods_by_ra_and_marks_overlapping_intervals
     from cl_bench.report import find_runs, ranking_lines, summarise
     rows = [r for r in summarise(find_runs([tmp_path])) if r["method"] != "icarl"]
     assert " > er (memory 500)" in ranking_lines(rows)[1]  # without icarl, gated's interval is above er's
+
+
+def test_the_report_plots_a_task_prediction_matrix_where_a_run_has_one(tmp_path):
+    from cl_bench import report as report_module
+    write_run(tmp_path / "er", "er", "split_mnist", 0.8, 0, tasks=2)
+    write_run(tmp_path / "gated", "gated", "split_mnist", 0.7, 0, tasks=2)
+    metrics_path = tmp_path / "gated" / "metrics.json"
+    m = json.loads(metrics_path.read_text())
+    m["task_prediction_acc"] = [[1.0, 0.0], [0.9, 0.8]]
+    metrics_path.write_text(json.dumps(m))
+    report_module.report([tmp_path], plots=True)
+    assert {p.name for p in (tmp_path / "plots").glob("task_prediction_*")} == {"task_prediction_gated.png"}
+    assert {p.name for p in (tmp_path / "plots").glob("acc_*")} == {"acc_er.png", "acc_gated.png"}
