@@ -213,6 +213,7 @@ def evaluate_checkpoint(cfg, run_dir: Path, name: str | None = None) -> dict:
     state, masks, meta, _ = found
     state, _ = checkpoint.split_rng(state)
     method.load_state_dict({**state, **masks})
+    method.resumed(scenario.tasks[: meta["task_id"] + 1])  # what a method keeps of its tasks (gated: the paths it runs)
     found = evaluate(method, scenario, meta["task_id"], False, ctx, ctx.eval_batch_size)
     result = {"checkpoint": f"task_{meta['task_id']:03d}", "scenario": cfg.scenario, "acc": found.test,
               "avg_acc": sum(found.test) / len(found.test), "val_acc": found.val}

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import contract_problems, train
+from conftest import cl_bench, contract_problems, train
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
@@ -169,6 +169,16 @@ def test_class_scenario_through_the_cli_and_resume(tmp_path):
     for f in ("state.safetensors", "masks.safetensors"):
         a, b = (load_file(d / "checkpoints" / "task_002" / f) for d in (whole, resumed))
         assert a.keys() == b.keys() and all(torch.equal(read(a, k), read(b, k)) for k in a)
+
+
+def test_eval_of_a_class_run_predicts_as_the_run_did(run_dir):
+    """cl-bench eval rebuilds the model from the last checkpoint: every learned task's path runs again."""
+    m = train(run_dir, *SMALL, "scenario=class")
+    proc = cl_bench("eval", str(run_dir))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads((run_dir / "eval.json").read_text())
+    assert again["acc"] == m["acc"][-1] and again["task_prediction_acc"] == m["task_prediction_acc"][-1]
+    assert again["task_confusion"] == m["task_confusion"]
 
 
 def read(state, key):
