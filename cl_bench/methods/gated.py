@@ -115,8 +115,8 @@ class GatedConfig(MethodConfig):
 
 # The options that only one way of fitting the task classifier reads: set with the other, an error.
 READ_BY = {"after_task": ("task_classifier_epochs",),
-              "joint": ("task_loss_gates", "task_loss_norm", "task_loss_current_weight", "replay_batch_size",
-                        "task_classifier_refit_epochs", "task_loss_warmup_epochs")}
+           "joint": ("task_loss_gates", "task_loss_norm", "task_loss_current_weight", "replay_batch_size",
+                     "task_classifier_refit_epochs", "task_loss_warmup_epochs")}
 
 
 class Gated(Method):
@@ -190,7 +190,7 @@ class Gated(Method):
         optimizer = self.make_optimizer(params)
         if self._joint(task):
             classifier = [*self.task_classifier.parameters()]
-            optimizer.add_param_group({"params": classifier, "lr": self._classifier_lr(), "weight_decay": 0.0})
+            optimizer.add_param_group({"params": classifier, "lr": self._classifier_lr()})  # the path's decay
             params = params + classifier
 
         def loss(batch):
