@@ -117,7 +117,7 @@ define NEWLINE
 
 endef
 
-repro-gated-cpu: $(VENV_STAMP)  ## gated vs ER, iCaRL, A-GEM at memory 500, class scenario, CPU-sized (REPRODUCING.md: about 3 hours)
+repro-gated-cpu: $(VENV_STAMP)  ## gated vs ER, iCaRL, A-GEM at memory 500, class scenario, CPU-sized (REPRODUCING.md: about 2.5 hours)
 	$(foreach d,split_mnist split_cifar10,$(foreach m,gated er icarl agem,$(CL) train -m method=$(m) dataset=$(d) \
 	    setting=abati_cpu_$(m)_$(d) $(QUIET) $(ARGS) hydra.sweep.dir=$(RGC)/$(d)/$(m)$(NEWLINE)))
 	$(CL) report $(RGC) --rank
