@@ -323,10 +323,13 @@ class Results:
     acc: list[list[float]]
     val_acc: list[list[float | None]]
     task_aware_acc: list[list[float]] | None
-    # a method that infers the task (class scenario): row i, after task i: per tested task, the fraction of its test
-    # samples given their own task, and the confusion between tasks (Evaluation.task_confusion)
-    task_prediction_acc: list[list[float]] | None = None
+    # a method that infers the task (class scenario): row i, after task i, the confusion between tasks
+    # (Evaluation.task_confusion); task_prediction_acc is its diagonal
     task_confusion: list[list[list[float]]] | None = None
+
+    @property
+    def task_prediction_acc(self) -> list[list[float]] | None:
+        return None if self.task_confusion is None else [task_prediction_row(c) for c in self.task_confusion]
 
     @classmethod
     def empty(cls, scenario: str) -> "Results":
@@ -337,8 +340,7 @@ class Results:
         if "val_acc" not in meta:
             raise UserError(f"{run_dir} was checkpointed by an older cl-bench that recorded no validation "
                             "accuracy: it cannot be resumed; start it again")
-        return cls(meta["acc"], meta["val_acc"], meta.get("task_aware_acc"), meta.get("task_prediction_acc"),
-                   meta.get("task_confusion"))
+        return cls(meta["acc"], meta["val_acc"], meta.get("task_aware_acc"), meta.get("task_confusion"))
 
     def add(self, found: "Evaluation") -> None:
         self.acc.append(found.test)
@@ -346,12 +348,11 @@ class Results:
         if self.task_aware_acc is not None:
             self.task_aware_acc.append(found.aware)
         if found.task_confusion is not None:
-            self.task_prediction_acc = (self.task_prediction_acc or []) + [task_prediction_row(found.task_confusion)]
             self.task_confusion = (self.task_confusion or []) + [found.task_confusion]
 
     def matrices(self) -> dict:
         return {"acc": self.acc, "val_acc": self.val_acc, "task_aware_acc": self.task_aware_acc,
-                "task_prediction_acc": self.task_prediction_acc, "task_confusion": self.task_confusion}
+                "task_confusion": self.task_confusion}
 
 
 def task_prediction_row(confusion: list[list[float]]) -> list[float]:
