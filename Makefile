@@ -179,3 +179,23 @@ repro-smoke: $(VENV_STAMP)  ## all three, CPU-sized on the embedded digits: minu
 	$(CL) train -m experiment=nccl_split_digits method=nccl,agem,lamaml dataset.samples_per_task=100 seed=0,1 \
 	    logger=none hardware.threads=1 hydra.sweep.dir=$(REPRO)/repro-smoke/online
 	$(CL) report $(REPRO)/repro-smoke
+
+# --- parity with the authors' code (docs/parity.md): each reference's rows, 3 seeds a side, from a checkout of the
+# reference that you cloned at the pinned commit (REF=DIR; scripts/parity/<name>.py names the commit and its patches).
+# DATA=DIR is cl-bench's data.root (MNIST/raw, cifar-10-batches-py); PYREF is the interpreter that runs the reference
+# (make parity-env: a venv over .venv's packages with the references' own requirements added).
+PARITY_REFS := cpg mammoth hat lamaml cgate
+PYREF ?= $(if $(wildcard .venv-parity/bin/python),.venv-parity/bin/python,$(PY))
+comma := ,
+.PHONY: parity parity-env parity-summary $(addprefix parity-,$(PARITY_REFS))
+
+parity:  ## make parity-NAME REF=DIR DATA=DIR [ROWS=..] [SEEDS=0,1,2], NAME one of: cpg mammoth hat lamaml cgate
+	@echo "make parity-NAME REF=DIR DATA=DIR, NAME one of: $(PARITY_REFS); then make parity-summary"
+
+$(addprefix parity-,$(PARITY_REFS)): parity-%: $(VENV_STAMP)
+	@test -n "$(REF)" || { echo "make: pass REF=DIR, a checkout of the reference (scripts/parity/$*.py says which)"; exit 2; }
+	$(PY) scripts/parity/$*.py --ref $(REF) --python $(PYREF) --seeds $(subst $(comma), ,$(SEEDS)) \
+	    $(if $(DATA),--data-root $(DATA)) $(if $(ROWS),--rows $(ROWS))
+
+parity-summary: $(VENV_STAMP)  ## docs/parity.md and docs/parity.json from the runs' records (outputs/parity)
+	$(PY) scripts/parity/summary.py

@@ -63,6 +63,7 @@ class Outcome:
 
 @dataclass
 class Record:
+    reference: str  # the reference module's NAME
     row: str
     side: str  # "reference" or "cl-bench"
     seed: int
@@ -145,7 +146,7 @@ def one_thread_env() -> dict:
 
 def run_clbench(row: Row, seed: int, run_dir: Path, data_root: str | None = None) -> Outcome:
     overrides = [*clbench_overrides(row, seed, data_root), "hardware=cpu", "hardware.threads=1", "logger=none",
-                 f"hydra.run.dir={run_dir}"]
+                 "checkpoint.enabled=false", f"hydra.run.dir={run_dir}"]
     shutil.rmtree(run_dir, ignore_errors=True)
     run_logged([sys.executable, "-m", "cl_bench", "train", *overrides], ROOT, run_dir.with_suffix(".log"),
                one_thread_env())
@@ -154,7 +155,7 @@ def run_clbench(row: Row, seed: int, run_dir: Path, data_root: str | None = None
 
 
 def save(record: Record, out: Path) -> Path:
-    path = out / record.row / f"{record.side}-seed{record.seed}.json"
+    path = out / record.reference / record.row / f"{record.side}-seed{record.seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(record), indent=1))
@@ -170,9 +171,30 @@ def timed(fn, *args) -> tuple[Outcome, float]:
 
 def main(reference) -> None:
     """`python scripts/parity/<reference>.py --ref DIR [--rows R ...] [--seeds 0 1 2]`: both sides, every seed."""
+    args = arguments(reference).parse_args()
+    work = args.work / reference.NAME
+    copy = None
+    if args.side != "cl-bench":
+        copy = patched_copy(args.ref.resolve(), reference.PINNED, reference.PATCHES, work, args.any_commit)
+    commits = {"reference": git_commit(args.ref), "cl-bench": git_commit(ROOT)}
+    for name in args.rows:
+        for seed in args.seeds:
+            if args.side != "cl-bench":
+                outcome, seconds, command = reference_side(reference, copy, name, seed, work, args)
+                report(save(Record(reference.NAME, name, "reference", seed, outcome.ra, outcome.matrix, seconds,
+                                   commits["reference"], command), args.out), outcome, seconds)
+            if args.side != "reference":
+                row = reference.ROWS[name]
+                outcome, seconds = timed(run_clbench, row, seed, work / "runs" / name / f"seed{seed}", args.data_root)
+                command = "cl-bench train " + " ".join(clbench_overrides(row, seed))
+                report(save(Record(reference.NAME, name, "cl-bench", seed, outcome.ra, outcome.matrix, seconds,
+                                   commits["cl-bench"], command), args.out), outcome, seconds)
+
+
+def arguments(reference) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=f"parity of cl-bench with {reference.REPO}")
     parser.add_argument("--ref", type=Path, required=True, help=f"a checkout of {reference.REPO}")
-    parser.add_argument("--rows", nargs="+", choices=sorted(reference.ROWS), default=sorted(reference.ROWS))
+    parser.add_argument("--rows", nargs="+", choices=sorted(reference.ROWS), default=list(reference.ROWS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--side", choices=("both", "reference", "cl-bench"), default="both")
     parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")
@@ -180,29 +202,18 @@ def main(reference) -> None:
     parser.add_argument("--data-root", help="cl-bench's data.root: where the datasets' canonical files are")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the reference")
     parser.add_argument("--any-commit", action="store_true", help="run a checkout at another commit than pinned")
-    args = parser.parse_args()
-    work = args.work / reference.NAME
-    copy = None
-    if args.side != "cl-bench":
-        copy = patched_copy(args.ref.resolve(), reference.PINNED, reference.PATCHES, work, args.any_commit)
-    ref_commit, own_commit = git_commit(args.ref), git_commit(ROOT)
-    for name in args.rows:
-        row = reference.ROWS[name]
-        for seed in args.seeds:
-            if args.side != "cl-bench":
-                data = work / "data" / name / f"seed{seed}"
-                shutil.rmtree(data, ignore_errors=True)
-                data.mkdir(parents=True)
-                reference.write_tasks(scenario(clbench_overrides(row, seed, args.data_root)), row, data)
-                outcome, seconds = timed(reference.run_reference, copy, row, seed, data, args.python)
-                report(save(Record(name, "reference", seed, outcome.ra, outcome.matrix, seconds, ref_commit,
-                                   " ".join(row.reference)), args.out), outcome, seconds)
-            if args.side != "reference":
-                run_dir = work / "runs" / name / f"seed{seed}"
-                outcome, seconds = timed(run_clbench, row, seed, run_dir, args.data_root)
-                command = "cl-bench train " + " ".join(clbench_overrides(row, seed))
-                report(save(Record(name, "cl-bench", seed, outcome.ra, outcome.matrix, seconds, own_commit, command),
-                            args.out), outcome, seconds)
+    return parser
+
+
+def reference_side(reference, copy: Path, name: str, seed: int, work: Path, args) -> tuple[Outcome, float, str]:
+    """The split of this seed written in the reference's format, then the reference trained on it."""
+    row = reference.ROWS[name]
+    data = work / "data" / name / f"seed{seed}"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    reference.write_tasks(scenario(clbench_overrides(row, seed, args.data_root)), row, data)
+    outcome, seconds = timed(reference.run_reference, copy, row, seed, data, args.python)
+    return outcome, seconds, " ".join(row.reference)
 
 
 def report(path: Path, outcome: Outcome, seconds: float) -> None:
