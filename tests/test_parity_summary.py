@@ -77,3 +77,16 @@ def test_document_shows_both_sides_and_the_difference():
 def test_a_row_not_run_says_so():
     text = summary.document([reference()], [])
     assert "| not run | not run | – |" in text
+
+
+@pytest.mark.parametrize("name", summary.REFERENCES)
+def test_every_rows_overrides_compose_and_validate(name):
+    """A misspelt override in a row fails here, in seconds, not after the reference's hour."""
+    import importlib
+
+    from cl_bench import config
+    config.register()
+    module = importlib.import_module(f"parity.{name}")
+    assert module.ROWS and len(module.PINNED) == 40
+    for row in module.ROWS.values():
+        config.validate(config.compose([*row.clbench, "seed=0"]))

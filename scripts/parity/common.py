@@ -84,6 +84,7 @@ def scenario(overrides: list[str]):
 
     from cl_bench import config
     from cl_bench.data import scenarios
+    config.register()
     cfg = config.compose(overrides)
     return scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, torch.device("cpu"),
                            select_on_test=cfg.method.protocol == "official",
