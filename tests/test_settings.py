@@ -119,8 +119,8 @@ SOURCES = {  # what `cl-bench train NEW` composes now: OLD, as it was spelt
     "method=finetune dataset=split_mnist": f"{SMNIST} method=finetune method.lr=0.03",
     "method=joint dataset=split_mnist": f"{SMNIST} method=joint method.lr=0.03",
     **der_rows("split_mnist", SMNIST, {
-        ("er", 200): "method.lr=0.01 method.replay_batch_size=10",
-        ("er", 500): "method.lr=0.1 method.replay_batch_size=10",
+        ("er", 200): "method.lr=0.01 method.replay_batch_size=10 method.replay_in_first_task=true",
+        ("er", 500): "method.lr=0.1 method.replay_batch_size=10 method.replay_in_first_task=true",
         ("agem", 200): "method.lr=0.1 method.replay_batch_size=128",
         ("agem", 500): "method.lr=0.1 method.replay_batch_size=128",
         ("der", 200): "method.lr=0.03 method.replay_batch_size=10 method.alpha=0.2",
@@ -135,7 +135,7 @@ SOURCES = {  # what `cl-bench train NEW` composes now: OLD, as it was spelt
     "method=finetune dataset=permuted_mnist": f"{PMNIST} method=finetune method.lr=0.2",
     "method=joint dataset=permuted_mnist": f"{PMNIST} method=joint method.lr=0.2",
     **der_rows("permuted_mnist", PMNIST, {
-        ("er", 200): "method.lr=0.2 method.replay_batch_size=128",
+        ("er", 200): "method.lr=0.2 method.replay_batch_size=128 method.replay_in_first_task=true",
         ("agem", 500): "method.lr=0.1 method.replay_batch_size=128",
         ("der", 500): "method.lr=0.2 method.replay_batch_size=128 method.alpha=1.0",
         ("derpp", 200): "method.lr=0.1 method.replay_batch_size=128 method.alpha=1.0 method.beta=1.0",
