@@ -39,6 +39,26 @@ def build(scenario="task", **cfg):
     return methods.build(OmegaConf.structured(GatedConfig(**cfg)), backbone, sc.info, ctx), sc.tasks
 
 
+@pytest.mark.parametrize("noise, mean, open_share", [("logistic", 0.0, 0.5), ("gumbel", 0.5772, 1 - 1 / 2.71828)])
+def test_gate_noise_is_the_named_distribution(noise, mean, open_share):
+    """At logit 0, a gate opens with P(noise > 0): 1/2 for the binary Gumbel-softmax's logistic noise, 1 - 1/e for
+    cgate's one Gumbel draw (whose mean is Euler's constant)."""
+    torch.manual_seed(0)
+    logits = torch.zeros(1_000_000)
+    draws = gated.GATE_NOISES[noise](logits)
+    assert draws.mean().item() == pytest.approx(mean, abs=0.01)
+    assert gated.gumbel_sigmoid(logits, 2 / 3, noise).mean().item() == pytest.approx(open_share, abs=0.01)
+
+
+def test_gate_noise_option_reaches_every_unit():
+    info = scenarios.Info("toy", "task", (1, 8, 8), [[0, 1], [2, 3]], [0, 2], None)
+    cfg = GatedConfig(gate_noise="gumbel")
+    method = methods.build(OmegaConf.structured(cfg), backbones.build(
+        OmegaConf.structured(backbones.BACKBONES["convnet"][1](channels=[4, 4])), (1, 8, 8)), info,
+        methods.Context(torch.device("cpu"), None, torch.Generator(), Recorders([])))
+    assert {unit.noise for unit in method.layers} == {"gumbel"}
+
+
 def test_gumbel_sigmoid_is_hard_forward_and_soft_backward():
     logits = torch.randn(256, 32, requires_grad=True)
     torch.manual_seed(1)

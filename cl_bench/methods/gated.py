@@ -56,6 +56,11 @@ class TaskLossGates(Choice):
     hard = "hard"  # thresholded at logit 0 as in evaluation (straight-through gradient of the noiseless sigmoid)
 
 
+class GateNoise(Choice):
+    logistic = "logistic"  # the difference of two Gumbel(0, 1) draws: the binary Gumbel-softmax (paper)
+    gumbel = "gumbel"  # one Gumbel(0, 1) draw: lit-leo/cgate's gates (blocks.py), about 63% open at the start
+
+
 class TaskLossNorm(Choice):
     """The current path's batch norms in the task classifier's forward of the joint objective."""
     running = "running"  # its running statistics, left as they are: the normalisation evaluation applies
@@ -71,6 +76,9 @@ class GatedConfig(MethodConfig):
     sparsity_warmup_epochs: int = 0  # first epochs of each task trained without the sparsity term (cgate: 10-20)
     grad_clip: float | None = None  # clip the gradient norm of each step (cgate: 1.0); None: no clipping
     tau: float = 2 / 3  # temperature of the Gumbel-sigmoid gate sampling in training
+    # the noise added to a gate's logit in training: logistic (two Gumbel draws' difference, the binary
+    # Gumbel-softmax of the paper), or gumbel (one draw, as lit-leo/cgate; docs/parity.md measures both)
+    gate_noise: GateNoise = GateNoise.logistic
     gate_hidden: int = 16  # hidden units of each gating module (with batch norm and ReLU)
     gate_open_bias: float | None = None  # None: gate logits from the default init (paper); a number: fc2's bias
     freeze_threshold: float = 0.0  # a kernel is frozen when its gate fires on more than this fraction of val
@@ -126,7 +134,8 @@ class Gated(Method):
     Config = GatedConfig
 
     def __init__(self, cfg, backbone, info, ctx):
-        layers = gated.convert(backbone, info.num_tasks, cfg.gate_hidden, cfg.tau, cfg.gate_open_bias)
+        layers = gated.convert(backbone, info.num_tasks, cfg.gate_hidden, cfg.tau, cfg.gate_open_bias,
+                               str(cfg.gate_noise))
         super().__init__(cfg, backbone, info, ctx)
         self.layers = layers
         self.norms = gated.norms_of(backbone)

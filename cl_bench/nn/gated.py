@@ -40,13 +40,22 @@ def logistic_noise(like: torch.Tensor) -> torch.Tensor:
     return (torch.log(u) - torch.log1p(-u)).to(like.dtype)
 
 
+def gumbel_noise(like: torch.Tensor) -> torch.Tensor:
+    """One Gumbel(0, 1) draw per logit (mean +0.577: lit-leo/cgate's gates, more of them open at the start)."""
+    u = torch.rand_like(like, dtype=torch.float32).clamp_(1e-6, 1 - 1e-6)
+    return (-torch.log(-torch.log(u))).to(like.dtype)
+
+
+GATE_NOISES = {"logistic": logistic_noise, "gumbel": gumbel_noise}
+
+
 def straight_through(soft: torch.Tensor) -> torch.Tensor:
     return _StraightThrough.apply(soft)
 
 
-def gumbel_sigmoid(logits: torch.Tensor, tau: float) -> torch.Tensor:
+def gumbel_sigmoid(logits: torch.Tensor, tau: float, noise: str = "logistic") -> torch.Tensor:
     """Binary gates sampled with a relaxed Bernoulli of temperature tau, hard in the forward pass."""
-    return straight_through(torch.sigmoid((logits + logistic_noise(logits)) / tau))
+    return straight_through(torch.sigmoid((logits + GATE_NOISES[noise](logits)) / tau))
 
 
 class Gate(nn.Module):
@@ -93,9 +102,9 @@ class GatedUnit(nn.Module):
     so that its path reads frozen weights only."""
 
     def __init__(self, body: nn.Module, convs: list[nn.Conv2d], c_in: int, num_tasks: int, hidden: int = 16,
-                 tau: float = 2 / 3, open_bias: float | None = None):
+                 tau: float = 2 / 3, open_bias: float | None = None, noise: str = "logistic"):
         super().__init__()
-        self.body, self.tau = body, tau
+        self.body, self.tau, self.noise = body, tau, noise
         self.convs = convs  # a plain list: the convs are registered in body
         c_out = convs[0].out_channels
         self.out_channels = c_out
@@ -114,7 +123,8 @@ class GatedUnit(nn.Module):
         self.out_pixels = h.shape[2] * h.shape[3]
         if self.training:  # one task's path, routed alone
             logits = self.gates[self.tasks[0]](x, self.norm)
-            self.last_gates = straight_through(torch.sigmoid(logits)) if self.hard else gumbel_sigmoid(logits, self.tau)
+            self.last_gates = (straight_through(torch.sigmoid(logits)) if self.hard
+                               else gumbel_sigmoid(logits, self.tau, self.noise))
         else:
             self.last_gates = self._stacked_gates(x).to(h.dtype)
         return h * self.last_gates[:, :, None, None]
@@ -207,10 +217,10 @@ def _rows(mask: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 
 def convert(backbone: nn.Module, num_tasks: int, hidden: int = 16, tau: float = 2 / 3,
-            open_bias: float | None = None) -> list[GatedUnit]:
+            open_bias: float | None = None, noise: str = "logistic") -> list[GatedUnit]:
     """Gate the backbone in place as the module docstring says; returns its gated units in registration order."""
     def unit(body, convs, c_in):
-        return GatedUnit(body, convs, c_in, num_tasks, hidden, tau, open_bias)
+        return GatedUnit(body, convs, c_in, num_tasks, hidden, tau, open_bias, noise)
 
     blocks = [(parent, name, child) for parent in backbone.modules() for name, child in parent.named_children()
               if isinstance(child, BasicBlock)]
