@@ -40,6 +40,10 @@ SETTING_BACKBONES = {  # settings whose paper ran another backbone than its data
     # gated's class-scenario claim at a CPU's size (make repro-gated-cpu): the conv net [32, 64, 64] for all four
     **{f"abati_cpu_{m}_{d}": "convnet" for m in ("gated", "er", "icarl", "agem")
        for d in ("split_mnist", "split_cifar10")},
+    # Mammoth's Xavier-initialised MLP, for the DER paper's S-MNIST and P-MNIST rows (setting/mammoth_*.yaml's pairs)
+    **{f"{m}_{d}": "mammoth_mlp" for d in ("split_mnist", "permuted_mnist")
+       for m in ("mammoth", "er", "agem", "der", "derpp", "er_ace", "gdumb", "finetune", "joint")},
+    **{f"{m}_split_mnist": "mammoth_mlp" for m in ("icarl", "bic", "lucir")},
     # La-MAML's kaiming-initialised MLP, for the La-MAML family, NCCL and La-MAML's baselines on its MNIST benchmarks
     **{f"{s}_{d}": "lamaml_mlp" for d in GEM_MNIST
        for s in ("gem", "nccl", "lamaml", "cmaml", "sync", "la_er", "la_agem", "la_finetune")},

@@ -1,7 +1,10 @@
 """Every backbone builds and runs on its inputs; every config in conf/ composes and validates."""
+import math
+
 import pytest
 import torch
 from omegaconf import OmegaConf
+from torch import nn
 
 from cl_bench import backbones, config, methods
 
@@ -103,3 +106,34 @@ def test_every_registered_method_and_backbone_is_a_config_option():
     assert set(OPTIONS["method"]) == set(methods.METHODS)
     completion = compose_config("backbone=resnet18_reduced").backbone
     assert completion.nf == 20
+
+
+@pytest.mark.parametrize("init, bound", [("xavier_uniform", lambda fi, fo: math.sqrt(6 / (fi + fo))),
+                                         ("kaiming_normal", None)])
+def test_heads_are_drawn_as_the_backbone(init, bound):
+    """The references' classifier is their network's last layer: Mammoth's MNIST MLP draws every linear weight from
+    U(±√(6 / (fan_in + fan_out))) with zero biases (backbone/__init__.py's xavier), La-MAML's Learner every one
+    kaiming-normal with zero biases; cl-bench's heads follow the backbone's init."""
+    from cl_bench.data import scenarios
+    torch.manual_seed(0)
+    info = scenarios.Info("toy", "class", (1, 28, 28), [[0, 1], [2, 3]], [0, 2], None)
+    backbone = backbones.build({"name": "mlp", "init": init}, (1, 28, 28))
+    ctx = methods.Context(torch.device("cpu"), None, torch.Generator(), None)
+    method = methods.build(OmegaConf.structured(methods.METHODS["er"].Config(name="er")), backbone, info, ctx)
+    layers = [m for m in [*backbone.modules(), *method.heads.modules()] if isinstance(m, nn.Linear)]
+    assert len(layers) == 3 and layers[-1].out_features == 4
+    for layer in layers:
+        assert torch.equal(layer.bias, torch.zeros_like(layer.bias))
+        if bound is not None:
+            limit = bound(layer.in_features, layer.out_features)
+            assert 0.9 * limit < layer.weight.abs().max() <= limit
+        else:  # kaiming-normal: std √(2 / fan_in)
+            assert layer.weight.std().item() == pytest.approx(math.sqrt(2 / layer.in_features), rel=0.15)
+
+
+def test_mammoths_mlp_for_the_der_papers_mnist_rows():
+    config.register()
+    for pair in (["method=er", "dataset=split_mnist"], ["method=der", "dataset=permuted_mnist"]):
+        cfg = config.compose(pair)
+        assert (cfg.backbone.name, cfg.backbone.init) == ("mlp", "xavier_uniform")
+    assert config.compose(["method=ewc", "dataset=permuted_mnist"]).backbone.init == "pytorch"

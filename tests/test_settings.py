@@ -14,10 +14,13 @@ from cl_bench.errors import UserError
 # The Makefile's and presets' spelling of each setting before it moved to conf/setting/ (commit a29db2c), with what
 # reading the references found since: gated's baselines on its schedule and batch (lit-leo/cgate config/cfg.py),
 # CPG's weight decay on conv and linear weights only (ivclab/CPG packnet_cifar100_main_normal.py:226-230).
+# The DER paper's MNIST rows run Mammoth's MLP, Xavier-initialised (found by docs/parity.md's runs).
 SMNIST = ("dataset=split_mnist dataset.normalize=false scenario=class backbone=mlp backbone.hidden_sizes=[100,100] "
+          "backbone.init=xavier_uniform "
           "method.epochs=1 method.batch_size=10 method.momentum=0")
 PMNIST = ("dataset=permuted_mnist dataset.normalize=false dataset.num_tasks=20 dataset.samples_per_task=null "
-          "scenario=class backbone=mlp backbone.hidden_sizes=[100,100] method.epochs=1 method.batch_size=128 "
+          "scenario=class backbone=mlp backbone.hidden_sizes=[100,100] backbone.init=xavier_uniform method.epochs=1 "
+          "method.batch_size=128 "
           "method.momentum=0")
 CPG_WEIGHTS = "method.epochs=100 method.batch_size=32 method.nesterov=true method.weight_decay=4e-5 " \
               "method.weight_decay_on=weights method.lr_milestones=[50,80]"  # the decay as ivclab/CPG adds it

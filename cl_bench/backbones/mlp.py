@@ -9,7 +9,7 @@ from .init import Init, initialise
 class MLPConfig:
     name: str = "mlp"
     hidden_sizes: list[int] = field(default_factory=lambda: [100, 100])  # GEM, La-MAML, NCCL and the DER paper
-    init: Init = Init.pytorch  # La-MAML's MNIST runs: kaiming_normal
+    init: Init = Init.pytorch  # La-MAML's MNIST runs: kaiming_normal; Mammoth's: xavier_uniform (heads drawn alike)
 
 
 class MLP(nn.Module):
@@ -24,6 +24,7 @@ class MLP(nn.Module):
             layers += [nn.Linear(d_in, d_out), nn.ReLU(inplace=True)]
         self.body = nn.Sequential(*layers)
         self.feature_dim = sizes[-1]
+        self.init = init  # the method draws its heads alike (methods/base.py)
         initialise(self, init)
 
     def remove_final_relu(self) -> None:

@@ -30,6 +30,7 @@ class PCCNN(nn.Module):
                    nn.Linear(hidden, hidden), nn.ReLU(inplace=True)]
         self.body = nn.Sequential(*layers)
         self.feature_dim = hidden
+        self.init = init  # the method draws its heads alike (methods/base.py)
         initialise(self, init)
 
     def forward(self, x):

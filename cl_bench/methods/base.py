@@ -12,6 +12,7 @@ from omegaconf import MISSING
 from torch import nn
 
 from .. import hardware
+from ..backbones.init import Init, initialise
 from ..checkpoint import SideStore
 from ..checks import Checked, Choice
 from ..data.scenarios import Info, Split, Task
@@ -190,6 +191,10 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         self.cfg, self.info, self.ctx = cfg, info, ctx
         self.backbone = backbone
         self.heads = Heads(backbone.feature_dim, info)
+        # The heads are drawn as the backbone's layers: in the reference code the classifier is its network's last
+        # layer, initialised with the rest (Mammoth's MNIST MLP, La-MAML's Learner).
+        self.weight_init = getattr(backbone, "init", Init.pytorch)
+        initialise(self.heads, self.weight_init)
         self.register_buffer("tasks_learned", torch.zeros((), dtype=torch.long))
         self._phase = 0  # fit() calls made so far in the current task
         self._resume_at: ResumePoint | None = None
@@ -527,11 +532,12 @@ def fresh_copy(module: nn.Module) -> nn.Module:
     return clone
 
 
-def reset_parameters(module: nn.Module) -> None:
-    """Re-draw every layer's initial weights, as at construction."""
+def reset_parameters(module: nn.Module, init: Init = Init.pytorch) -> None:
+    """Re-draw every layer's initial weights, as at construction (init: the backbone's, see backbones/init.py)."""
     for m in module.modules():
         if hasattr(m, "reset_parameters"):
             m.reset_parameters()
+    initialise(module, init)
 
 
 def weights_decayed(params, wd: float) -> list[dict]:

@@ -118,8 +118,8 @@ class GDumb(Method):
 
     def train_task(self, task):
         self.memory.add_greedy(task.train.x, task.train.y, task.train.t, self.ctx.generator)
-        reset_parameters(self.backbone)  # the dumb learner starts from scratch every time
-        reset_parameters(self.heads)
+        reset_parameters(self.backbone, self.weight_init)  # the dumb learner starts from scratch every time
+        reset_parameters(self.heads, self.weight_init)
         self.fit_memory(task)
 
     def fit_memory(self, task):

@@ -16,8 +16,9 @@ Where the paper is silent, as the authors' code (srebuffi/iCaRL, iCaRL-TheanoLas
   in evaluation mode and without augmentation; FACIL and Mammoth do the same;
 - the loss is the mean over the batch and the outputs; the paper's sum runs over the classes seen so far,
   the authors' code averages over all 100 outputs, the future ones with target 0 (method.loss_outputs=all; so
-  does Mammoth's models/icarl.py at the commit docs/parity.md pins, with flipped exemplars in its class means), which makes each output's gradient seen/all times as large at the same lr: lr 2.0
-  was tuned with it, and a network without batch norm (backbone=mlp) may need a lower method.lr;
+  does Mammoth's models/icarl.py at the commit docs/parity.md pins, with flipped exemplars in its class means),
+  which makes each output's gradient seen/all times as large at the same lr: lr 2.0 was tuned with it, and a
+  network without batch norm (backbone=mlp) may need a lower method.lr;
 - the exemplars per class are memory_size // classes seen (Algorithm 2's K/t; the authors' code rounds up),
   so the memory never exceeds memory_size;
 - the teacher is the whole network, copied and frozen at the start of each task, run in evaluation mode.

@@ -19,7 +19,7 @@ class Independent(Method):
     def _new_net(self) -> nn.Module:
         net = nn.ModuleDict({"backbone": fresh_copy(self.backbone), "heads": Heads(self.backbone.feature_dim,
                                                                                       self.info)})
-        reset_parameters(net)
+        reset_parameters(net, self.weight_init)
         return net.to(self.ctx.device)
 
     def train_task(self, task):
