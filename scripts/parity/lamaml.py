@@ -1,0 +1,139 @@
+"""Parity of cl-bench with La-MAML's code (montrealrobotics/La-MAML): La-MAML itself, and the ER and A-GEM
+baselines of its MNIST table, on its 20-task MNIST rotations and permutations.
+
+La-MAML reads one file per benchmark, data_path/<dataset>.pt, in GEM's layout: [train tasks, test tasks], each
+task [what made it (angle or permutation), pixels as float N x 784 in [0, 1], labels]. write_tasks writes
+cl-bench's split there (its images already rotated or permuted); its loader then draws samples_per_task of each
+task's training samples, all of them here, since cl-bench wrote exactly that many. It evaluates on the test file
+(its "validation" is the test split) and writes the accuracy matrix to <log_dir>/.../results.txt.
+
+    python scripts/parity/lamaml.py --ref /path/to/La-MAML --data-root DATA --python REF_VENV/bin/python
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from parity import common  # noqa: E402
+from parity.common import Outcome, Patch, Row  # noqa: E402
+
+NAME = "lamaml"
+REPO = "montrealrobotics/La-MAML"
+PINNED = "cff3524b0f23b932d574931c3a7495c42cbd8d9d"
+
+# La-MAML and A-GEM run unchanged: the one missing requirement (ipdb, imported but not in requirements.txt) is
+# installed into its interpreter instead, and torch.load's weights_only default reads the written lists.
+PATCHES: list[Patch] = [
+    Patch("model/eralg4.py",
+          "    def compute_offsets(self, task):\n        offset1 = task * self.nc_per_task\n",
+          "    def compute_offsets(self, task):\n"
+          "        if not self.is_cifar:\n            return 0, int(self.nc_per_task)\n"
+          "        offset1 = task * self.nc_per_task\n",
+          "ER crashes at MNIST task 1 (IndexError: target out of bounds): its loss slices the shared 10-way output "
+          "at task * 10; on MNIST every task owns all outputs, as model/agem.py's compute_offsets already says"),
+]
+
+# run_experiments.sh's $ROT / $PERM: the 2 x 100 MLP, 1000 samples per task, one evaluation per task start.
+MNIST = ("--arch", "linear", "--n_layers", "2", "--n_hiddens", "100", "--samples_per_task", "1000",
+         "--log_every", "100")
+# Its MNIST La-MAML line: asynchronous update, learned per-weight rates.
+LAMAML = ("--model", "lamaml", "--memories", "200", "--batch_size", "10", "--replay_batch_size", "10",
+          "--n_epochs", "1", "--glances", "5", "--opt_lr", "0.3", "--alpha_init", "0.15", "--learn_lr",
+          "--use_old_task_memory")
+# run_experiments.sh has no MNIST lines for the baselines; these are the values cl-bench's la_er_* and la_agem_*
+# settings give (lr 0.1, batch 10, 5 glances, clipping at parser.py's default 2.0). A-GEM: 10 ring slots per task
+# (cl-bench's 200 over 20 tasks); memory_strength is read by nothing on this path.
+ER = ("--model", "eralg4", "--lr", "0.1", "--memories", "200", "--batch_size", "10", "--replay_batch_size", "10",
+      "--n_epochs", "1", "--glances", "5")
+AGEM = ("--model", "agem", "--lr", "0.1", "--n_memories", "10", "--memory_strength", "0.5", "--batch_size", "10",
+        "--n_epochs", "1", "--glances", "5")
+
+# CPU cut, the same on both sides: 2,000 of each task's 10,000 test images (evaluation after every one of the 20
+# tasks over every task's test split would otherwise take most of a run's time on either side).
+TEST_PER_TASK = 2000
+BENCHMARKS = {  # row suffix -> cl-bench dataset, La-MAML dataset, words
+    "rotations": ("rotated_mnist", "mnist_rotations", f"MNIST rotations, 20 tasks x 1000 samples, {TEST_PER_TASK} "
+                  "test images a task"),
+    "permutations": ("permuted_mnist", "mnist_permutations", f"MNIST permutations, 20 tasks x 1000 samples, "
+                     f"{TEST_PER_TASK} test images a task"),
+}
+METHODS = {  # row prefix -> docs name, cl-bench method, setting prefix, La-MAML arguments
+    "lamaml": ("La-MAML", "lamaml", "lamaml", LAMAML),
+    "er": ("ER", "er", "la_er", ER),
+    "agem": ("A-GEM", "agem", "la_agem", AGEM),
+}
+# Known differences of behaviour, said in the row (docs/parity.md) rather than hidden.
+NOTES = {
+    "agem": "La-MAML's A-GEM never records task 0 as observed (model/agem.py observe): no projection during task 1, "
+            "task 0's memory never in the reference gradient; cl-bench projects from task 1 on, over every earlier "
+            "task",
+}
+def _row(method: str, bench: str) -> Row:
+    label, clbench_method, setting, args = METHODS[method]
+    dataset, ref_dataset, words = BENCHMARKS[bench]
+    return Row(label, words,
+               (f"method={clbench_method}", f"dataset={dataset}", f"setting={setting}_{dataset}",
+                "dataset.num_tasks=20", "dataset.samples_per_task=1000",
+                f"dataset.test_samples_per_task={TEST_PER_TASK}"),
+               (*args, *MNIST, "--dataset", ref_dataset), NOTES.get(method, ""))
+
+
+ROWS = {f"{m}_{b}": _row(m, b) for m in METHODS for b in BENCHMARKS}
+
+
+def ref_dataset(row: Row) -> str:
+    """The La-MAML dataset name a row runs: its loader reads <data_path>/<name>.pt."""
+    args = list(row.reference)
+    return args[args.index("--dataset") + 1]
+
+
+def write_tasks(scenario, row: Row, folder: Path) -> None:
+    """cl-bench's train and test split of every task, as GEM's float pixels in [0, 1], flattened to 784."""
+    def task(t, split):
+        return [f"cl-bench task {t}", split.x.cpu().flatten(1).float() / 255, split.y.cpu().long()]
+
+    train = [task(t, task_.train) for t, task_ in enumerate(scenario.tasks)]
+    test = [task(t, split) for t, split in enumerate(scenario.test)]
+    torch.save([train, test], Path(folder) / f"{ref_dataset(row)}.pt")
+
+
+def read_tasks(path: Path) -> tuple[list, list]:
+    """A written file back as (train, test), each a list of (uint8 pixels N x 784, int64 labels)."""
+    train, test = torch.load(path, weights_only=True)
+
+    def back(tasks):
+        return [(x.mul(255).round().to(torch.uint8), y) for _, x, y in tasks]
+
+    return back(train), back(test)
+
+
+def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str) -> Outcome:
+    logs = Path(data) / "logs"
+    # --workers 0: no loader processes, so the run stays on one CPU thread; --cuda is simply not passed.
+    command = [python, "main.py", *row.reference, "--data_path", str(data), "--log_dir", str(logs),
+               "--seed", str(seed), "--workers", "0"]
+    env = {**common.one_thread_env(), "MPLBACKEND": "Agg"}  # it saves a plot of the accuracies; no display
+    common.run_logged(command, Path(copy), Path(data) / "reference.log", env)
+    results = sorted(logs.rglob("results.txt"))
+    if len(results) != 1:
+        sys.exit(f"expected one results.txt under {logs}, found {len(results)}")
+    return parse_results(results[0].read_text())
+
+
+def parse_results(text: str) -> Outcome:
+    """results.txt (GEM's confusion_matrix): the accuracies before training, '|', one row per finished task
+    (row i: every task's test accuracy after task i), a blank line, then the summary lines."""
+    lines = text.splitlines()
+    start = lines.index("|") + 1
+    end = lines.index("", start)
+    matrix = [[float(v) for v in line.split()] for line in lines[start:end]]
+    if not matrix or any(len(r) != len(matrix) for r in matrix):
+        sys.exit(f"results.txt holds no square accuracy matrix:\n{text[:2000]}")
+    return Outcome(sum(matrix[-1]) / len(matrix[-1]), matrix)
+
+
+if __name__ == "__main__":
+    common.main(sys.modules[__name__])
