@@ -13,6 +13,7 @@ A reference module (scripts/parity/<reference>.py) defines:
   ROWS: dict of row name -> Row
   write_tasks(scenario, row, folder) -> None: the split in the reference's input format
   run_reference(copy, row, seed, data, python) -> Outcome: train the reference once, parse what it prints
+  FINDINGS (optional): list[str], the differences its runs found and what became of each (docs/parity.md)
 and calls common.main(sys.modules[__name__]).
 """
 from __future__ import annotations

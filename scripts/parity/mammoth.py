@@ -101,6 +101,34 @@ def _rows_at(memory: int) -> dict[str, Row]:
 ROWS: dict[str, Row] = {**_rows_at(200), **_rows_at(500)}
 
 
+FINDINGS = [
+    "**Fixed in cl-bench: the MLP's initialisation.** Mammoth draws every linear layer of its MNIST MLP, the "
+    "classifier's too, Xavier-uniform with zero biases (backbone/MNISTMLP.py reset_parameters, backbone/__init__.py "
+    "xavier); cl-bench drew PyTorch's default. The DER paper's MNIST settings now compose `backbone=mammoth_mlp` "
+    "(`backbone.init=xavier_uniform`), and a method's heads are drawn as its backbone's layers. ER, buffer 200, "
+    "seeds 0-2: 77.54 ± 2.01 with PyTorch's draw (78.02, 75.33, 79.26), the table's row with Xavier's.",
+    "**Fixed in cl-bench: ER replays from the first task.** Mammoth's ER (models/er.py observe) replays as soon as "
+    "its buffer holds a sample; the DER paper's ER settings (`setting/er_split_mnist.yaml`, "
+    "`er_permuted_mnist.yaml`) now set `method.replay_in_first_task=true`.",
+    "**Mammoth's, matched by the rows: its replay batch.** main.py's extend_args sets minibatch_size to batch_size "
+    "whenever batch_size is given, which its best arguments always do, so the best arguments' 128 never applies: "
+    "A-GEM, DER and DER++ replay 10. The rows set `method.replay_batch_size=10`; the settings keep the published "
+    "best arguments, which the DER paper ran before this override existed.",
+    "**Mammoth's defect, named: A-GEM's memory.** models/agem.py end_task stores the first batch of the task's "
+    "loader, 10 samples, whatever the buffer size, so its reference gradient comes from at most 40 samples; "
+    "cl-bench's A-GEM keeps the whole buffer. No override makes cl-bench do Mammoth's.",
+    "**Mammoth's current iCaRL, matched by the row.** Its binary cross-entropy reads all 10 outputs, its class "
+    "means add flipped exemplars always, and its own weight decay (--opt_wd, default 1e-5) is no longer reached by "
+    "the best arguments' optim_wd=0: the row runs cl-bench with `method.loss_outputs=all method.mean_flips=always` "
+    "and Mammoth with `--opt_wd=0`.",
+    "**GDumb and ER-ACE have no seq-mnist best arguments in Mammoth**: both sides run cl-bench's values. Mammoth's "
+    "GDumb always mixes CutMix in (cutmix_alpha 1.0, probability 0.5) and clips no gradient (the row sets "
+    "`method.regularization=cutmix method.clip_norm=1e9`); its buffer is a reservoir where GDumb's paper (and "
+    "cl-bench) balance classes greedily: named, not matched. Mammoth's ER-ACE runs with `--task_free=1` "
+    "(cl-bench's default); its mask also spans the classes of future tasks (a 10-way head from the start).",
+]
+
+
 def raw_folder(folder: Path) -> Path:
     return Path(folder) / "MNIST" / "MNIST" / "raw"
 

@@ -113,6 +113,8 @@ def section(module, records: list[dict]) -> list[str]:
              f"make parity-{module.NAME} REF=DIR DATA=DATA_ROOT", "make parity-summary", "```", ""]
     lines += ["Patches to the reference's copy (nothing else is changed):", ""]
     lines += [f"- `{p.file}`: {p.why}" for p in module.PATCHES] or ["- none"]
+    lines += ["", "What the runs found (fixed in cl-bench, matched by the rows' overrides, or named):", ""]
+    lines += [f"- {finding}" for finding in getattr(module, "FINDINGS", [])] or ["- nothing yet"]
     lines += [""]
     for name, row in module.ROWS.items():
         ran = sorted({r["command"] for r in records if r["reference"] == module.NAME and r["row"] == name
