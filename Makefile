@@ -185,6 +185,9 @@ repro-smoke: $(VENV_STAMP)  ## all three, CPU-sized on the embedded digits: minu
 # DATA=DIR is cl-bench's data.root (MNIST/raw, cifar-10-batches-py); PYREF is the interpreter that runs the reference
 # (make parity-env: a venv over .venv's packages with the references' own requirements added).
 PARITY_REFS := cpg mammoth hat lamaml cgate
+# What the references import beyond torch, torchvision and numpy (Mammoth, La-MAML's ipdb, cgate's Lightning)
+PARITY_REQUIREMENTS := kornia onedrivedownloader ftfy regex six timm==0.9.8 open_clip_torch ipdb tensorboardX \
+    pytorch_lightning
 PYREF ?= $(if $(wildcard .venv-parity/bin/python),.venv-parity/bin/python,$(PY))
 comma := ,
 .PHONY: parity parity-env parity-summary $(addprefix parity-,$(PARITY_REFS))
@@ -196,6 +199,12 @@ $(addprefix parity-,$(PARITY_REFS)): parity-%: $(VENV_STAMP)
 	@test -n "$(REF)" || { echo "make: pass REF=DIR, a checkout of the reference (scripts/parity/$*.py says which)"; exit 2; }
 	$(PY) scripts/parity/$*.py --ref $(REF) --python $(PYREF) --seeds $(subst $(comma), ,$(SEEDS)) \
 	    $(if $(DATA),--data-root $(DATA)) $(if $(ROWS),--rows $(ROWS))
+
+parity-env: $(VENV_STAMP)  ## .venv-parity: .venv's packages (through a .pth file) plus the references' own requirements
+	python3 -m venv .venv-parity
+	$(PY) -c "import site; print(site.getsitepackages()[0])" > \
+	    "$$(.venv-parity/bin/python -c 'import site; print(site.getsitepackages()[0])')/cl_bench_venv.pth"
+	.venv-parity/bin/pip install $(PARITY_REQUIREMENTS)
 
 parity-summary: $(VENV_STAMP)  ## docs/parity.md and docs/parity.json from the runs' records (outputs/parity)
 	$(PY) scripts/parity/summary.py
