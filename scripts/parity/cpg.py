@@ -1,0 +1,331 @@
+"""Parity with ivclab/CPG (Hung et al. 2019): CPG, PAE and PackNet on the reference's own VGG16-BN, cut to a CPU.
+
+The cut (the same on both sides): 3 tasks of 2 CIFAR-10 classes (airplane/automobile, bird/cat, deer/dog), 256
+training and 200 test images a task, 3 training epochs, compacting through 2 sparsity targets of 2 epochs each
+(a 1-epoch cubic ramp pruning every 4 steps), a 2-epoch picking refit, PackNet's 60% one-shot prune and a 2-epoch
+retrain. Goals are a fixed 0 (no growth, compacting keeps the sparsest target): a goal measured on either side
+would differ by chance and send the two sides down different phases. The scripts' train-accuracy bars (0.95 CPG,
+0.97 PackNet) cannot be met in 3 epochs and would silently drop the checkpoints that the next phase starts from,
+so both sides run with bar 0 (cl-bench: method.train_acc_bar; the reference: an environment variable its patch
+reads, the scripts' values when unset).
+
+The reference runs from its experiment1/ shell scripts' sequence of processes, rebuilt here per task: finetune
+(pick and train, restarting wider on exit 2), gradual pruning through the targets (until exit 6), the choosing
+tool, for CPG the picking refit and its tool; then inference of every task learned so far.
+
+  python scripts/parity/cpg.py --ref ~/src/CPG --rows cpg --seeds 0 --data-root DIR --python REF_VENV/bin/python
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from parity import common  # noqa: E402
+from parity.common import Outcome, Patch, Row  # noqa: E402
+
+NAME = "cpg"
+REPO = "ivclab/CPG"
+PINNED = "f1b20eaeb79c23acd4c900578c97c733e57e72b9"
+
+BAR_ENV = "PARITY_TRAIN_ACC_BAR"  # the train-accuracy bar the patched scripts read (theirs when unset)
+DATA_LINK = Path("data") / "cifar100_org"  # where the reference's loaders read each task's image folders
+RUNS = Path("checkpoints") / "parity"  # relative: the scripts format checkpoint paths as ./{save_folder}/...
+
+# The whole cut, once; the rows below spell it out for each side.
+TASKS, CLASSES, TRAIN, TEST = 3, 2, 256, 200
+EPOCHS, PRUNE_TARGETS, PRUNE_EPOCHS, RAMP, FREQUENCY, REFIT = 3, (0.3, 0.6), 2, 1, 4, 2
+PACKNET_PRUNE, PACKNET_RETRAIN = 0.6, 2
+BAR, GOAL = 0.0, 0.0
+
+SPLIT = ("dataset=split_cifar10", "scenario=task", "backbone=vgg16_bn", "method.protocol=official",
+         f"dataset.num_tasks={TASKS}", f"dataset.classes_per_task={CLASSES}", f"dataset.samples_per_task={TRAIN}",
+         f"dataset.test_samples_per_task={TEST}")
+CPG_CUT = (f"method.epochs={EPOCHS}", f"method.prune_targets=[{','.join(map(str, PRUNE_TARGETS))}]",
+           f"method.prune_epochs={PRUNE_EPOCHS}", f"method.prune_ramp_epochs={RAMP}",
+           f"method.prune_frequency={FREQUENCY}", f"method.retrain_epochs={REFIT}", "method.goal_source=fixed",
+           f"method.goal={GOAL}", f"method.train_acc_bar={BAR}")
+CPG_REF = (f"epochs={EPOCHS}", f"prune_targets={','.join(map(str, PRUNE_TARGETS))}", f"prune_epochs={PRUNE_EPOCHS}",
+           f"pruning_interval={RAMP}", f"pruning_frequency={FREQUENCY}", f"retrain_epochs={REFIT}",
+           f"goal={GOAL}", f"train_acc_bar={BAR}", "max_multiplier=1.5")
+SETTING = (f"{TASKS} split CIFAR-10 tasks of {CLASSES} classes, {TRAIN} train / {TEST} test images each, "
+           "VGG16-BN, task scenario, CPU")
+
+ROWS = {
+    "cpg": Row("CPG", f"{SETTING}; {EPOCHS} epochs, compacting {PRUNE_TARGETS} x {PRUNE_EPOCHS}, refit {REFIT}",
+               ("method=cpg", *SPLIT, *CPG_CUT),
+               ("program=cpg", *CPG_REF, "lr_mask=5e-4", "refit=true"),
+               "goal 0 and train-accuracy bar 0 on both sides: no growth"),
+    "pae": Row("PAE", f"{SETTING}; {EPOCHS} epochs, compacting {PRUNE_TARGETS} x {PRUNE_EPOCHS}",
+               ("method=cpg", *SPLIT, *CPG_CUT, "method.picking=false"),
+               ("program=cpg", *CPG_REF, "lr_mask=0.0", "refit=false"),
+               "CPG without picking (lr_mask 0, no refit), as PAE_cifar100_scratch_mul_1.5.sh; scratch goals"),
+    "packnet": Row("PackNet", f"{SETTING}; {EPOCHS} epochs, {PACKNET_PRUNE:.0%} pruned, retrain {PACKNET_RETRAIN}",
+                   ("method=packnet", *SPLIT, f"method.epochs={EPOCHS}", f"method.prune_ratio={PACKNET_PRUNE}",
+                    f"method.retrain_epochs={PACKNET_RETRAIN}"),
+                   ("program=packnet", f"epochs={EPOCHS}", f"one_shot_prune_perc={PACKNET_PRUNE}",
+                    f"retrain_epochs={PACKNET_RETRAIN}", f"train_acc_bar={BAR}")),
+}
+
+CPU_SHIM = '''
+# parity patch: run the CUDA-only scripts on the CPU, and read their checkpoints with current torch.
+torch.Tensor.cuda = lambda self, *args, **kwargs: self
+torch.nn.Module.cuda = lambda self, *args, **kwargs: self
+_parity_load = torch.load
+torch.load = lambda *args, **kwargs: _parity_load(*args, **{"map_location": "cpu", "weights_only": False, **kwargs})
+'''
+STATS_SHIM = '''
+# parity patch: the written tasks' own per-channel statistics, as cl-bench computes them from each training split.
+import json as _parity_json, os as _parity_os
+if _parity_os.path.isfile('data/cifar100_org/stats.json'):
+    for _name, _stats in _parity_json.load(open('data/cifar100_org/stats.json')).items():
+        mean[_name], std[_name] = _stats['mean'], _stats['std']
+'''
+BAR_READ = f"float(os.environ.get('{BAR_ENV}', {{}}))"
+VAL_LOADER_END = ("    return torch.utils.data.DataLoader(val_dataset,\n"
+                  "        batch_size=val_batch_size, shuffle=False, sampler=None,\n"
+                  "        num_workers=num_workers, pin_memory=pin_memory)\n")
+PATCHES = [
+    Patch("utils/__init__.py", "import torch\n", "import torch\n" + CPU_SHIM,
+          "the scripts call .cuda() and torch.load without map_location; torch >= 2.6 loads weights only, and their "
+          "checkpoints hold dicts of tensors and parameters (all code paths import utils first)"),
+    Patch("utils/cifar100_config.py", "    'vehicles_2': [0.2730, 0.2693, 0.2874],\n}\n",
+          "    'vehicles_2': [0.2730, 0.2693, 0.2874],\n}\n" + STATS_SHIM,
+          "normalise the written tasks with their own statistics: the loaders look up mean/std by task name"),
+    Patch("utils/cifar100_dataset.py", "def cifar100_train_loader(dataset_name, train_batch_size, num_workers=4,",
+          "def cifar100_train_loader(dataset_name, train_batch_size, num_workers=0,",
+          "one CPU thread per side: no loader worker processes (same transforms, drawn in the main process)"),
+    Patch("utils/cifar100_dataset.py", "def cifar100_val_loader(dataset_name, val_batch_size, num_workers=4,",
+          "def cifar100_val_loader(dataset_name, val_batch_size, num_workers=0,",
+          "one CPU thread per side: no loader worker processes"),
+    Patch("utils/cifar100_dataset.py", VAL_LOADER_END,
+          VAL_LOADER_END + "\n\ncifar100_train_loader_two_class = cifar100_train_loader\n"
+                           "cifar100_val_loader_two_class = cifar100_val_loader\n",
+          "CPG's main calls *_two_class loaders for 2-class tasks, which the repository never defines; the "
+          "ImageFolder loaders serve any class count"),
+    Patch("CPG_cifar100_main_normal.py", "    if avg_train_acc > 0.95:\n        manager.save_checkpoint",
+          f"    if avg_train_acc > {BAR_READ.format(0.95)}:\n        manager.save_checkpoint",
+          "the cut's bar (see the module docstring); the scripts' 0.95 when unset"),
+    Patch("CPG_cifar100_main_normal.py", "if avg_train_acc > 0.95 and avg_val_acc >= baseline_acc:",
+          f"if avg_train_acc > {BAR_READ.format(0.95)} and avg_val_acc >= baseline_acc:",
+          "the cut's bar for growth"),
+    Patch("CPG_cifar100_main_normal.py", "            if avg_train_acc > 0.95:\n                json_data[",
+          f"            if avg_train_acc > {BAR_READ.format(0.95)}:\n                json_data[",
+          "the cut's bar for compacting"),
+    Patch("packnet_cifar100_main_normal.py", "        if avg_train_acc > 0.97:\n",
+          f"        if avg_train_acc > {BAR_READ.format(0.97)}:\n",
+          "the cut's bar: below it the pruned model is not saved and the next task starts from nothing"),
+    Patch("packnet_cifar100_main_normal.py", "    if args.num_classes == 5:\n",
+          "    if args.num_classes in (2, 5):\n",
+          "2-class tasks: the 5-class ImageFolder loaders serve any class count"),
+]
+
+
+# --- the data ---------------------------------------------------------------------------------------------------
+def task_name(t: int) -> str:
+    return f"task{t}"
+
+
+def class_folder(label: int) -> str:
+    # ImageFolder numbers classes in sorted folder order: zero-padded names keep that order the local label order.
+    return f"c{label:03d}"
+
+
+def write_tasks(scenario, row: Row, folder: Path) -> None:
+    """Each task as <folder>/{train,test}/task<t>/c<label>/<index>.png (lossless, the index its place in the split,
+    the label within the task), its training split's per-channel mean/std in stats.json, and the goals file."""
+    from PIL import Image
+
+    from cl_bench.data.batches import channel_stats
+    stats = {}
+    for t, task in enumerate(scenario.tasks):
+        for part, split in (("train", task.train), ("test", scenario.test[t])):
+            labels = (split.y - task.offset).tolist()
+            for i, (img, label) in enumerate(zip(split.x.cpu().numpy(), labels)):
+                path = folder / part / task_name(t) / class_folder(label) / f"{i:05d}.png"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(img.transpose(1, 2, 0)).save(path)
+        mean, std = channel_stats(task.train.x)
+        stats[task_name(t)] = {"mean": mean, "std": std}
+    (folder / "stats.json").write_text(json.dumps(stats))
+    (folder / "goals.json").write_text(json.dumps({task_name(t): GOAL for t in range(len(scenario.tasks))}))
+
+
+def read_tasks(folder: Path) -> list[dict]:
+    """The written tasks back, in split order: [{"train": (x uint8 NCHW, local y), "test": (...)}, ...]."""
+    from PIL import Image
+    tasks = []
+    for t in range(len(list((folder / "train").iterdir()))):
+        task = {}
+        for part in ("train", "test"):
+            files = sorted((folder / part / task_name(t)).glob("*/*.png"), key=lambda p: p.name)
+            x = np.stack([np.asarray(Image.open(p)).transpose(2, 0, 1) for p in files])
+            task[part] = (x, np.array([int(p.parent.name[1:]) for p in files]))
+        tasks.append(task)
+    return tasks
+
+
+# --- what the reference prints ----------------------------------------------------------------------------------
+ACCURACY = re.compile(r"accuracy[:=]\s*'?(\d+(?:\.\d+)?)")
+
+
+def parse_accuracy(text: str) -> float:
+    """The last accuracy an evaluation printed, in [0, 1]: CPG logs `In validate()-> ... accuracy: 93.50`, PackNet
+    only shows it in tqdm's postfix (`accuracy=93.50`), whose last refresh is the whole split's mean."""
+    found = ACCURACY.findall(text)
+    if not found:
+        raise ValueError("no accuracy in the reference's output")
+    return float(found[-1]) / 100
+
+
+# --- running the reference --------------------------------------------------------------------------------------
+class Runner:
+    """Runs the reference's processes in its copy, as its shell scripts chain them, into one log."""
+
+    def __init__(self, copy: Path, seed: int, python: str, log: Path, env: dict):
+        self.copy, self.seed, self.python, self.log, self.env = copy, seed, python, log, env
+
+    def __call__(self, script: str, args: list, ok=(0,)) -> tuple[int, str]:
+        command = [self.python, script, *map(str, args)]
+        if script.endswith("main_normal.py"):
+            command += ["--seed", str(self.seed)]
+        done = subprocess.run(command, cwd=self.copy, capture_output=True, text=True, env=self.env)
+        out = done.stdout + done.stderr
+        with open(self.log, "a") as f:
+            f.write(f"$ {' '.join(command)}\n{out}\n[exit {done.returncode}]\n")
+        if done.returncode not in ok:
+            sys.exit(f"{' '.join(command)} failed (exit {done.returncode}); the end of its output:\n{out[-3000:]}")
+        return done.returncode, out
+
+
+def settings(row: Row) -> dict:
+    return dict(item.split("=", 1) for item in row.reference)
+
+
+def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str) -> Outcome:
+    """Train the reference on the written tasks, evaluating every task learned after each one: the printed
+    accuracies as a lower-triangular matrix (row i: tasks 0..i after task i), RA the mean of its last row."""
+    s = settings(row)
+    link = copy / DATA_LINK
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(data.resolve(), target_is_directory=True)
+    shutil.rmtree(copy / RUNS, ignore_errors=True)
+    log = data / "reference.log"
+    log.unlink(missing_ok=True)
+    env = {**os.environ, **common.one_thread_env(), BAR_ENV: s["train_acc_bar"]}
+    run = Runner(copy, seed, python, log, env)
+    names = sorted((p.name for p in (data / "train").iterdir()), key=lambda n: int(n[4:]))
+    classes = [len(list((data / "train" / n).iterdir())) for n in names]
+    learn, evaluate = (cpg_task, cpg_evaluate) if s["program"] == "cpg" else (packnet_task, packnet_evaluate)
+    state = {"multiplier": 1.0, "goals": str((data / "goals.json").resolve())}
+    matrix = []
+    for t, name in enumerate(names):
+        learn(run, s, state, names, classes, t)
+        matrix.append([evaluate(run, s, state, name, names[j], classes[j]) for j in range(t + 1)])
+    return Outcome(float(np.mean(matrix[-1])), matrix)
+
+
+def ckpt(name: str, phase: str) -> str:
+    return str(RUNS / name / phase)
+
+
+def cpg_common(s: dict, state: dict, names: list, classes: list, t: int) -> list:
+    return ["--arch", "custom_vgg_cifar100", "--dataset", names[t], "--num_classes", classes[t], "--batch_size", 32,
+            "--weight_decay", 4e-5, "--network_width_multiplier", state["multiplier"],
+            "--max_allowed_network_width_multiplier", s["max_multiplier"], "--baseline_acc_file", state["goals"],
+            "--log_path", ckpt(names[t], "train.log"), "--total_num_tasks", len(names)]
+
+
+def cpg_task(run: Runner, s: dict, state: dict, names: list, classes: list, t: int) -> None:
+    """CPG_cifar100_scratch_mul_1.5.sh's body for one task (PAE's without the refit)."""
+    name, main = names[t], "CPG_cifar100_main_normal.py"
+    cpg_finetune(run, s, state, names, classes, t)
+    if state["exit"] != 5:  # 5: the task found no free weight, nothing to prune
+        cpg_prune(run, s, state, names, classes, t)
+    run("tools/choose_appropriate_pruning_ratio_for_next_task.py",
+        ["--pruning_ratio_to_acc_record_file", ckpt(name, "gradual_prune/record.txt"),
+         "--baseline_acc_file", state["goals"], "--allow_acc_loss", 0.0, "--dataset", name,
+         "--max_allowed_network_width_multiplier", s["max_multiplier"],
+         "--network_width_multiplier", state["multiplier"], "--log_path", ckpt(name, "train.log")])
+    if t > 0 and state["exit"] != 5 and s["refit"] == "true":
+        # The script ignores the refit's exit status; 5 is its no-free-weights exit after the last epoch.
+        run(main, [*cpg_common(s, state, names, classes, t), "--lr", 1e-3, "--lr_mask", 1e-4,
+                   "--save_folder", ckpt(name, "retrain"), "--load_folder", ckpt(name, "gradual_prune"),
+                   "--epochs", s["retrain_epochs"], "--mode", "finetune", "--pruning_ratio_to_acc_record_file",
+                   ckpt(name, "retrain/record.txt"), "--finetune_again"], ok=(0, 2, 5))
+        run("tools/choose_retrain_or_not.py", ["--save_folder", ckpt(name, "gradual_prune"),
+                                               "--load_folder", ckpt(name, "retrain")])
+
+
+def cpg_finetune(run: Runner, s: dict, state: dict, names: list, classes: list, t: int) -> None:
+    """Pick and train; exit 2 asks for a wider network (the script adds 0.5 to the multiplier and retries)."""
+    name = names[t]
+    while True:
+        load = ["--load_folder", ckpt(names[t - 1], "gradual_prune")] if t > 0 else []
+        code, _ = run("CPG_cifar100_main_normal.py",
+                      [*cpg_common(s, state, names, classes, t), "--lr", 1e-2, "--lr_mask", s["lr_mask"],
+                       "--save_folder", ckpt(name, "scratch"), *load, "--epochs", s["epochs"], "--mode", "finetune",
+                       "--pruning_ratio_to_acc_record_file", ckpt(name, "gradual_prune/record.txt")], ok=(0, 2, 5))
+        state["exit"] = code
+        if code != 2:
+            return
+        state["multiplier"] += 0.5
+
+
+def cpg_prune(run: Runner, s: dict, state: dict, names: list, classes: list, t: int) -> None:
+    """Gradual pruning through the targets in turn, each from the one before; exit 6 ends the sweep."""
+    name, start = names[t], 0.0
+    for target in map(float, s["prune_targets"].split(",")):
+        load = ckpt(name, "scratch") if start == 0.0 else ckpt(name, "gradual_prune")
+        code, _ = run("CPG_cifar100_main_normal.py",
+                      [*cpg_common(s, state, names, classes, t), "--lr", 1e-3, "--lr_mask", 0.0,
+                       "--save_folder", ckpt(name, "gradual_prune"), "--load_folder", load,
+                       "--epochs", s["prune_epochs"], "--mode", "prune", f"--initial_sparsity={start}",
+                       f"--target_sparsity={target}", f"--pruning_frequency={s['pruning_frequency']}",
+                       f"--pruning_interval={s['pruning_interval']}",
+                       "--pruning_ratio_to_acc_record_file", ckpt(name, "gradual_prune/record.txt")], ok=(0, 6))
+        if code == 6:
+            return
+        start = target
+
+
+def cpg_evaluate(run: Runner, s: dict, state: dict, last: str, name: str, num_classes: int) -> float:
+    """inference_CPG_cifar100.sh for one task, from the last task's chosen checkpoint."""
+    _, out = run("CPG_cifar100_main_normal.py",
+                 ["--arch", "custom_vgg_cifar100", "--dataset", name, "--num_classes", num_classes,
+                  "--load_folder", ckpt(last, "gradual_prune"), "--mode", "inference",
+                  "--baseline_acc_file", state["goals"], "--network_width_multiplier", 1.0,
+                  "--max_allowed_network_width_multiplier", s["max_multiplier"],
+                  "--log_path", str(RUNS / "inference.log")])
+    return parse_accuracy(out)
+
+
+def packnet_task(run: Runner, s: dict, state: dict, names: list, classes: list, t: int) -> None:
+    """PackNet_cifar100.sh's body for one task: train the free weights, prune one shot, retrain."""
+    name, main = names[t], "packnet_cifar100_main_normal.py"
+    head = ["--arch", "vgg16_bn_cifar100", "--dataset", name, "--num_classes", classes[t], "--weight_decay", 4e-5]
+    load = ["--load_folder", ckpt(names[t - 1], "one_shot_prune")] if t > 0 else []
+    run(main, [*head, "--lr", 1e-2, "--save_folder", ckpt(name, "scratch"), *load, "--epochs", s["epochs"],
+               "--mode", "finetune"])
+    run(main, [*head, "--lr", 1e-3, "--save_folder", ckpt(name, "one_shot_prune"),
+               "--load_folder", ckpt(name, "scratch"), "--epochs", s["retrain_epochs"], "--mode", "prune",
+               "--one_shot_prune_perc", s["one_shot_prune_perc"]])
+
+
+def packnet_evaluate(run: Runner, s: dict, state: dict, last: str, name: str, num_classes: int) -> float:
+    _, out = run("packnet_cifar100_main_normal.py",
+                 ["--arch", "vgg16_bn_cifar100", "--dataset", name, "--num_classes", num_classes,
+                  "--load_folder", ckpt(last, "one_shot_prune"), "--mode", "inference"])
+    return parse_accuracy(out)
+
+
+if __name__ == "__main__":
+    common.main(sys.modules[__name__])
