@@ -58,6 +58,29 @@ CPG_REF = (f"epochs={EPOCHS}", f"prune_targets={','.join(map(str, PRUNE_TARGETS)
 SETTING = (f"{TASKS} split CIFAR-10 tasks of {CLASSES} classes, {TRAIN} train / {TEST} test images each, "
            "VGG16-BN, task scenario, CPU")
 
+FINDINGS = [
+    "**The cut: no growth, bar 0.** Goals are fixed at 0 on both sides (a goal each side measured for itself would "
+    "differ by chance and send the two through different phases), so compaction keeps the sparsest target and the "
+    "network never grows: growth and exhaustion are not compared by these rows. The training-accuracy bar (0.95 for "
+    "CPG, 0.97 for PackNet) is 0 on both sides: at 3 epochs no task meets it, and the reference then saves no "
+    "checkpoint and starts the next phase from nothing, silently (patched to read PARITY_TRAIN_ACC_BAR; cl-bench "
+    "`method.train_acc_bar=0`).",
+    "**The reference's defect, named: which refit survives.** CPG_cifar100_main_normal.py saves the best refit "
+    "epoch only when it beats the restarted mask, but saves the last epoch at the end regardless; "
+    "tools/choose_retrain_or_not.py then copies whichever checkpoint os.listdir names first, and the next task "
+    "loads the highest epoch number. In this cut the refit's checkpoint overwrote the compacted one (task 1: 0.705 "
+    "compacted, 0.575 kept). cl-bench keeps the best refit epoch that beats the restarted mask (cpg.py).",
+    "**Named (fidelity.md lists them): the pruning schedule's steps.** The reference prunes after step k + 1 when "
+    "last + frequency <= k (manager.py, prune.py), zeroes pruned weights only at each epoch's end, and ranks "
+    "magnitudes with kthvalue (ties all pruned, free weights still holding their frozen values mid-epoch); cl-bench "
+    "prunes after step k and at the ramp's end, zeroes every step, and takes an exact count with topk.",
+    "Matched point by point: VGG16-BN's widths and 512-4096-4096 classifier, its initialisation, batch 32, "
+    "SGD-Nesterov 0.9 at 1e-2, picking masks Adam 5e-4 (init 0.01, threshold 5e-3), weight decay 4e-5 on owned conv "
+    "and linear weights, compacting and refit learning rates 1e-3 / 1e-4, per-task normalisation from the task's "
+    "training split, PackNet's retrain x0.1 at epoch 25, the highest ratio that meets the goal.",
+]
+
+
 ROWS = {
     "cpg": Row("CPG", f"{SETTING}; {EPOCHS} epochs, compacting {PRUNE_TARGETS} x {PRUNE_EPOCHS}, refit {REFIT}",
                ("method=cpg", *SPLIT, *CPG_CUT),
