@@ -152,11 +152,14 @@ def test_memory_draws_distinct_samples_and_every_one_while_few_are_stored():
     assert sorted(x[:30].flatten().tolist()) == list(range(30))
 
 
-def test_er_ace_masks_the_incoming_batch_to_present_and_unmet_classes():
+@pytest.mark.parametrize("outputs, read", [("all", 10), ("seen", 4)])
+def test_er_ace_masks_the_incoming_batch_to_present_and_unmet_classes(outputs, read):
     """Task 1 (classes 2, 3): the stream has met 0, 1, 2 and the batch holds only class 2, so its loss keeps
-    outputs 2 (present) and 3 (not met yet); 0 and 1 get no gradient from it. The replay loss is plain CE over
-    the four seen outputs, here on a memory holding exactly one replay batch."""
-    method, tasks = build("method=er_ace", "scenario=class", "method.replay_batch_size=6", *TINY)
+    output 2 (present) and those not met yet (3 and, as AML's and Mammoth's 10-way head, the future tasks' 4-9;
+    ce_outputs=seen: 3 alone); 0 and 1 get no gradient from it. The replay loss is plain CE over the outputs read
+    (all 10, or the four seen), here on a memory holding exactly one replay batch."""
+    method, tasks = build("method=er_ace", "scenario=class", "method.replay_batch_size=6",
+                          f"method.ce_outputs={outputs}", *TINY)
     g = torch.Generator().manual_seed(3)
     mem_raw, mem_y, _, _ = fill(method.memory, method, 1, 6, g)
     method.stream_classes[:3] = True
@@ -169,15 +172,15 @@ def test_er_ace_masks_the_incoming_batch_to_present_and_unmet_classes():
     got = loss(batch)
 
     z = method.heads.head(method.backbone(view(raw)))
-    want = ce(z[:, [2, 3]], torch.zeros_like(y))
-    want = want + ce(method.heads.head(method.backbone(view(mem_raw)))[:, :4], mem_y)
+    want = ce(z[:, 2:read], torch.zeros_like(y))
+    want = want + ce(method.heads.head(method.backbone(view(mem_raw)))[:, :read], mem_y)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
     method.replay_loss = lambda: torch.zeros(())  # the incoming part alone
     method.zero_grad()
     loss(batch).backward()
     grad = method.heads.head.weight.grad.abs().sum(1)
-    assert grad[[0, 1]].tolist() == [0, 0] and (grad[[2, 3]] > 0).all() and grad[4:].sum() == 0
+    assert grad[[0, 1]].tolist() == [0, 0] and (grad[2:read] > 0).all() and grad[read:].sum() == 0
     assert method.stream_classes.tolist() == [True] * 3 + [False] * 7
 
 

@@ -17,8 +17,9 @@ dist_linear, whose head (model.py:17-35, distLinear) scores class c as 10 · cos
 row per class, each norm taken with 1e-5 added; Mammoth's models/er_ace.py does the same by default
 (use_custom_classifier, lines 15-33, 45, 50-52). method.head=linear keeps the backbone's plain linear head.
 Where the paper is silent: the official model has an output for every class of the dataset from the start, so
-its mask also keeps the outputs of future tasks; here the class head has the outputs of the tasks seen so far
-(as for every method), so the rule applies to those.
+its mask also keeps the outputs of future tasks, and its memory's cross-entropy reads them all (AML and Mammoth
+alike): method.ce_outputs=all, the default. ce_outputs=seen confines both losses to the outputs of the tasks seen
+so far, as a prediction reads them (cl-bench's rule before docs/parity.md's Mammoth rows measured the difference).
 Class scenario only: in the task scenario each task has its own head, which already keeps new data off old
 classes, and ACE would be ER.
 """
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks import Choice
-from .base import Batch, Method, MethodConfig
+from .base import Batch, CEOutputs, Method, MethodConfig
 from .er import check_memory_holds_every_class
 from .memory import Memory, mean_over_drawn
 
@@ -65,6 +66,7 @@ class ERACEConfig(MethodConfig):
     replay_batch_size: int = 10  # memory samples per step (AML's --buffer_batch_size)
     task_free: bool = True  # mask and replay from the first step (AML); false: not during task 0 (Mammoth)
     head: Head = Head.cosine  # the class head: see Head
+    ce_outputs: CEOutputs = CEOutputs.all  # the outputs both losses read: every class (AML, Mammoth) or seen ones
 
     def checks(self):
         return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1"),
@@ -90,7 +92,7 @@ class ERACE(Method):
         asymmetric = self.cfg.task_free or task.id > 0
 
         def loss(batch: Batch):
-            logits = self(batch.x, None)
+            logits = self.logits(batch.x)
             keep = self.incoming_classes(batch.unsharded().y)  # the global batch's classes, alike on all ranks
             if asymmetric:
                 logits = logits.masked_fill(~keep[: logits.shape[1]], float("-inf"))
@@ -118,7 +120,11 @@ class ERACE(Method):
     def replay_loss(self) -> torch.Tensor:
         raw, y, _, _, drawn = self.memory.sample_distinct(self.cfg.replay_batch_size, self.ctx.generator)
         raw, y, drawn = self.shard(raw, y, drawn)
-        return mean_over_drawn(F.cross_entropy(self(self.augment(raw), None), y, reduction="none"), drawn)
+        return mean_over_drawn(F.cross_entropy(self.logits(self.augment(raw)), y, reduction="none"), drawn)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The outputs the training losses read (method.ce_outputs)."""
+        return self.mixed_outputs(self.backbone(x), None, self.cfg.ce_outputs)
 
     def capacity(self):
         return {**super().capacity(), **self.memory.capacity()}
