@@ -90,3 +90,14 @@ def test_every_rows_overrides_compose_and_validate(name):
     assert module.ROWS and len(module.PINNED) == 40
     for row in module.ROWS.values():
         config.validate(config.compose([*row.clbench, "seed=0"]))
+
+
+def test_make_parity_target_runs_the_runner_with_the_users_arguments():
+    import subprocess
+    out = subprocess.run(["make", "-n", "parity-cpg", "REF=/src/CPG", "DATA=/data", "SEEDS=0,1", "ROWS=cpg pae"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.replace("\\\n", " ")
+    line = next(line for line in out.splitlines() if line.startswith(".venv/bin/python scripts/parity/cpg.py"))
+    assert "--ref /src/CPG" in line and "--seeds 0 1" in line and "--data-root /data" in line
+    assert "--rows cpg pae" in line
+    missing = subprocess.run(["make", "parity-hat"], cwd=ROOT, capture_output=True, text=True)
+    assert missing.returncode != 0 and "pass REF=DIR" in missing.stdout + missing.stderr
