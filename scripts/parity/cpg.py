@@ -74,6 +74,12 @@ FINDINGS = [
     "last + frequency <= k (manager.py, prune.py), zeroes pruned weights only at each epoch's end, and ranks "
     "magnitudes with kthvalue (ties all pruned, free weights still holding their frozen values mid-epoch); cl-bench "
     "prunes after step k and at the ramp's end, zeroes every step, and takes an exact count with topk.",
+    "**The CPG row's gap, not explained.** cl-bench's CPG ends 3 points under the reference over seeds 0-2 (55.78 "
+    "against 58.83). Task 0 is not where: at goal 0 compaction keeps 60% sparsity whatever it costs, and task 0 "
+    "ends near chance on both sides (0.52-0.545). The gap is in tasks 1 and 2 (reference 0.575-0.59 and 0.645-0.69, "
+    "cl-bench 0.535-0.56 and 0.585-0.595), the tasks that pick from frozen weights and train the freed ones; the "
+    "reference's refit quirk above lowers the reference there, not cl-bench. The pruning differences above are "
+    "the candidates left to measure one at a time.",
     "Matched point by point: VGG16-BN's widths and 512-4096-4096 classifier, its initialisation, batch 32, "
     "SGD-Nesterov 0.9 at 1e-2, picking masks Adam 5e-4 (init 0.01, threshold 5e-3), weight decay 4e-5 on owned conv "
     "and linear weights, compacting and refit learning rates 1e-3 / 1e-4, per-task normalisation from the task's "
