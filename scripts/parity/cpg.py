@@ -70,7 +70,7 @@ FINDINGS = [
     "tools/choose_retrain_or_not.py then copies whichever checkpoint os.listdir names first, and the next task "
     "loads the highest epoch number. In this cut the refit's checkpoint overwrote the compacted one (task 1: 0.705 "
     "compacted, 0.575 kept). cl-bench keeps the best refit epoch that beats the restarted mask (cpg.py).",
-    "**Named (fidelity.md lists them): the pruning schedule's steps.** The reference prunes after step k + 1 when "
+    "**Named: the pruning schedule's steps.** The reference prunes after step k + 1 when "
     "last + frequency <= k (manager.py, prune.py), zeroes pruned weights only at each epoch's end, and ranks "
     "magnitudes with kthvalue (ties all pruned, free weights still holding their frozen values mid-epoch); cl-bench "
     "prunes after step k and at the ramp's end, zeroes every step, and takes an exact count with topk.",

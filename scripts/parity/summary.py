@@ -107,7 +107,7 @@ def table(modules: list, records: list[dict]) -> list[str]:
     return lines
 
 
-def section(module, records: list[dict]) -> list[str]:
+def section(module) -> list[str]:
     lines = [f"## {module.NAME}", "", f"{module.REPO} at `{module.PINNED}`.", "",
              "Rerun (a checkout of the reference at that commit in DIR):", "", "```",
              f"make parity-{module.NAME} REF=DIR DATA=DATA_ROOT", "make parity-summary", "```", ""]
@@ -117,12 +117,8 @@ def section(module, records: list[dict]) -> list[str]:
     lines += [f"- {finding}" for finding in getattr(module, "FINDINGS", [])] or ["- nothing yet"]
     lines += [""]
     for name, row in module.ROWS.items():
-        ran = sorted({r["command"] for r in records if r["reference"] == module.NAME and r["row"] == name
-                      and r["side"] == "cl-bench"})
         lines += [f"**{name}** ({row.method}): reference arguments `{' '.join(row.reference) or '(none)'}`; "
-                  f"cl-bench `{' '.join(row.clbench)}`." + (f" {row.note}" if row.note else "")]
-        lines += [f"  Ran: `{command}`" for command in ran[:1]]
-        lines += [""]
+                  f"`cl-bench train {' '.join(row.clbench)} seed=N`." + (f" {row.note}." if row.note else ""), ""]
     return lines
 
 
@@ -145,7 +141,7 @@ def document(modules: list, records: list[dict]) -> str:
     commits = sorted({r["commit"][:12] for r in records if r["side"] == "cl-bench"}) or ["(none yet)"]
     lines = [HEADER.format(commit=", ".join(f"`{c}`" for c in commits)), *table(modules, records), ""]
     for module in modules:
-        lines += section(module, records)
+        lines += section(module)
     return "\n".join(lines).rstrip() + "\n"
 
 
