@@ -22,13 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-if __package__:  # imported as parity.cgate (the tests)
-    from . import common
-else:  # run as a script
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import common
-
-Outcome, Patch, Row = common.Outcome, common.Patch, common.Row
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from parity import common  # noqa: E402
+from parity.common import Outcome, Patch, Row  # noqa: E402
 
 NAME = "cgate"
 REPO = "lit-leo/cgate"

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-from common import Outcome, Patch, Row  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from parity import common  # noqa: E402
+from parity.common import Outcome, Patch, Row  # noqa: E402
 
 NAME = "mammoth"
 REPO = "aimagelab/mammoth"
