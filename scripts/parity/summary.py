@@ -20,22 +20,17 @@ sys.path.insert(0, str(HERE.parent))
 
 from parity.common import RECORDS, ROOT  # noqa: E402  (scripts/ is not a package: the path first)
 
+from cl_bench.report import mean_std  # noqa: E402  (mean and sample sd, as cl-bench's reports compute them)
+
 REFERENCES = ("cpg", "mammoth", "hat", "lamaml", "cgate")  # the runner modules, in the doc's order
 SIDES = ("reference", "cl-bench")
 GAP = 1.0  # points of RA: a larger difference, or a CI that excludes 0, needs its cause named
 
 
-def mean_sd(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for one value)."""
-    n = len(values)
-    mean = sum(values) / n
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-
-
 def difference_ci(ours: list[float], theirs: list[float]) -> tuple[float, float, float]:
     """mean(ours) - mean(theirs) and Welch's 95% interval of it (unequal variances, Welch-Satterthwaite df)."""
     from scipy.stats import t
-    (m1, s1), (m2, s2) = mean_sd(ours), mean_sd(theirs)
+    (m1, s1), (m2, s2) = mean_std(ours), mean_std(theirs)
     diff = m1 - m2
     if len(ours) < 2 or len(theirs) < 2:
         return diff, math.nan, math.nan
@@ -79,7 +74,7 @@ def needs_cause(diff: tuple[float, float, float]) -> bool:
 def fmt_side(side: dict) -> str:
     if not side["ra"]:
         return "not run"
-    mean, sd = mean_sd(side["ra"])
+    mean, sd = mean_std(side["ra"])
     return f"{mean:.2f} ± {sd:.2f} (n={len(side['ra'])})"
 
 
