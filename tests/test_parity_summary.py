@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from parity import summary  # noqa: E402
-from parity.common import Patch, Record, Row, save  # noqa: E402
+from parity.common import Patch, Record, Row, hold, save  # noqa: E402
 
 
 def test_difference_ci_is_welchs_interval():
@@ -52,6 +52,15 @@ def reference():
 
 def record(side, seed, ra, seconds=10.0):
     return Record("toy", "m_1", side, seed, ra, [[ra]], seconds, "c0ffee" * 4, "cmd")
+
+
+def test_a_second_runner_in_the_same_work_folder_is_refused(tmp_path):
+    first = hold(tmp_path / "cpg", "cpg")
+    with pytest.raises(SystemExit, match="another parity run of cpg is using .*--work DIR"):
+        hold(tmp_path / "cpg", "cpg")
+    hold(tmp_path / "hat", "hat").close()  # another reference's folder is free
+    first.close()
+    hold(tmp_path / "cpg", "cpg").close()  # free again once the first has ended
 
 
 def test_records_accumulate_newer_runs_replace_older(tmp_path):

@@ -19,6 +19,7 @@ and calls common.main(sys.modules[__name__]).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -175,6 +176,7 @@ def main(reference) -> None:
     """`python scripts/parity/<reference>.py --ref DIR [--rows R ...] [--seeds 0 1 2]`: both sides, every seed."""
     args = arguments(reference).parse_args()
     work = args.work / reference.NAME
+    lock = hold(work, reference.NAME)  # noqa: F841  held until the runner exits
     copy = None
     if args.side != "cl-bench":
         copy = patched_copy(args.ref.resolve(), reference.PINNED, reference.PATCHES, work, args.any_commit)
@@ -191,6 +193,21 @@ def main(reference) -> None:
                 command = "cl-bench train " + " ".join(clbench_overrides(row, seed))
                 report(save(Record(reference.NAME, name, "cl-bench", seed, outcome.ra, outcome.matrix, seconds,
                                    commits["cl-bench"], command), args.out), outcome, seconds)
+
+
+def hold(work: Path, name: str):
+    """One runner at a time in a reference's work folder: a second one would copy the reference afresh and rewrite
+    the tasks under the first one's running reference. The lock goes when the returned file is closed or the
+    process ends, however it ends."""
+    work.mkdir(parents=True, exist_ok=True)
+    handle = open(work / ".lock", "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        sys.exit(f"another parity run of {name} is using {work}: wait for it to end, or give this one its own "
+                 "--work DIR")
+    return handle
 
 
 def arguments(reference) -> argparse.ArgumentParser:
