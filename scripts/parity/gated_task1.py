@@ -1,0 +1,93 @@
+"""Diagnostic for the gated parity row (docs/parity.md, cgate): does a new task's path learn over frozen kernels?
+
+Trains the row's cut of Split CIFAR-10 (two tasks of two classes, the cl-bench overrides of cgate.py's row) up to
+the end of task 0, then trains task 1 from that same state once per variant and prints, per optimiser step, the
+class loss and the batch's training accuracy, the first and last steps' share of open gates in the first units,
+and task 1's test accuracy:
+
+- sampled: the row as it runs (Gumbel-sampled gates, method.gate_noise=gumbel);
+- hard: evaluation's hard gates (logit > 0) in the training forward too;
+- open: task 1's gates held open (every gating module's fc2 bias 3, as method.gate_open_bias=3 for that task only).
+
+    python scripts/parity/gated_task1.py --data-root DIR [--seed 0] [--variants sampled hard open]
+
+About 15 minutes a variant on one CPU thread here.
+"""
+import argparse
+import copy
+import sys
+import types
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from cl_bench import config, recorders, train
+from cl_bench.methods import gated as gated_method
+from cl_bench.nn import gated
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from parity.cgate import ROWS  # noqa: E402
+
+VARIANTS = ("sampled", "hard", "open")
+
+
+class StepLog:
+    """Stands in for torch.nn.functional inside cl_bench.methods.gated: records each training cross-entropy."""
+
+    def __init__(self, layers):
+        self.layers, self.steps = layers, []
+
+    def __getattr__(self, name):
+        return getattr(F, name)
+
+    def cross_entropy(self, logits, target, *args, **kwargs):
+        loss = F.cross_entropy(logits, target, *args, **kwargs)
+        if logits.requires_grad:
+            open_share = [round(layer.last_gates.float().mean().item(), 3) for layer in self.layers[:4]]
+            self.steps.append((round(loss.item(), 3), round((logits.argmax(1) == target).float().mean().item(), 3),
+                               open_share))
+        return loss
+
+
+def hard_route(modules, tasks, norm="train", hard=False):
+    gated.route(modules, tasks, norm, True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-root", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    args = parser.parse_args()
+    config.register()
+    cfg = config.compose([*ROWS["gated_task"].clbench, "dataset.num_tasks=2", "dataset.classes_per_task=2",
+                          f"data.root={args.data_root}", f"seed={args.seed}", "hardware=cpu", "hardware.threads=1"])
+    scenario, method, ctx = train.build(cfg, recorders.Recorders([]))
+    first, second = scenario.tasks
+    log = StepLog(method.layers)
+    gated_method.F = log
+    method.learn(first)
+    # Each variant from the same state: the weights, the run's generator (batches) and torch's global one (the
+    # gates' Gumbel draws), so that a variant's numbers do not depend on which ran before it.
+    state, rng, global_rng = copy.deepcopy(method.state_dict()), ctx.generator.get_state(), torch.get_rng_state()
+    for variant in args.variants:
+        method.load_state_dict(state)
+        ctx.generator.set_state(rng)
+        torch.set_rng_state(global_rng)
+        method.seen_tasks, log.steps = [first.id], []
+        if variant == "open":
+            for layer in method.layers:
+                torch.nn.init.constant_(layer.gates[second.id].fc2.bias, 3.0)
+        gated_method.gated = types.SimpleNamespace(**{**vars(gated), "route": hard_route}) if variant == "hard" \
+            else gated
+        method.learn(second)
+        gated_method.gated = gated
+        result = train.evaluate(method, scenario, second.id, False, ctx, cfg.data.eval_batch_size)
+        print(f"{variant}: steps (loss, train acc) {[s[:2] for s in log.steps]}; open gates, first units, first "
+              f"step {log.steps[0][2]} last step {log.steps[-1][2]}; test accuracy task 0 {result.test[0]:.3f}, "
+              f"task 1 {result.test[1]:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
