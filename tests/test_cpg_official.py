@@ -389,3 +389,79 @@ def test_an_older_checkpoints_goal_chains_move_to_the_side_store():
     method.load_state_dict(state)
     assert sorted(method.ctx.store.memory) == [(t, f"cpg_goal_chain{c}") for t in range(2) for c in range(2)]
     assert torch.equal(method.ctx.store.get(1, "cpg_goal_chain1"), state["goal_nets"][1, 1])
+
+
+def test_the_cutoff_rule_releases_every_own_weight_at_or_under_the_ranked_magnitude():
+    """utils/prune.py _pruning_mask: the magnitude at rank round(ratio x n) over the task's and the free weights
+    (with the values they still hold) is the cutoff; every own weight at or under it is released (ties too), and
+    nothing is zeroed there. method.prune_timing=immediate releases exactly the count, the free ones first."""
+    def layer_with(values, owners):
+        layer = masked.MaskedLinear(torch.nn.Linear(len(values), 1), num_tasks=2, picking=None)
+        layer.weight.data = torch.tensor([values])
+        layer.owner.copy_(torch.tensor([owners], dtype=torch.uint8))
+        return layer
+
+    values = [0.9, -0.05, 0.4, 0.25, -0.6, 0.5, -0.25]  # the 0.5 was released before and still holds its value
+    owners = [1, 1, 1, 1, 1, 0, 1]
+    official = layer_with(values, owners)
+    official.release(0, 3 / 7, cutoff=True)  # ranked 3rd of 7: 0.25, so -0.05, 0.25 and -0.25 go
+    assert (official.owner[0] == 0).tolist() == [False, True, False, True, False, True, True]
+    assert official.weight[0].tolist() == pytest.approx(values)  # still computing until the epoch's end
+    immediate = layer_with(values, owners)
+    immediate.release(0, 3 / 7)  # exactly 3 free: the released 0.5 and the two smallest own weights
+    assert int((immediate.owner == 0).sum()) == 3 and bool((immediate.weight[immediate.owner == 0] == 0).all())
+
+
+def test_gradual_pruning_updates_masks_and_zeroes_weights_when_the_official_manager_does():
+    """Manager.train: after the optimiser step of 0-based step k, gradually_prune(k) updates the masks when
+    last + pruning_frequency <= k <= end (the cubic ratio at k); the released weights keep computing, frozen, until
+    Manager.validate's apply_mask zeroes them at the epoch's end. 4 steps an epoch, frequency 2, a 1-epoch ramp
+    from 0 to 0.5: masks after steps 3 and 5 (k = 2, 4), at ratios 0.4375 and 0.5."""
+    cfg, tasks, make = build(*CPG_MLP, "backbone=mlp", "backbone.hidden_sizes=[16]", *COMMON,
+                             "method.prune_epochs=2", "method.prune_ramp_epochs=1", "method.prune_frequency=2")
+    method = make()
+    method.begin_task(0)
+    task = tasks[0]
+    method.cfg.batch_size = -(-len(task.train) // 4)  # 4 steps an epoch
+    assert method.steps_per_epoch(task.train) == 4
+    seen = {"steps": 0, "releases": [], "held": []}
+    release, protect = method.release, method.protect
+
+    def spy_release(task_id, sparsity, cutoff=False):
+        seen["releases"].append((seen["steps"], round(sparsity, 6), cutoff))
+        release(task_id, sparsity, cutoff)
+
+    def spy_protect(task_id):  # after each backward: the weights free then, their values, grads and forward
+        protect(task_id)
+        seen["steps"] += 1
+        for layer in method.layers:
+            free = layer.owner == 0
+            if free.any():
+                assert bool((layer.weight.grad[free] == 0).all())  # frozen
+                forward = layer.masked_weight(layer.weight.shape[1])
+                assert torch.equal(forward[free], layer.weight.detach()[free])  # still computing
+        seen["held"].append(sum(int(((layer.owner == 0) & (layer.weight != 0)).sum()) for layer in method.layers))
+
+    method.release, method.protect = spy_release, spy_protect
+    method.gradual_prune(task, 0.0, 0.5)
+    assert seen["releases"] == [(3, 0.4375, True), (5, 0.5, True)]
+    # nonzero free weights from the release after step 3 until epoch 0 ends, after step 5 until the phase ends
+    assert [held > 0 for held in seen["held"]] == [False, False, False, True, False, True, True, True]
+    for layer in method.layers:
+        assert not layer.free_compute and bool((layer.weight[layer.owner == 0] == 0).all())
+
+
+def test_immediate_pruning_releases_on_its_grid_and_the_ramps_end_and_zeroes_at_once():
+    cfg, tasks, make = build(*CPG_MLP, "backbone=mlp", "backbone.hidden_sizes=[16]", *COMMON,
+                             "method.prune_epochs=2", "method.prune_ramp_epochs=1", "method.prune_frequency=3",
+                             "method.prune_timing=immediate")
+    method = make()
+    method.begin_task(0)
+    task = tasks[0]
+    method.cfg.batch_size = -(-len(task.train) // 4)
+    calls = []
+    release = method.release
+    method.release = lambda task_id, sparsity, cutoff=False: (calls.append((round(sparsity, 6), cutoff)),
+                                                               release(task_id, sparsity, cutoff))
+    method.gradual_prune(task, 0.0, 0.5)
+    assert calls == [(round(0.5 - 0.5 * 0.25 ** 3, 6), False), (0.5, False)]  # steps 3 and 4 (the ramp's end)

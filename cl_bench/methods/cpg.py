@@ -52,6 +52,15 @@ class RefitBaseline(Choice):
     compacted = "compacted"  # an epoch is kept only if it beats the compacted model's accuracy
 
 
+class PruneTiming(Choice):
+    official = "official"  # ivclab/CPG's gradual pruning (utils/prune.py, utils/manager.py): 0-based step k
+    # updates the masks after its optimiser step when k is a multiple of prune_frequency within the ramp (no
+    # forced update at its end); the own weights at or under the magnitude ranked at the count are released
+    # and keep computing, frozen, until the epoch's end zeroes them
+    immediate = "immediate"  # released at steps prune_frequency, 2 x prune_frequency, ... and the ramp's end,
+    # exactly the count, zeroed at once and after every step (PackNet's make_pruned_zero)
+
+
 @dataclass
 class CPGConfig(PickingConfig):
     name: str = "cpg"
@@ -68,6 +77,7 @@ class CPGConfig(PickingConfig):
     prune_epochs: int = 20  # training epochs per sparsity target
     prune_ramp_epochs: int = 4  # the cubic schedule reaches the target after this many of them
     prune_frequency: int = 10  # steps between pruning updates on the ramp
+    prune_timing: PruneTiming = PruneTiming.official  # when the ramp releases weights and when they turn 0
     prune_lr: float = 1e-3  # SGD lr while compacting (the picking mask is frozen then)
     retrain_picking: bool = True  # refit the picking mask after compacting, kept only if it helps
     retrain_epochs: int = 30  # at most, in that refit
@@ -249,15 +259,36 @@ class CPG(MaskedMethod):
         end = ramp * self.steps_per_epoch(task.train)
         if end == 0:  # no ramp: prune to the target at once, then retrain
             self.release(task.id, target)
+        if self.cfg.prune_timing == "immediate":
+            return self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, milestones=[],
+                                       after_step=lambda step: self.prune_at_once(task, step, end, initial, target))
 
-        def after_step(step):
-            if step <= end and (step % self.cfg.prune_frequency == 0 or step == end):
-                self.release(task.id, cubic_sparsity(step, 0, end, initial, target))
-            for layer in self.layers:  # momentum would move released weights off zero
+        def after_step(step):  # the official Manager.train: step k = step - 1 is done, then gradually_prune(k)
+            k = step - 1
+            if 0 < k <= end and k % self.cfg.prune_frequency == 0:
+                self.release(task.id, cubic_sparsity(k, 0, end, initial, target), cutoff=True)
+
+        def after_epoch(epoch: int) -> bool:  # the official Manager.validate's apply_mask
+            for layer in self.layers:
+                layer.zero_released()
+            return False
+
+        for layer in self.layers:
+            layer.free_compute = True
+        try:
+            return self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, after_step=after_step,
+                                       after_epoch=after_epoch, milestones=[])
+        finally:
+            for layer in self.layers:
+                layer.free_compute = False
                 layer.zero_released()
 
-        return self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, after_step=after_step,
-                                   milestones=[])
+    def prune_at_once(self, task, step: int, end: int, initial: float, target: float) -> None:
+        """method.prune_timing=immediate: release at multiples of prune_frequency and at the ramp's end."""
+        if step <= end and (step % self.cfg.prune_frequency == 0 or step == end):
+            self.release(task.id, cubic_sparsity(step, 0, end, initial, target))
+        for layer in self.layers:  # momentum would move released weights off zero
+            layer.zero_released()
 
     def refit_picking(self, task, acc: float) -> float:
         """Step 4 (the official --finetune_again): restart the picking mask at mask_init and train it with the

@@ -107,9 +107,9 @@ class MaskedMethod(Method):
         free = sum(int((layer.owner == 0).sum()) for layer in self.layers)
         self.sparsity[task_id] = free / (owned + free) if owned + free else 0.0
 
-    def release(self, task_id: int, sparsity: float) -> None:
+    def release(self, task_id: int, sparsity: float, cutoff: bool = False) -> None:
         for layer in self.layers:
-            layer.release(task_id, sparsity)
+            layer.release(task_id, sparsity, cutoff)
 
     def task_params(self, task_id: int) -> list[torch.nn.Parameter]:
         """What training task_id may change besides picking scores: its weights, biases, batch norms, head."""

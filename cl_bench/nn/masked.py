@@ -85,6 +85,9 @@ class MaskedLayer(nn.Module):
         self._masks = None  # (key, masks) of the task being computed: see constant_masks
         self._trainable = None  # (key, mask) of the weights the task being learned may change
         self._released = None  # (key, mask) of the free weights
+        # Whether free weights still compute for the task being learned: ivclab/CPG's gradual pruning, where a
+        # released weight stays in the forward (frozen) until the epoch's end zeroes it (set by cpg.py).
+        self.free_compute = False
 
     # --- the forward weight ---------------------------------------------------------------------------
     def pick(self, task_id: int) -> torch.Tensor | None:
@@ -113,17 +116,20 @@ class MaskedLayer(nn.Module):
         learning = self.score is not None and t == self.learning
         pick = None if learning or not self.picking else self.pick(t)
 
+        free = self.free_compute and t == self.learning
+
         def build() -> tuple[torch.Tensor, ...]:
             own, dtype = self.owner[: self._widths[t], :in_width], self.weight.dtype
+            mine = (own == k) | (own == 0) if free else own == k
             if learning:
-                return (own == k).to(dtype), ((own > 0) & (own < k)).to(dtype)
+                return mine.to(dtype), ((own > 0) & (own < k)).to(dtype)
             if pick is None:
-                return (((own > 0) & (own <= k)).to(dtype),)
-            return (((own == k) | ((own > 0) & (own < k) & pick[: self._widths[t], :in_width])).to(dtype),)
+                return ((mine | ((own > 0) & (own < k))).to(dtype),)
+            return ((mine | ((own > 0) & (own < k) & pick[: self._widths[t], :in_width])).to(dtype),)
 
         if torch.compiler.is_compiling():  # a compiled graph fuses the comparisons anyway
             return build()
-        key = (t, in_width, learning, self._widths[t], self.weight.dtype, *_versions(self.owner, pick))
+        key = (t, in_width, learning, free, self._widths[t], self.weight.dtype, *_versions(self.owner, pick))
         return self._memo("_masks", key, lambda: self._drop_trivial(build(), learning))
 
     @staticmethod
@@ -184,12 +190,21 @@ class MaskedLayer(nn.Module):
         return self._memo("_trainable", key, build)
 
     @torch.no_grad()
-    def release(self, task_id: int, sparsity: float) -> None:
+    def release(self, task_id: int, sparsity: float, cutoff: bool = False) -> None:
         """Prune task_id's weights by magnitude until `sparsity` of the weights it claimed (its own and those
-        already released, which are zero) are free again: they leave the forward pass with value 0."""
+        already released) are free again. By default exactly that many, the free ones first, and the released
+        weights leave the forward pass with value 0 at once. With `cutoff`, ivclab/CPG's rule (utils/prune.py
+        _pruning_mask): the magnitude ranked at that count among all the claimed weights (free ones with the
+        values they still hold) is the cutoff, every own weight at or below it is released, and nothing is
+        zeroed here (the caller zeroes at the epoch's end)."""
         pool = (self.owner == task_id + 1) | (self.owner == 0)
         n_release = round(sparsity * int(pool.sum()))
         if n_release < 1:
+            return
+        if cutoff:
+            magnitude = self.weight.abs()
+            kth = magnitude[pool].kthvalue(n_release).values
+            self.owner.masked_fill_((magnitude <= kth) & (self.owner == task_id + 1), 0)
             return
         magnitude = self.weight.abs().masked_fill(~pool, float("inf")).masked_fill(self.owner == 0, -1.0)
         idx = torch.topk(magnitude.flatten(), n_release, largest=False, sorted=False).indices
@@ -201,11 +216,10 @@ class MaskedLayer(nn.Module):
 
     @torch.no_grad()
     def zero_released(self) -> None:
-        """Set the free weights to 0: the comparison is kept while ownership is unchanged. cl-bench's gradual
-        pruning calls this after every step (cpg.py), and a released weight leaves the forward at once (its owner
-        is 0); ivclab/CPG only updates the masks during gradual pruning (utils/prune.py:78-88, the zeroing line 88
-        commented out) and zeroes the released weights at the end of each epoch (Manager.validate's apply_mask,
-        utils/manager.py:105), so until then they still compute, frozen (their gradients are zeroed)."""
+        """Set the free weights to 0: the comparison is kept while ownership is unchanged. CPG's gradual pruning
+        calls this at each epoch's end as ivclab/CPG does (Manager.validate's apply_mask, utils/manager.py:105;
+        utils/prune.py:88, the per-step zeroing, is commented out), or after every step with
+        method.prune_timing=immediate (PackNet's make_pruned_zero)."""
         released = self._memo("_released", _versions(self.owner), lambda: self.owner == 0)
         self.weight.masked_fill_(released, 0.0)
 
