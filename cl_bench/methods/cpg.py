@@ -253,7 +253,8 @@ class CPG(MaskedMethod):
 
     def gradual_prune(self, task, initial: float, target: float) -> float:
         """Retrain for prune_epochs (no lr drops), releasing weights every prune_frequency steps on the cubic
-        ramp from the initial to the target sparsity; returns the last epoch's training accuracy."""
+        ramp from the initial to the target sparsity (method.prune_timing: when, and when they turn 0); returns
+        the last epoch's training accuracy."""
         # The ramp within the phase as it runs (debug=shape cuts it to one batch: it then prunes at once).
         ramp = min(self.cfg.prune_ramp_epochs, self.phase_epochs(self.cfg.prune_epochs))
         end = ramp * self.steps_per_epoch(task.train)
