@@ -96,7 +96,9 @@ FINDINGS = [
     "the task id changes from the initial 0), so it projects nothing during task 1 and never on task 0's memory; "
     "cl-bench projects from task 1 on, over every earlier task. Measured on permutations, seed 0, with the "
     "reference's current task started at -1 instead of 0 (model/agem.py __init__; a diagnostic patch, not the "
-    "row's): 62.32 against 59.84 as published and cl-bench's 64.72, half the seed's gap.",
+    "row's): 62.32 against 59.84 as published and cl-bench's 64.72, half the seed's gap. Over seeds 0-2 the "
+    "defect's direction holds on rotations (cl-bench +1.61, seeds -1.14, +6.24, -0.28) and the permutations "
+    "row comes within a point (+0.54); both intervals span 0.",
     "Run-to-run noise only: La-MAML's reservoir replaces with probability 200/(i+2) where cl-bench's uses 200/(i+1); "
     "its evaluation skips each split's last sample but divides by the full count (1e-4 at most).",
 ]
