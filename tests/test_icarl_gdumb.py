@@ -174,6 +174,23 @@ def test_gdumb_retrains_a_fresh_network_on_the_memory_alone(monkeypatch):
     assert len(trained_on) == 30 and all(bytes(r) in stored for r in trained_on.flatten(1).numpy())
 
 
+def test_gdumbs_reservoir_option_keeps_a_uniform_sample_of_the_stream_as_mammoth():
+    """Mammoth's GDumb adds every sample to a reservoir (utils/buffer.py: the first `size` samples, then each with
+    probability size / seen): the memory's classes are as the draw falls, where the paper's greedy sampler holds
+    size // classes of each."""
+    counts = {}
+    for sampler in ("greedy", "reservoir"):
+        method, tasks = build("method=gdumb", "scenario=class", "method.memory_size=30", f"method.sampler={sampler}",
+                              *TINY)
+        method.learn(tasks[0])
+        x, y, _ = method.memory.stored()
+        assert int(method.memory.seen) == len(tasks[0].train)
+        assert {bytes(r) for r in x.flatten(1).numpy()} <= {bytes(r) for r in tasks[0].train.x.flatten(1).numpy()}
+        counts[sampler] = torch.bincount(y, minlength=5).tolist()
+    assert max(counts["greedy"]) - min(counts["greedy"]) <= 1, counts  # balanced, as far as the stream allows
+    assert sum(counts["reservoir"]) == 30 and max(counts["reservoir"]) - min(counts["reservoir"]) > 1, counts
+
+
 def test_gdumb_masks_its_one_head_to_the_task_in_the_task_scenario():
     method, tasks = build("method=gdumb", "scenario=task", "method.memory_size=30", *TINY)
     method.learn(tasks[0])

@@ -19,6 +19,7 @@ Where the official code differs or is silent:
   RaptorMai/online-continual-learning's GDumb (the first seen class wins ties for the largest);
 - it reports the best test accuracy over epochs; here the network after its last epoch (no selection on test);
 - it trains in half precision; here in the run's precision (hardware.amp).
+Mammoth's GDumb (models/gdumb.py) keeps a reservoir instead of the greedy memory: method.sampler=reservoir.
 """
 import math
 from dataclasses import dataclass, replace
@@ -38,6 +39,11 @@ class Regularization(Choice):
     none = "none"  # plain cross-entropy (official MNIST runs)
 
 
+class Sampler(Choice):
+    greedy = "greedy"  # the paper's class-balanced greedy sampler (the official code's)
+    reservoir = "reservoir"  # a uniform sample of the stream, as Mammoth's GDumb keeps (utils/buffer.py)
+
+
 @dataclass
 class GDumbConfig(MethodConfig):
     name: str = "gdumb"
@@ -51,6 +57,7 @@ class GDumbConfig(MethodConfig):
     regularization: Regularization = Regularization.cutmix
     cutmix_alpha: float = 1.0  # the box's share of the image is drawn from Beta(alpha, alpha)
     cutmix_prob: float = 0.5  # share of the batches that are cut and mixed
+    sampler: Sampler = Sampler.greedy  # how the memory is kept while the stream passes
 
     def checks(self):
         return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1"),
@@ -107,7 +114,7 @@ class GDumb(Method):
         check_memory_holds_every_class(cfg.memory_size, info)
         # One output per class in both scenarios, as the official network: the task scenario masks at test time.
         self.heads = Heads(backbone.feature_dim, replace(info, scenario="class"))
-        self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device, "greedy")
+        self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device, str(cfg.sampler))
 
     def forward(self, x, task_id):
         logits = self.heads(self.backbone(x), None)
@@ -117,7 +124,8 @@ class GDumb(Method):
         return logits[:, start: start + self.info.sizes[task_id]]
 
     def train_task(self, task):
-        self.memory.add_greedy(task.train.x, task.train.y, task.train.t, self.ctx.generator)
+        add = self.memory.add_greedy if self.cfg.sampler == "greedy" else self.memory.add
+        add(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
         reset_parameters(self.backbone, self.weight_init)  # the dumb learner starts from scratch every time
         reset_parameters(self.heads, self.weight_init)
         self.fit_memory(task)
