@@ -280,10 +280,9 @@ class CPG(MaskedMethod):
         try:
             return self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, after_step=after_step,
                                        after_epoch=after_epoch, milestones=[])
-        finally:
+        finally:  # after_epoch zeroed the last epoch's releases
             for layer in self.layers:
                 layer.free_compute = False
-                layer.zero_released()
 
     def prune_at_once(self, task, step: int, end: int, initial: float, target: float) -> None:
         """method.prune_timing=immediate: release at multiples of prune_frequency and at the ramp's end."""

@@ -39,7 +39,8 @@ STEM = [
 
 
 def main() -> None:
-    parser = common.arguments(cgate)
+    parser = common.reference_arguments(cgate, "cgate with CIFAR's ResNet-18 stem at 32 pixels (a diagnostic)")
+    parser.set_defaults(seeds=[0])  # about an hour a seed here
     args = parser.parse_args()
     work = args.work / NAME
     _lock = common.hold(work, NAME)

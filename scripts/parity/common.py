@@ -210,17 +210,23 @@ def hold(work: Path, name: str):
     return handle
 
 
-def arguments(reference) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=f"parity of cl-bench with {reference.REPO}")
+def reference_arguments(reference, description: str) -> argparse.ArgumentParser:
+    """What running the reference needs: its checkout, the seeds, the work folder, the data and the interpreter."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--ref", type=Path, required=True, help=f"a checkout of {reference.REPO}")
-    parser.add_argument("--rows", nargs="+", choices=sorted(reference.ROWS), default=list(reference.ROWS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--side", choices=("both", "reference", "cl-bench"), default="both")
-    parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")
     parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "parity-work")
     parser.add_argument("--data-root", help="cl-bench's data.root: where the datasets' canonical files are")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the reference")
     parser.add_argument("--any-commit", action="store_true", help="run a checkout at another commit than pinned")
+    return parser
+
+
+def arguments(reference) -> argparse.ArgumentParser:
+    parser = reference_arguments(reference, f"parity of cl-bench with {reference.REPO}")
+    parser.add_argument("--rows", nargs="+", choices=sorted(reference.ROWS), default=list(reference.ROWS))
+    parser.add_argument("--side", choices=("both", "reference", "cl-bench"), default="both")
+    parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")
     return parser
 
 
