@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from cl_bench import backbones, config, methods
+from cl_bench.errors import UserError
 
 
 @pytest.mark.parametrize(("name", "shape", "dim"), [
@@ -18,6 +19,26 @@ def test_backbone_gives_feature_dim_features(name, shape, dim):
     net = backbones.build(cfg, shape)
     assert net.feature_dim == dim
     assert net(torch.randn(2, *shape)).shape == (2, dim)
+
+
+def test_hat_mlp_is_mlp_hats_layers():
+    """conf/backbone/hat_mlp.yaml against joansj/hat's mlp_hat forward: dropout 0.2 on the flattened input, then
+    per hidden layer linear, ReLU, dropout 0.5; no dropout module at all in the default MLP."""
+    cfg = compose_config("backbone=hat_mlp")
+    net = backbones.build(cfg.backbone, (1, 28, 28))
+    kinds = [(type(m).__name__, getattr(m, "p", None)) for m in net.body]
+    assert kinds == [("Flatten", None), ("Dropout", 0.2), ("Linear", None), ("ReLU", None), ("Dropout", 0.5),
+                     ("Linear", None), ("ReLU", None), ("Dropout", 0.5)]
+    assert net.body[2].out_features == net.body[5].out_features == 2000
+    plain = backbones.build({"name": "mlp"}, (1, 28, 28))
+    assert not any(isinstance(m, nn.Dropout) for m in plain.modules())
+    net.remove_final_relu()  # LUCIR's: the last ReLU goes, the dropout after it stays
+    assert [type(m).__name__ for m in net.body][-2:] == ["Identity", "Dropout"]
+
+
+def test_mlp_dropout_out_of_range_is_one_line():
+    with pytest.raises(UserError, match=r"backbone.hidden_dropout=1.0 is out of range"):
+        config.validate(compose_config("backbone=hat_mlp", "backbone.hidden_dropout=1.0"))
 
 
 def test_reduced_resnet18_has_gems_size():

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 MLP = ["backbone=mlp", "backbone.hidden_sizes=[32,32]"]
 CONV = ["backbone=convnet", "backbone.channels=[8,16]"]
+HAT_MLP = ["backbone=hat_mlp", "backbone.hidden_sizes=[32,32]"]  # mlp_hat's dropout, narrower
 
 
 class EpochLog(recorders.Recorder):
@@ -46,8 +47,8 @@ def logits(method, tasks):
     return [method.predict(method.info.view.eval(t.val.x), t.id) for t in tasks]
 
 
-@pytest.mark.parametrize("overrides", [MLP, CONV, [*CONV, "method.batch_norm=per_task"]],
-                         ids=["mlp", "convnet", "convnet-per-task-bn"])
+@pytest.mark.parametrize("overrides", [MLP, HAT_MLP, CONV, [*CONV, "method.batch_norm=per_task"]],
+                         ids=["mlp", "mlp-dropout", "convnet", "convnet-per-task-bn"])
 def test_old_tasks_bit_exact(overrides):
     """Later tasks leave earlier tasks' predictions bit for bit as they were. HAT guarantees this where the old
     attentions are binary in floating point (σ(s_max·e) exactly 0 or 1, or so small that 1 - a rounds to 1 and

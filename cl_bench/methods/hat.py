@@ -22,7 +22,8 @@ What the paper leaves to the code, and what the code does (the defaults here):
 - the official networks have no batch norm, and their convs have biases: a batch norm that follows a conv in
   our backbones is left out and the conv gets a bias (method.batch_norm=per_task keeps one batch norm per task
   instead, the usual way to fit HAT to a batch-normalised net; old tasks' batch norms are never touched).
-- the official networks' dropout belongs to their architecture, not to HAT: the project's backbones have none.
+- the official networks' dropout belongs to their architecture, not to HAT: backbone=hat_mlp is mlp_hat's 2×2000
+  MLP with its dropout (0.2 on the input, 0.5 after each hidden layer); the other backbones have none.
 """
 from dataclasses import dataclass
 

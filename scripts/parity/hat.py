@@ -70,8 +70,8 @@ PATCHES = [
     reading("src/dataloaders/pmnist.py", "def get(seed=0, fixed_order=False, pc_valid=0):"),
 ]
 
-MLP = ("method=hat", "scenario=task", "setting=none", "backbone=mlp", "backbone.hidden_sizes=[2000,2000]",
-       "data.val_fraction=0.1", f"method.epochs={EPOCHS}")
+MLP = ("method=hat", "scenario=task", "setting=none", "backbone=hat_mlp", "data.val_fraction=0.1",
+       f"method.epochs={EPOCHS}")
 NOTE = f"epochs cut from 200 to {EPOCHS} per task on both sides (the plateau schedule still runs within them)"
 
 
@@ -92,11 +92,11 @@ FINDINGS = [
 
 
 ROWS = {
-    "hat_mnist2": Row("HAT", "MNIST in 2 tasks of 5 classes, task scenario, MLP 2x2000",
+    "hat_mnist2": Row("HAT", "MNIST in 2 tasks of 5 classes, task scenario, MLP 2x2000, dropout 0.2 / 0.5",
                       (*MLP, "dataset=split_mnist", "dataset.num_tasks=2"),
                       ("--experiment", "mnist2", "--approach", "hat", "--nepochs", str(EPOCHS)), NOTE),
     "hat_pmnist": Row("HAT", "permuted MNIST, 10 tasks of 10 classes (1,000 training samples each), task "
-                             "scenario, MLP 2x2000",
+                             "scenario, MLP 2x2000, dropout 0.2 / 0.5",
                       (*MLP, "dataset=permuted_mnist"),
                       ("--experiment", "pmnist", "--approach", "hat", "--nepochs", str(EPOCHS)),
                       NOTE + "; cl-bench's permuted_mnist keeps 1,000 training samples per task (HAT: all 60,000 "
