@@ -86,7 +86,8 @@ FINDINGS = [
     "reference's (`immediate` keeps the former rule). Measured on these rows, the same seeds before and after: CPG "
     "seeds 0-3 56.08 ± 0.78 before, 55.79 ± 3.34 after (54.33, 56.33, 60.17, 52.33); PAE seeds 0-2 65.44 ± 1.08 "
     "before, 64.72 ± 1.80 after: no systematic effect at this cut, the spread of the refit's outcome grew.",
-    "**The CPG row's gap, not explained; more seeds bring it to 1.3 points.** Over seeds 0-4 cl-bench's CPG ends 1.27"
+    "**The CPG row's gap: within a point at 8 seeds.** Seeds 5-7 (reference 53.00, 50.67, 63.67; cl-bench 56.17, "
+    "50.17, 62.50) bring it to -0.60 [-5.01, +3.80]; before them, over seeds 0-4 cl-bench's CPG ended 1.27"
     " points under the reference, interval [-5.26, +2.72] (seed 4: 57.67 against 54.00; seeds 0-3 were 2.50 apart). "
     "The refit decides tasks 1 and 2 on both sides: it restarts every frozen weight as picked and trains 16 steps, "
     "and each side's phase accuracies for seed 3 (before the pruning fix; test split, as the official protocol "
