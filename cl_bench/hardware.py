@@ -15,6 +15,8 @@ class Hardware:
     rank: int = 0
     world_size: int = 1
     precision: str = "fp32"  # what the run computes in, as metrics.json records it: bf16 (autocast), tf32, fp32
+    threads: int = 1  # torch's CPU threads
+    threads_reason: str = ""  # what chose them, for the log
 
 
 # Samples per forward pass wherever a model is only evaluated (scoring, relevance, features): data.eval_batch_size.
@@ -64,8 +66,11 @@ def _device(cfg) -> torch.device:
 
 def _setup(cfg, device: torch.device | None = None, fp32: bool = False) -> Hardware:
     device = device or _device(cfg)
-    if cfg.threads is not None:  # small batches on few shared cores often run faster on one thread
-        torch.set_num_threads(cfg.threads)
+    threads, reason = (cfg.threads, "hardware.threads") if cfg.threads is not None else default_threads()
+    if threads is None:
+        threads = torch.get_num_threads()
+    else:
+        torch.set_num_threads(threads)
     on_gpu = device.type == "cuda"
     bf16 = not fp32 and (cfg.precision == "bf16" or (cfg.precision == "auto" and on_gpu))
     tf32 = not fp32 and (cfg.tf32 is None or cfg.tf32)
@@ -81,7 +86,47 @@ def _setup(cfg, device: torch.device | None = None, fp32: bool = False) -> Hardw
         torch.use_deterministic_algorithms(True)
     # TF32 touches only what runs in fp32 on a GPU; the CPU computes in fp32 (bf16 autocast aside)
     precision = "bf16" if bf16 else "tf32" if tf32 and on_gpu else "fp32"
-    return Hardware(device, torch.bfloat16 if bf16 else None, channels_last, precision=precision)
+    return Hardware(device, torch.bfloat16 if bf16 else None, channels_last, precision=precision,
+                    threads=threads, threads_reason=reason)
+
+
+def default_threads() -> tuple[int | None, str]:
+    """Torch's CPU threads for a run that names none (hardware.threads=null), and why: the cores this process may
+    use, shared evenly by the jobs started beside it on this machine; None for a run alone, which keeps torch's
+    own default (one per core, or OMP_NUM_THREADS). Threads beyond the cores do not add up: jobs side by side
+    that each take every core ran small-batch online training several times slower (`python scripts/bench.py
+    threads`, docs/benchmarks.md "Jobs side by side")."""
+    cores = len(os.sched_getaffinity(0))
+    jobs, source = concurrent_jobs(cores)
+    if jobs == 1:
+        return None, f"torch's default for a run alone: {source}"
+    return max(1, cores // jobs), f"{cores} cores shared by {jobs} jobs side by side: {source}"
+
+
+def concurrent_jobs(cores: int) -> tuple[int, str]:
+    """How many cl-bench jobs this machine runs at once beside this one (itself included), and what says so:
+    torchrun's processes on this node, Hydra's joblib launcher's n_jobs in a multirun, or a submitit job's
+    cpus_per_task (its share of the cores, returned as the number of such shares)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local > 1:
+        return local, f"LOCAL_WORLD_SIZE={local}: torchrun's processes on this node"
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return 1, "a single run"
+    launcher = HydraConfig.get().launcher
+    n_jobs = launcher.get("n_jobs")
+    if n_jobs is not None:
+        return joblib_jobs(n_jobs, cores), f"hydra.launcher.n_jobs={n_jobs}"
+    cpus = launcher.get("cpus_per_task")  # submitit's: the job's own cores
+    if cpus:
+        return max(1, cores // cpus), f"hydra.launcher.cpus_per_task={cpus}"
+    return 1, "the launcher runs its jobs one after another"
+
+
+def joblib_jobs(n_jobs: int, cores: int) -> int:
+    """The workers joblib runs for n_jobs: n_jobs itself when positive, -1 one per core, -2 all cores but one, ..."""
+    return n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
 
 
 def peak_memory_mb(device: torch.device) -> float:

@@ -2,6 +2,7 @@
 and checkpoints."""
 import contextlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -21,6 +22,7 @@ from .methods.base import ResumePoint
 from .shape import Shape
 
 SCHEMA = 1
+log = logging.getLogger("cl_bench")
 
 
 def build(cfg, recorder, run_dir: Path | None = None):
@@ -30,6 +32,7 @@ def build(cfg, recorder, run_dir: Path | None = None):
     import torch._dynamo  # noqa: F401  torch.optim imports it on first use (~1 s): here, so time_s times learning
     official = cfg.method.protocol == "official"
     hw = hardware.setup(cfg.hardware, fp32=official)  # the official protocol: the official code's fp32
+    log.info(f"torch threads: {hw.threads} ({hw.threads_reason})")
     seed_everything(cfg.seed)
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last,
                                select_on_test=official, per_task_norm=config.per_task_normalization(cfg))
