@@ -1,6 +1,7 @@
 """Device, precision and backend switches from the hardware config."""
 import os
-from dataclasses import dataclass
+import socket
+from dataclasses import dataclass, field
 
 import torch
 
@@ -17,6 +18,7 @@ class Hardware:
     precision: str = "fp32"  # what the run computes in, as metrics.json records it: bf16 (autocast), tf32, fp32
     threads: int = 1  # torch's CPU threads
     threads_reason: str = ""  # what chose them, for the log
+    hosts: list[str] = field(default_factory=lambda: [socket.gethostname()])  # each rank's machine, by rank
 
 
 # Samples per forward pass wherever a model is only evaluated (scoring, relevance, features): data.eval_batch_size.
@@ -52,7 +54,33 @@ def _setup_distributed(cfg, fp32: bool = False) -> Hardware:
         dist.init_process_group("nccl" if on_gpu else "gloo")
     hw = _setup(cfg, torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"), fp32)
     hw.rank, hw.world_size = dist.get_rank(), dist.get_world_size()
+    hw.hosts = [None] * hw.world_size
+    dist.all_gather_object(hw.hosts, socket.gethostname())  # once, before training: no sync in the loop
     return hw
+
+
+def ran_on(hw: Hardware) -> dict:
+    """Where the run ran, as metrics.json records it (`ran_on`), so that a report tells a 1-GPU row from a
+    2-node one: what started it, its data-parallel world, each rank's host, its device and CPU threads."""
+    return {"launcher": launcher(), "world_size": hw.world_size, "hosts": hw.hosts, "nodes": len(set(hw.hosts)),
+            "device": hw.device.type, "threads": hw.threads}
+
+
+def launcher() -> str:
+    """What started this process: torchrun, submitit (on Slurm or locally), Slurm's srun, a Hydra multirun's
+    launcher (joblib, basic), or the command alone ("cl-bench")."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return "torchrun"
+    if "SUBMITIT_EXECUTOR" in os.environ:
+        return f"submitit_{os.environ['SUBMITIT_EXECUTOR']}"
+    if "SLURM_JOB_ID" in os.environ:
+        return "slurm"
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        target = HydraConfig.get().launcher.get("_target_", "")  # e.g. ...joblib_launcher.JoblibLauncher
+        return target.rsplit(".", 1)[-1].removesuffix("Launcher").lower() or "hydra"
+    return "cl-bench"
 
 
 def _device(cfg) -> torch.device:

@@ -1,5 +1,6 @@
-"""Torch's threads per job: a run alone keeps torch's default, jobs side by side share the cores (torchrun's
+"""Where a run ran (metrics.json's ran_on) and torch's threads per job: a run alone keeps torch's default, jobs side by side share the cores (torchrun's
 processes on a node, the parallel launcher's n_jobs), hardware.threads wins; each run's train.log says which."""
+import json
 import os
 import re
 
@@ -20,6 +21,7 @@ def test_parallel_sweep_shares_the_cores(tmp_path):
                     f"hydra.sweep.dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     for job in ("0", "1"):
+        assert json.loads((tmp_path / job / "metrics.json").read_text())["ran_on"]["launcher"] == "joblib"
         assert threads_line(tmp_path / job) == (f"torch threads: {max(1, CORES // 2)} ({CORES} cores shared by 2 "
                                                 "jobs side by side: hydra.launcher.n_jobs=2)")
 
