@@ -1,5 +1,6 @@
-"""Where a run ran (metrics.json's ran_on) and torch's threads per job: a run alone keeps torch's default, jobs side by side share the cores (torchrun's
-processes on a node, the parallel launcher's n_jobs), hardware.threads wins; each run's train.log says which."""
+"""Where a run ran (metrics.json's ran_on) and torch's threads per job: a run alone keeps torch's default, jobs
+side by side share the cores (torchrun's processes on a node, the parallel launcher's n_jobs), hardware.threads
+wins; each run's train.log says which."""
 import json
 import os
 import re
