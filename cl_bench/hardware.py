@@ -1,5 +1,6 @@
 """Device, precision and backend switches from the hardware config."""
 import os
+import random
 import socket
 from dataclasses import dataclass, field
 
@@ -41,12 +42,44 @@ def setup(cfg, fp32: bool = False) -> Hardware:
     return _setup(cfg, fp32=fp32)
 
 
+def cluster_ranks(distributed: bool) -> None:
+    """A job that Slurm (srun) or submitit started as several tasks: with hardware=ddp, torch.distributed's
+    environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) from the job's, as
+    submitit's TorchDistributedEnvironment derives it; without, one line (each task would train the same run).
+    Nothing under torchrun, which sets its own, nor for a job of one task."""
+    if "WORLD_SIZE" in os.environ:
+        return
+    job = _job_environment()
+    if job is None or job.num_tasks == 1:
+        return
+    if not distributed:
+        raise UserError(f"this job runs as {job.num_tasks} tasks (hydra.launcher.tasks_per_node x nodes, or srun's "
+                        f"--ntasks): use hardware=ddp to train one run on them, or a single task per job")
+    os.environ.update({  # submitit's port rule: drawn from the job id, so that every task draws the same one
+        "RANK": str(job.global_rank), "WORLD_SIZE": str(job.num_tasks), "LOCAL_RANK": str(job.local_rank),
+        "LOCAL_WORLD_SIZE": str(job.num_tasks // job.num_nodes), "MASTER_ADDR": job.hostnames[0],
+        "MASTER_PORT": os.environ.get("MASTER_PORT") or str(random.Random(job.job_id).randint(20000, 60000))})
+
+
+def _job_environment():
+    """submitit's view of the job this process is a task of: the job submitit started (on Slurm or locally), or
+    one that srun started itself; None outside both."""
+    if "SUBMITIT_EXECUTOR" in os.environ:
+        import submitit
+        return submitit.JobEnvironment()
+    if "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ:
+        from submitit.slurm.slurm import SlurmJobEnvironment
+        return SlurmJobEnvironment()
+    return None
+
+
 def _setup_distributed(cfg, fp32: bool = False) -> Hardware:
     """One process per device under torchrun: NCCL between GPUs, gloo between CPU processes."""
     import torch.distributed as dist
     if "WORLD_SIZE" not in os.environ:
-        raise UserError("hardware=ddp runs under torchrun: torchrun --nproc_per_node=N -m cl_bench train "
-                        "hardware=ddp ...")
+        raise UserError("hardware=ddp runs under torchrun (torchrun --nproc_per_node=N -m cl_bench train "
+                        "hardware=ddp ...) or as a Slurm / submitit job of several tasks "
+                        "(hydra.launcher.tasks_per_node=N)")
     on_gpu = torch.cuda.is_available() and cfg.device in ("auto", "cuda")
     if on_gpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -137,7 +170,7 @@ def concurrent_jobs(cores: int) -> tuple[int, str]:
     cpus_per_task (its share of the cores, returned as the number of such shares)."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if local > 1:
-        return local, f"LOCAL_WORLD_SIZE={local}: torchrun's processes on this node"
+        return local, f"LOCAL_WORLD_SIZE={local}: the data-parallel processes on this node"
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:

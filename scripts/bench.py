@@ -646,7 +646,7 @@ def ddp(opts) -> dict:
 
 # Small-batch online training, where threads beyond the cores cost the most: batch 10, one epoch, an MLP 2x100.
 ONLINE_WORKLOAD = ["method=finetune", "dataset=split_mnist", "setting=none", "backbone=mlp", "scenario=class",
-                   "method.batch_size=10", "method.epochs=1", "dataset.samples_per_task=1000", "data.val_fraction=0",
+                   "method.batch_size=10", "method.epochs=1", "dataset.samples_per_task=1000",
                    "logger=none", "checkpoint.enabled=false"]
 
 

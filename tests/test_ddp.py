@@ -155,3 +155,33 @@ def test_skipping_nonfinite_steps_refuses_ddp_clearly(tmp_path):
 def test_ddp_outside_torchrun_says_how_to_start_it(tmp_path):
     proc = cl_bench("train", "hardware=ddp", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2 and "torchrun --nproc_per_node" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_submitit_job_of_two_tasks_trains_as_torchrun_does(tmp_path):
+    """Hydra's submitit_local launcher (submitit's local executor: the code path of a Slurm job, without Slurm)
+    starts 2 tasks; cl-bench takes their ranks and rendezvous from submitit's job environment and trains as the
+    same two ranks under torchrun do, bit for bit (same shards, same float order)."""
+    sweep = tmp_path / "submitit"
+    proc = cl_bench("train", "-m", *COMMON, "hardware=ddp", "hydra/launcher=submitit_local",
+                    "hydra.launcher.tasks_per_node=2", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert contract_problems(sweep / "0") == []
+    job = json.loads((sweep / "0" / "metrics.json").read_text())
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "cl_bench", "train",
+                    "hardware=ddp", *COMMON, f"hydra.run.dir={tmp_path / 'torchrun'}"],
+                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+    torchrun = json.loads((tmp_path / "torchrun" / "metrics.json").read_text())
+    assert job["acc"] == torchrun["acc"]
+    assert job["ran_on"]["launcher"] == "submitit_local" and job["ran_on"]["world_size"] == 2
+
+
+def test_a_job_of_several_tasks_without_ddp_is_one_line(tmp_path):
+    """Each task would train the same run into the same directory: refused, saying what to do."""
+    proc = cl_bench("train", "-m", "debug=smoke", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
+                    f"hydra.sweep.dir={tmp_path}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "cl-bench: error: this job runs as 2 tasks (hydra.launcher.tasks_per_node x nodes, or srun's --ntasks): "
+        "use hardware=ddp to train one run on them, or a single task per job")
+    assert "Traceback" not in proc.stderr

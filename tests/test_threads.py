@@ -40,10 +40,22 @@ def test_torchrun_processes_on_a_node_share_its_cores(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     threads, why = hardware.default_threads()
     assert threads == max(1, CORES // 4)
-    assert why == f"{CORES} cores shared by 4 jobs side by side: LOCAL_WORLD_SIZE=4: torchrun's processes on this node"
+    assert why == (f"{CORES} cores shared by 4 jobs side by side: "
+                   "LOCAL_WORLD_SIZE=4: the data-parallel processes on this node")
 
 
 @pytest.mark.parametrize(("n_jobs", "cores", "jobs"), [(3, 8, 3), (-1, 8, 8), (-2, 8, 7), (-9, 8, 1), (12, 8, 12)])
 def test_joblib_worker_count(n_jobs, cores, jobs):
     """joblib's reading of n_jobs (joblib.Parallel's docs): negative counts from the cores, -1 every core."""
     assert hardware.joblib_jobs(n_jobs, cores) == jobs
+
+
+def test_a_submitit_local_sweep_runs_each_job(tmp_path):
+    """Two single-process jobs through Hydra's submitit_local launcher: each a complete run that says so."""
+    proc = cl_bench("train", "-m", "debug=smoke", "hydra/launcher=submitit_local", "seed=0,1",
+                    f"hydra.sweep.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for job in ("0", "1"):
+        m = json.loads((tmp_path / job / "metrics.json").read_text())
+        assert m["complete"] and m["seed"] == int(job)
+        assert m["ran_on"]["launcher"] == "submitit_local" and m["ran_on"]["world_size"] == 1
