@@ -4,9 +4,14 @@ wins; each run's train.log says which."""
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
-from conftest import cl_bench
+from conftest import ROOT, cl_bench
 
 from cl_bench import hardware
 
@@ -59,3 +64,42 @@ def test_a_submitit_local_sweep_runs_each_job(tmp_path):
         m = json.loads((tmp_path / job / "metrics.json").read_text())
         assert m["complete"] and m["seed"] == int(job)
         assert m["ran_on"]["launcher"] == "submitit_local" and m["ran_on"]["world_size"] == 1
+
+
+def submitit_task(folder: Path) -> int | None:
+    """The pid of rank 0 of the local submitit job whose folder is `folder` (its environment names both), or None."""
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            env = environ.read_bytes().split(b"\0")
+        except OSError:  # gone, or not ours
+            continue
+        command = next((e for e in env if e.startswith(b"SUBMITIT_LOCAL_COMMAND=")), b"")
+        if b"SUBMITIT_LOCAL_GLOBALID=0" in env and bytes(folder) + b"/" in command:
+            return int(environ.parent.name)
+    return None
+
+
+def test_a_job_signalled_as_slurm_does_at_its_time_limit_requeues_and_finishes_as_if_uninterrupted(tmp_path):
+    """SIGUSR2, what Slurm (and submitit's local executor) sends a job before its time limit or on pre-emption:
+    submitit checkpoints the Hydra job and requeues it, and the requeued job resumes the run from its last
+    checkpoint. Its metrics equal a run of the same job that was never signalled."""
+    job = ["train", "-m", "method=finetune", "method.epochs=30", "logger=none", "hydra/launcher=submitit_local"]
+    whole = cl_bench(*job, f"hydra.sweep.dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    sweep = tmp_path / "signalled"
+    proc = subprocess.Popen([sys.executable, "-m", "cl_bench", *job, f"hydra.sweep.dir={sweep}"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (sweep / "0" / "checkpoints" / "task_000").is_dir():  # mid-run: one task done, four to go
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.05)
+    pid = submitit_task(sweep / ".submitit")
+    assert pid is not None
+    os.kill(pid, signal.SIGUSR2)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    log = (sweep / "0" / "train.log").read_text()
+    assert "resuming at task" in log  # requeued, and resumed rather than started again
+    signalled = json.loads((sweep / "0" / "metrics.json").read_text())
+    uninterrupted = json.loads((tmp_path / "whole" / "0" / "metrics.json").read_text())
+    assert signalled["complete"] and signalled["acc"] == uninterrupted["acc"]
