@@ -185,3 +185,30 @@ def test_a_job_of_several_tasks_without_ddp_is_one_line(tmp_path):
         "cl-bench: error: this job runs as 2 tasks (hydra.launcher.tasks_per_node x nodes, or srun's --ntasks): "
         "use hardware=ddp to train one run on them, or a single task per job")
     assert "Traceback" not in proc.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_through_torchrun_rendezvous_match_one_process(tmp_path):
+    """Multi-node torchrun as the README gives it: two "nodes" on localhost, one process each, meeting through a
+    c10d rendezvous (gloo); they learn as one process does, up to the order of float sums."""
+    single = train(tmp_path / "single", "hardware=cpu", *COMMON)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    endpoint = f"localhost:{free_port()}"
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+                               "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}", "--rdzv_id=cl-bench-test",
+                               "-m", "cl_bench", "train", "hardware=ddp", *COMMON,
+                               f"hydra.run.dir={tmp_path / 'nodes'}"],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for node in nodes:
+        _, err = node.communicate(timeout=600)
+        assert node.returncode == 0, err[-3000:]
+    assert contract_problems(tmp_path / "nodes") == []
+    two = json.loads((tmp_path / "nodes" / "metrics.json").read_text())
+    assert two["ran_on"]["launcher"] == "torchrun" and two["ran_on"]["world_size"] == 2
+    assert_close_runs(two, single, 0.02, 0.06)
