@@ -36,6 +36,7 @@ bench: $(VENV_STAMP) need-data  ## the CPU sections of scripts/bench.py into doc
 	$(PY) scripts/bench.py peers --data $(DATA)  # skips, saying how to set up, without ../avalanche-venv
 	$(PY) scripts/bench.py methods --data $(DATA)
 	$(PY) scripts/bench.py scaling --data $(DATA)
+	$(PY) scripts/bench.py threads --data $(DATA)
 
 bench-gpu: $(VENV_STAMP)  ## the GPU check (scripts/gpu_check.sh, < 8 min): make bench-gpu CIFAR10=SRC
 	@test -n "$(CIFAR10)" || { echo "make: pass CIFAR10=SRC (cifar-10-python.tar.gz, an image folder or an .npz)"; exit 2; }

@@ -50,6 +50,10 @@ def run(args: list[str]) -> int:
         if _jobs_started:
             raise
         raise UserError(config.unknown_choice(args) or str(e)) from None  # Hydra's own command-line checks
+    except Exception as e:
+        if not type(e).__module__.startswith("submitit."):
+            raise
+        raise UserError(submitit_failure(str(e))) from None
     finally:
         sys.argv = saved_argv
         if full_error is None:
@@ -57,6 +61,15 @@ def run(args: list[str]) -> int:
         else:
             os.environ["HYDRA_FULL_ERROR"] = full_error
     return 0
+
+
+def submitit_failure(message: str) -> str:
+    """A submitit job that failed, in one line: the job's own one-line error where it printed one, else where its
+    logs are (submitit's message quotes the job's error stream after naming its result file)."""
+    said = [line for line in message.splitlines() if line.startswith("cl-bench: error: ")]
+    if said:
+        return said[-1].removeprefix("cl-bench: error: ")
+    return f"a submitit job failed: {message.splitlines()[0]}; its logs are beside that file"
 
 
 def cfg_job_request(args: list[str]) -> bool:
@@ -221,6 +234,9 @@ def task(cfg) -> float:
     _jobs_started += 1
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        hardware.cluster_ranks(cfg.hardware.distributed)  # a Slurm / submitit job's tasks become the DDP ranks
+        if hardware.rank() != 0:  # they share the job's directory: rank 0 alone logs to its train.log
+            logging.getLogger().setLevel(logging.ERROR)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             if not (run_dir / RUN_RECORD).is_file() and hardware.rank() == 0:
                 write_run_record(run_dir, HydraConfig.get().overrides.task)

@@ -139,7 +139,8 @@ class HardwareConfig(Checked):
     tf32: bool | None = None
     deterministic: bool = False  # PyTorch's deterministic algorithms (slower on GPU)
     distributed: bool = False  # data-parallel over the processes torchrun starts (hardware=ddp)
-    threads: int | None = None  # CPU threads for torch ops; null keeps torch's default (one per core)
+    # CPU threads for torch ops; null: the cores shared evenly by the jobs run side by side (hardware.default_threads)
+    threads: int | None = None
     compile: bool = False  # torch.compile the backbone (minutes of compiling first; pays off on long GPU runs)
 
     def checks(self):

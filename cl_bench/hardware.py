@@ -1,6 +1,8 @@
 """Device, precision and backend switches from the hardware config."""
 import os
-from dataclasses import dataclass
+import random
+import socket
+from dataclasses import dataclass, field
 
 import torch
 
@@ -15,6 +17,9 @@ class Hardware:
     rank: int = 0
     world_size: int = 1
     precision: str = "fp32"  # what the run computes in, as metrics.json records it: bf16 (autocast), tf32, fp32
+    threads: int = 1  # torch's CPU threads
+    threads_reason: str = ""  # what chose them, for the log
+    hosts: list[str] = field(default_factory=lambda: [socket.gethostname()])  # each rank's machine, by rank
 
 
 # Samples per forward pass wherever a model is only evaluated (scoring, relevance, features): data.eval_batch_size.
@@ -37,12 +42,44 @@ def setup(cfg, fp32: bool = False) -> Hardware:
     return _setup(cfg, fp32=fp32)
 
 
+def cluster_ranks(distributed: bool) -> None:
+    """A job that Slurm (srun) or submitit started as several tasks: with hardware=ddp, torch.distributed's
+    environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) from the job's, as
+    submitit's TorchDistributedEnvironment derives it; without, one line (each task would train the same run).
+    Nothing under torchrun, which sets its own, nor for a job of one task."""
+    if "WORLD_SIZE" in os.environ:
+        return
+    job = _job_environment()
+    if job is None or job.num_tasks == 1:
+        return
+    if not distributed:
+        raise UserError(f"this job runs as {job.num_tasks} tasks (hydra.launcher.tasks_per_node x nodes, or srun's "
+                        f"--ntasks): use hardware=ddp to train one run on them, or a single task per job")
+    os.environ.update({  # submitit's port rule: drawn from the job id, so that every task draws the same one
+        "RANK": str(job.global_rank), "WORLD_SIZE": str(job.num_tasks), "LOCAL_RANK": str(job.local_rank),
+        "LOCAL_WORLD_SIZE": str(job.num_tasks // job.num_nodes), "MASTER_ADDR": job.hostnames[0],
+        "MASTER_PORT": os.environ.get("MASTER_PORT") or str(random.Random(job.job_id).randint(20000, 60000))})
+
+
+def _job_environment():
+    """submitit's view of the job this process is a task of: the job submitit started (on Slurm or locally), or
+    one that srun started itself; None outside both."""
+    if "SUBMITIT_EXECUTOR" in os.environ:
+        import submitit
+        return submitit.JobEnvironment()
+    if "SLURM_PROCID" in os.environ and "SLURM_NTASKS" in os.environ:
+        from submitit.slurm.slurm import SlurmJobEnvironment
+        return SlurmJobEnvironment()
+    return None
+
+
 def _setup_distributed(cfg, fp32: bool = False) -> Hardware:
     """One process per device under torchrun: NCCL between GPUs, gloo between CPU processes."""
     import torch.distributed as dist
     if "WORLD_SIZE" not in os.environ:
-        raise UserError("hardware=ddp runs under torchrun: torchrun --nproc_per_node=N -m cl_bench train "
-                        "hardware=ddp ...")
+        raise UserError("hardware=ddp runs under torchrun (torchrun --nproc_per_node=N -m cl_bench train "
+                        "hardware=ddp ...) or as a Slurm / submitit job of several tasks "
+                        "(hydra.launcher.tasks_per_node=N)")
     on_gpu = torch.cuda.is_available() and cfg.device in ("auto", "cuda")
     if on_gpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -50,7 +87,33 @@ def _setup_distributed(cfg, fp32: bool = False) -> Hardware:
         dist.init_process_group("nccl" if on_gpu else "gloo")
     hw = _setup(cfg, torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu"), fp32)
     hw.rank, hw.world_size = dist.get_rank(), dist.get_world_size()
+    hw.hosts = [None] * hw.world_size
+    dist.all_gather_object(hw.hosts, socket.gethostname())  # once, before training: no sync in the loop
     return hw
+
+
+def ran_on(hw: Hardware) -> dict:
+    """Where the run ran, as metrics.json records it (`ran_on`), so that a report tells a 1-GPU row from a
+    2-node one: what started it, its data-parallel world, each rank's host, its device and CPU threads."""
+    return {"launcher": launcher(), "world_size": hw.world_size, "hosts": hw.hosts, "nodes": len(set(hw.hosts)),
+            "device": hw.device.type, "threads": hw.threads}
+
+
+def launcher() -> str:
+    """What started this process: torchrun, submitit (on Slurm or locally), Slurm's srun, a Hydra multirun's
+    launcher (joblib, basic), or the command alone ("cl-bench")."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return "torchrun"
+    if "SUBMITIT_EXECUTOR" in os.environ:
+        return f"submitit_{os.environ['SUBMITIT_EXECUTOR']}"
+    if "SLURM_JOB_ID" in os.environ:
+        return "slurm"
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        target = HydraConfig.get().launcher.get("_target_", "")  # e.g. ...joblib_launcher.JoblibLauncher
+        return target.rsplit(".", 1)[-1].removesuffix("Launcher").lower() or "hydra"
+    return "cl-bench"
 
 
 def _device(cfg) -> torch.device:
@@ -64,8 +127,11 @@ def _device(cfg) -> torch.device:
 
 def _setup(cfg, device: torch.device | None = None, fp32: bool = False) -> Hardware:
     device = device or _device(cfg)
-    if cfg.threads is not None:  # small batches on few shared cores often run faster on one thread
-        torch.set_num_threads(cfg.threads)
+    threads, reason = (cfg.threads, "hardware.threads") if cfg.threads is not None else default_threads()
+    if threads is None:
+        threads = torch.get_num_threads()
+    else:
+        torch.set_num_threads(threads)
     on_gpu = device.type == "cuda"
     bf16 = not fp32 and (cfg.precision == "bf16" or (cfg.precision == "auto" and on_gpu))
     tf32 = not fp32 and (cfg.tf32 is None or cfg.tf32)
@@ -81,7 +147,47 @@ def _setup(cfg, device: torch.device | None = None, fp32: bool = False) -> Hardw
         torch.use_deterministic_algorithms(True)
     # TF32 touches only what runs in fp32 on a GPU; the CPU computes in fp32 (bf16 autocast aside)
     precision = "bf16" if bf16 else "tf32" if tf32 and on_gpu else "fp32"
-    return Hardware(device, torch.bfloat16 if bf16 else None, channels_last, precision=precision)
+    return Hardware(device, torch.bfloat16 if bf16 else None, channels_last, precision=precision,
+                    threads=threads, threads_reason=reason)
+
+
+def default_threads() -> tuple[int | None, str]:
+    """Torch's CPU threads for a run that names none (hardware.threads=null), and why: the cores this process may
+    use, shared evenly by the jobs started beside it on this machine; None for a run alone, which keeps torch's
+    own default (one per core, or OMP_NUM_THREADS). Threads beyond the cores do not add up: jobs side by side
+    that each take every core ran small-batch online training several times slower (`python scripts/bench.py
+    threads`, docs/benchmarks.md "Jobs side by side")."""
+    cores = len(os.sched_getaffinity(0))
+    jobs, source = concurrent_jobs(cores)
+    if jobs == 1:
+        return None, f"torch's default for a run alone: {source}"
+    return max(1, cores // jobs), f"{cores} cores shared by {jobs} jobs side by side: {source}"
+
+
+def concurrent_jobs(cores: int) -> tuple[int, str]:
+    """How many cl-bench jobs this machine runs at once beside this one (itself included), and what says so:
+    torchrun's processes on this node, Hydra's joblib launcher's n_jobs in a multirun, or a submitit job's
+    cpus_per_task (its share of the cores, returned as the number of such shares)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local > 1:
+        return local, f"LOCAL_WORLD_SIZE={local}: the data-parallel processes on this node"
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return 1, "a single run"
+    launcher = HydraConfig.get().launcher
+    n_jobs = launcher.get("n_jobs")
+    if n_jobs is not None:
+        return joblib_jobs(n_jobs, cores), f"hydra.launcher.n_jobs={n_jobs}"
+    cpus = launcher.get("cpus_per_task")  # submitit's: the job's own cores
+    if cpus:
+        return max(1, cores // cpus), f"hydra.launcher.cpus_per_task={cpus}"
+    return 1, "the launcher runs its jobs one after another"
+
+
+def joblib_jobs(n_jobs: int, cores: int) -> int:
+    """The workers joblib runs for n_jobs: n_jobs itself when positive, -1 one per core, -2 all cores but one, ..."""
+    return n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
 
 
 def peak_memory_mb(device: torch.device) -> float:

@@ -245,7 +245,7 @@ class WandbRecorder(Recorder):
                         for i, row in enumerate(record[name])]
                 tables[f"{name}_matrix"] = self.wandb.Table(columns=columns, data=rows)
         self.run.log(tables, step=len(record["acc"]))
-        for key in (*SUMMARY, "objective", "time_s", "complete"):
+        for key in (*SUMMARY, "objective", "time_s", "complete", "ran_on"):
             if key in record:
                 self.run.summary[key] = record[key]
 

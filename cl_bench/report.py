@@ -7,8 +7,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-GROUP = ("method", "dataset", "tasks", "scenario", "backbone", "memory", "protocol")  # official-protocol runs are
-# never averaged with honest ones, nor 20 permutations with 100
+GROUP = ("method", "dataset", "tasks", "scenario", "backbone", "memory", "protocol", "ran_on")  # official-protocol
+# runs are never averaged with honest ones, nor 20 permutations with 100, nor one GPU's with two nodes
 # metrics.json key -> its column, under the name the papers print (RA, BTI, LA: GEM, MER, La-MAML; task-aware:
 # FACIL). A metric a run does not record (task-aware in the task scenario) is left out of its mean.
 METRICS = {
@@ -36,6 +36,7 @@ def find_runs(paths: list[Path]) -> list[dict]:
             # rehearsal runs of different memory sizes are different settings, never averaged together
             run["memory"] = (run.get("capacity") or {}).get("memory_size") or 0
             run["tasks"] = run.get("num_tasks") or len(run["acc"])
+            run["ran_on"] = ran_on(run.get("ran_on"))
             if run.get("variant"):  # listed apart: cpg without picking is PAE
                 run["method"] = f"{run['method']} ({run['variant']})"
             runs.append(run)
@@ -76,6 +77,14 @@ def t_quantile_975(df: int) -> float:
 def ci95(std: float, n: int) -> float:
     """Half-width of the 95% confidence interval of a mean over n runs (Student's t); NaN for a single run."""
     return t_quantile_975(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
+
+
+def ran_on(where: dict | None) -> str:
+    """metrics.json's ran_on in a cell: processes x device, and the nodes when more than one."""
+    if not where:
+        return "unrecorded"  # runs from before metrics.json said where they ran
+    nodes = f" on {where['nodes']} nodes" if where["nodes"] > 1 else ""
+    return f"{where['world_size']} x {where['device']}{nodes}"
 
 
 def summarise(runs: list[dict]) -> list[dict]:

@@ -2,6 +2,7 @@
 and checkpoints."""
 import contextlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -21,6 +22,7 @@ from .methods.base import ResumePoint
 from .shape import Shape
 
 SCHEMA = 1
+log = logging.getLogger("cl_bench")
 
 
 def build(cfg, recorder, run_dir: Path | None = None):
@@ -30,13 +32,15 @@ def build(cfg, recorder, run_dir: Path | None = None):
     import torch._dynamo  # noqa: F401  torch.optim imports it on first use (~1 s): here, so time_s times learning
     official = cfg.method.protocol == "official"
     hw = hardware.setup(cfg.hardware, fp32=official)  # the official protocol: the official code's fp32
+    log.info(f"torch threads: {hw.threads} ({hw.threads_reason})")
     seed_everything(cfg.seed)
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last,
                                select_on_test=official, per_task_norm=config.per_task_normalization(cfg))
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
     ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size, cfg.seed,
                           cfg.data.eval_batch_size, precision=hw.precision,
-                          shape=Shape(hw.device) if cfg.shape else None, store=checkpoint.SideStore(run_dir))
+                          shape=Shape(hw.device) if cfg.shape else None, store=checkpoint.SideStore(run_dir),
+                          ran_on=hardware.ran_on(hw))
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)
@@ -120,8 +124,8 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
         clock.lap("learn_s")
         results.add(evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
         clock.lap("eval_s")
-        record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx.device, random_init,
-                             ctx.precision, shape_of(ctx, method, run_dir))
+        record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx, random_init,
+                             shape_of(ctx, method, run_dir))
         recorder.task_end(task.id, record)
         if cfg.checkpoint.enabled and writer:
             with guard():
@@ -131,7 +135,7 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
             clock.checkpoint(task.id, path)
             recorder.checkpoint_saved(task.id, path)
     if start == len(tasks):
-        record = make_record(cfg, scenario.info, results, method, elapsed, ctx.device, random_init, ctx.precision)
+        record = make_record(cfg, scenario.info, results, method, elapsed, ctx, random_init)
     if ctx.shape is not None:  # the last task's checkpoint, written after its record
         record["shape"] = shape_of(ctx, method, run_dir)
     recorder.run_end(record)
@@ -436,8 +440,7 @@ def count_correct(method, tasks, splits, info, ctx, batch_size: int, task_aware:
     return hits, (aware_hits if task_aware else None), (confusion if inferred else None)
 
 
-def make_record(cfg, info, results: Results, method, time_s, device, random_init=None, precision="fp32",
-                shape=None) -> dict:
+def make_record(cfg, info, results: Results, method, time_s, ctx, random_init=None, shape=None) -> dict:
     """The metrics.json record (schema in docs/architecture.md)."""
     acc = results.acc
     record = {
@@ -456,10 +459,11 @@ def make_record(cfg, info, results: Results, method, time_s, device, random_init
         record["task_confusion"] = results.task_confusion[-1]
     record.update({
         "variant": method.variant(), "objective": cfg.sweep.objective, "protocol": cfg.method.protocol,
-        "precision": precision, "normalization": "per_task" if info.view.per_task else "global",
+        "precision": ctx.precision, "normalization": "per_task" if info.view.per_task else "global",
         "capacity": method.capacity(),
         "time_s": time_s,
-        "peak_mem_mb": hardware.peak_memory_mb(device), "complete": len(acc) == info.num_tasks,
+        "peak_mem_mb": hardware.peak_memory_mb(ctx.device), "complete": len(acc) == info.num_tasks,
+        "ran_on": ctx.ran_on,
     })
     if random_init is not None:
         record["fwt"] = metrics.fwt(acc, random_init)

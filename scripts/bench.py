@@ -16,6 +16,8 @@
                                                         # measured here, times each schedule's sample passes
     python scripts/bench.py ddp                         # step time on 2 CPU processes with DistributedDataParallel,
                                                         # with a per-parameter all-reduce, and on one process
+    python scripts/bench.py threads                     # a sweep of one job per core side by side (batch 10, MLP):
+                                                        # the default threads against every core in each job
     python scripts/bench.py evalbatch                   # scoring time by evaluation batch size (no MNIST needed;
                                                         # with --cifar-root, the image workload at both)
 
@@ -642,6 +644,37 @@ def ddp(opts) -> dict:
     return {"repeats": opts.repeats, "step_ms": steps, "workload": workload}
 
 
+# Small-batch online training, where threads beyond the cores cost the most: batch 10, one epoch, an MLP 2x100.
+ONLINE_WORKLOAD = ["method=finetune", "dataset=split_mnist", "setting=none", "backbone=mlp", "scenario=class",
+                   "method.batch_size=10", "method.epochs=1", "dataset.samples_per_task=1000",
+                   "logger=none", "checkpoint.enabled=false"]
+
+
+def threads(opts) -> dict:
+    """A multirun of one job per core through the parallel launcher (joblib), each job's train+eval seconds: with
+    the default threads (the cores shared by the jobs: one each) and with every job taking every core
+    (hardware.threads=cores, what jobs started side by side without a shared count get)."""
+    cores = len(os.sched_getaffinity(0))
+    modes = {"shared (default)": [], f"every core each (hardware.threads={cores})": [f"hardware.threads={cores}"]}
+    rows = {mode: [] for mode in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(opts.repeats):  # interleaved, so drifting machine load hits both alike
+            for j, (mode, extra) in enumerate(modes.items()):
+                sweep = Path(tmp) / f"{i}-{j}"
+                start = time.perf_counter()
+                timed([sys.executable, "-m", "cl_bench", "train", "-m", *ONLINE_WORKLOAD, f"data.root={opts.data}",
+                       "hardware=cpu", *extra, "hydra/launcher=parallel", f"hydra.launcher.n_jobs={cores}",
+                       f"seed={','.join(map(str, range(cores)))}", f"hydra.sweep.dir={sweep}"])
+                wall = time.perf_counter() - start
+                jobs = [json.loads(m.read_text())["time_s"] for m in sorted(sweep.glob("*/metrics.json"))]
+                rows[mode].append({"sweep_wall_s": wall, "job_train_eval_s": statistics.median(jobs)})
+    med = {mode: median_rows(r) for mode, r in rows.items()}
+    shared, every = med.values()
+    return {"repeats": opts.repeats, "cores": cores, "jobs": cores, "median": med,
+            "ratio_job": every["job_train_eval_s"] / shared["job_train_eval_s"],
+            "ratio_sweep": every["sweep_wall_s"] / shared["sweep_wall_s"]}
+
+
 # --- rendering ---------------------------------------------------------------------------------------------
 def render(results: dict) -> str:
     lines = ["# Benchmarks", "", "Written by `python scripts/bench.py SECTION` (`make bench` runs the CPU sections) "
@@ -651,10 +684,24 @@ def render(results: dict) -> str:
     for section, fn in (("overhead", render_overhead), ("peers", lambda p: render_peers(p, floor)),
                         ("images", render_images), ("masks", render_masks), ("costs", render_costs),
                         ("methods", render_methods), ("scaling", render_scaling), ("gpu", render_gpu),
-                        ("ddp", render_ddp), ("evalbatch", render_evalbatch)):
+                        ("ddp", render_ddp), ("threads", render_threads), ("evalbatch", render_evalbatch)):
         if section in results:
             lines += fn(results[section]) + [""]
     return "\n".join(lines)
+
+
+def render_threads(d) -> list[str]:
+    lines = ["## Jobs side by side", "",
+             f"{where(d)}; median of {d['repeats']}. A multirun of {d['jobs']} jobs at once through "
+             "`hydra/launcher=parallel` (one per core), each a batch-10 online run of an MLP 2x100 on Split MNIST "
+             "(1,000 samples a task); each job's default threads share the cores among the jobs "
+             "(cl_bench/hardware.py `default_threads`, said in train.log).", "",
+             "| threads | a job's train+eval s | the sweep's wall s |", "|---|---|---|"]
+    for mode, r in d["median"].items():
+        lines.append(f"| {mode} | {r['job_train_eval_s']:.2f} | {r['sweep_wall_s']:.1f} |")
+    lines += ["", f"Every core in each job takes {d['ratio_job']:.2f}x a job's time with the shared default "
+                  f"({d['ratio_sweep']:.2f}x the sweep's)."]
+    return lines
 
 
 def render_evalbatch(d) -> list[str]:
@@ -965,7 +1012,7 @@ def render_ddp(d) -> list[str]:
 
 
 SECTIONS = {"overhead": overhead, "peers": peers, "images": images, "methods": methods, "masks": masks,
-            "scaling": scaling, "costs": costs, "gpu": gpu, "ddp": ddp, "evalbatch": evalbatch}
+            "scaling": scaling, "costs": costs, "gpu": gpu, "ddp": ddp, "threads": threads, "evalbatch": evalbatch}
 
 
 def commit() -> str:

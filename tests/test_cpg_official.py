@@ -256,7 +256,7 @@ def test_official_protocol_runs_say_so_and_are_never_averaged_with_honest_ones(t
     assert official["val_acc"][-1] == official["acc"][-1]  # its selection split is the test split
     assert cl_bench("report", str(tmp_path), "--no-plots").returncode == 0
     table = (tmp_path / "report.md").read_text()
-    assert "| cpg | split_digits | 2 | task | convnet | – | honest | 1 |" in table
+    assert "| cpg | split_digits | 2 | task | convnet | – | honest | 1 x cpu | 1 |" in table
     assert "| cpg | split_digits | 2 | task | convnet | – | official (selects on TEST) | 1 |" in table
 
 
@@ -294,8 +294,8 @@ def test_pae_runs_are_reported_apart_from_cpg(tmp_path):
     assert train(tmp_path / "pae", *args, "method.picking=false")["variant"] == "pae"
     assert cl_bench("report", str(tmp_path), "--no-plots").returncode == 0
     table = (tmp_path / "report.md").read_text()
-    assert "| cpg | split_digits | 2 | task | convnet | – | honest | 1 |" in table
-    assert "| cpg (pae) | split_digits | 2 | task | convnet | – | honest | 1 |" in table
+    assert "| cpg | split_digits | 2 | task | convnet | – | honest | 1 x cpu | 1 |" in table
+    assert "| cpg (pae) | split_digits | 2 | task | convnet | – | honest | 1 x cpu | 1 |" in table
 
 
 def goal_fits(monkeypatch, method, accuracies):

@@ -2,6 +2,7 @@
 same global batch, the rehearsal methods with one memory on every rank; each rank augments its own shard."""
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -41,6 +42,12 @@ def assert_close_runs(ddp: dict, single: dict, avg: float, cell: float) -> None:
 
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     single, ddp = single_and_ddp(tmp_path, *COMMON)
+    host = socket.gethostname()
+    assert single["ran_on"] == {"launcher": "cl-bench", "world_size": 1, "hosts": [host], "nodes": 1, "device": "cpu",
+                                "threads": single["ran_on"]["threads"]}
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)  # torchrun's two processes share the node's cores
+    assert ddp["ran_on"] == {"launcher": "torchrun", "world_size": 2, "hosts": [host, host], "nodes": 1,
+                             "device": "cpu", "threads": threads}
     # Each rank takes half of every batch and the gradients are averaged: the same updates as one process
     # up to the order of float sums, so the results agree within a few test samples.
     assert_close_runs(ddp, single, 0.02, 0.06)
@@ -148,3 +155,60 @@ def test_skipping_nonfinite_steps_refuses_ddp_clearly(tmp_path):
 def test_ddp_outside_torchrun_says_how_to_start_it(tmp_path):
     proc = cl_bench("train", "hardware=ddp", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2 and "torchrun --nproc_per_node" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_submitit_job_of_two_tasks_trains_as_torchrun_does(tmp_path):
+    """Hydra's submitit_local launcher (submitit's local executor: the code path of a Slurm job, without Slurm)
+    starts 2 tasks; cl-bench takes their ranks and rendezvous from submitit's job environment and trains as the
+    same two ranks under torchrun do, bit for bit (same shards, same float order)."""
+    sweep = tmp_path / "submitit"
+    proc = cl_bench("train", "-m", *COMMON, "hardware=ddp", "hydra/launcher=submitit_local",
+                    "hydra.launcher.tasks_per_node=2", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert contract_problems(sweep / "0") == []
+    job = json.loads((sweep / "0" / "metrics.json").read_text())
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "cl_bench", "train",
+                    "hardware=ddp", *COMMON, f"hydra.run.dir={tmp_path / 'torchrun'}"],
+                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+    torchrun = json.loads((tmp_path / "torchrun" / "metrics.json").read_text())
+    assert job["acc"] == torchrun["acc"]
+    assert job["ran_on"]["launcher"] == "submitit_local" and job["ran_on"]["world_size"] == 2
+
+
+def test_a_job_of_several_tasks_without_ddp_is_one_line(tmp_path):
+    """Each task would train the same run into the same directory: refused, saying what to do."""
+    proc = cl_bench("train", "-m", "debug=smoke", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
+                    f"hydra.sweep.dir={tmp_path}")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "cl-bench: error: this job runs as 2 tasks (hydra.launcher.tasks_per_node x nodes, or srun's --ntasks): "
+        "use hardware=ddp to train one run on them, or a single task per job")
+    assert "Traceback" not in proc.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_through_torchrun_rendezvous_match_one_process(tmp_path):
+    """Multi-node torchrun as the README gives it: two "nodes" on localhost, one process each, meeting through a
+    c10d rendezvous (gloo); they learn as one process does, up to the order of float sums."""
+    single = train(tmp_path / "single", "hardware=cpu", *COMMON)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    endpoint = f"localhost:{free_port()}"
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+                               "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}", "--rdzv_id=cl-bench-test",
+                               "-m", "cl_bench", "train", "hardware=ddp", *COMMON,
+                               f"hydra.run.dir={tmp_path / 'nodes'}"],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    for node in nodes:
+        _, err = node.communicate(timeout=600)
+        assert node.returncode == 0, err[-3000:]
+    assert contract_problems(tmp_path / "nodes") == []
+    two = json.loads((tmp_path / "nodes" / "metrics.json").read_text())
+    assert two["ran_on"]["launcher"] == "torchrun" and two["ran_on"]["world_size"] == 2
+    assert_close_runs(two, single, 0.02, 0.06)

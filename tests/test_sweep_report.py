@@ -41,7 +41,7 @@ def test_two_by_two_sweep_and_its_report(tmp_path):
         forgetting = [r["forgetting"] for r in runs if r["method"] == method]
         assert float(rows[method]["forgetting"]) == statistics.mean(forgetting)
     table = (sweep_dir / "report.md").read_text()
-    assert "| ewc | split_digits | 5 | task | convnet | – | honest | 2 |" in table
+    assert "| ewc | split_digits | 5 | task | convnet | – | honest | 1 x cpu | 2 |" in table
     plots = {p.name.split("_")[0] for p in (sweep_dir / "plots").glob("*.png")}
     assert {"acc", "avg"} <= plots
 
@@ -200,8 +200,8 @@ def test_the_report_gives_the_count_and_a_t_confidence_interval(tmp_path):
     assert row["avg_acc_ci95"] == pytest.approx(4.3027 * 0.1 / 3 ** 0.5, abs=1e-4)
     assert math.isnan(row["task_aware_avg_acc"])  # not recorded in the task scenario: not averaged as 0
     table = (tmp_path / "report.md").read_text()
-    assert ("| finetune | split_digits | 1 | task | convnet | – | honest | 3 | 60.00 ± 10.00 [35.16, 84.84] | "
-            "50.00 ± 10.00" in table)
+    assert ("| finetune | split_digits | 1 | task | convnet | – | honest | unrecorded | 3 | "
+            "60.00 ± 10.00 [35.16, 84.84] | 50.00 ± 10.00" in table)
     assert "RA % (test avg_acc)" in table and "BTI %" in table and "LA %" in table
 
 
@@ -211,10 +211,10 @@ def test_t_quantiles_match_the_tables(df, table):
     assert t_quantile_975(df) == pytest.approx(table, abs=5e-4)
 
 
-def write_run(run, method, dataset, acc, seed, memory=200, tasks=1):
+def write_run(run, method, dataset, acc, seed, memory=200, tasks=1, **extra):
     """A finished run's metrics.json, its accuracy matrix `tasks` rows of `acc` on the tasks seen."""
     run.mkdir()
-    (run / "metrics.json").write_text(json.dumps({
+    (run / "metrics.json").write_text(json.dumps({**extra,
         "method": method, "dataset": dataset, "scenario": "class", "backbone": "mlp", "complete": True,
         "capacity": {"params_total": 1000, "memory_size": memory}, "avg_acc": acc, "val_avg_acc": acc,
         "forgetting": 0.0, "bwt": 0.0, "bti": 0.0, "la": acc, "time_s": 1.0, "num_tasks": tasks, "seed": seed,
@@ -227,7 +227,8 @@ def test_rehearsal_runs_of_different_memory_sizes_are_reported_apart(tmp_path):
         write_run(tmp_path / str(i), "er", "split_mnist", acc, i, memory=memory)
     rows = report_module.report([tmp_path], plots=False)
     assert [(r["memory"], r["seeds"], round(r["avg_acc"], 6)) for r in rows] == [(200, 2, 0.75), (500, 1, 0.9)]
-    assert "| er | split_mnist | 1 | class | mlp | 500 | honest | 1 |" in (tmp_path / "report.md").read_text()
+    table = (tmp_path / "report.md").read_text()
+    assert "| er | split_mnist | 1 | class | mlp | 500 | honest | unrecorded | 1 |" in table
 
 
 def test_runs_of_different_task_counts_are_reported_apart(tmp_path):
@@ -272,3 +273,18 @@ def test_the_report_plots_a_task_prediction_matrix_where_a_run_has_one(tmp_path)
     report_module.report([tmp_path], plots=True)
     assert {p.name for p in (tmp_path / "plots").glob("task_prediction_*")} == {"task_prediction_gated.png"}
     assert {p.name for p in (tmp_path / "plots").glob("acc_*")} == {"acc_er.png", "acc_gated.png"}
+
+
+def test_runs_on_other_hardware_are_reported_apart(tmp_path):
+    """metrics.json's ran_on: one process's runs are never averaged with two nodes' (nor with runs that predate it)."""
+    from cl_bench import report as report_module
+    one = {"launcher": "cl-bench", "world_size": 1, "hosts": ["a"], "nodes": 1, "device": "cuda", "threads": 8}
+    two = {"launcher": "torchrun", "world_size": 4, "hosts": ["a", "a", "b", "b"], "nodes": 2, "device": "cuda",
+           "threads": 8}
+    for i, (where, acc) in enumerate([(one, 0.7), (one, 0.8), (two, 0.9), (None, 0.5)]):
+        write_run(tmp_path / str(i), "er", "split_mnist", acc, i, **({"ran_on": where} if where else {}))
+    rows = report_module.report([tmp_path], plots=False)
+    assert sorted((r["ran_on"], r["seeds"], round(r["avg_acc"], 6)) for r in rows) == [
+        ("1 x cuda", 2, 0.75), ("4 x cuda on 2 nodes", 1, 0.9), ("unrecorded", 1, 0.5)]
+    assert "| er | split_mnist | 1 | class | mlp | 200 | honest | 4 x cuda on 2 nodes | 1 |" in (
+        tmp_path / "report.md").read_text()

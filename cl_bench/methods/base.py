@@ -95,6 +95,7 @@ class Context:
     shape: object | None = None
     # Where a method keeps state too large for its state dict (files in the run directory under train.run).
     store: SideStore = field(default_factory=SideStore)
+    ran_on: dict = field(default_factory=dict)  # where the run ran (hardware.ran_on): metrics.json's, not a method's
 
     @property
     def augment_generator(self) -> torch.Generator:
