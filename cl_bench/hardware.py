@@ -53,6 +53,8 @@ def cluster_ranks(distributed: bool) -> None:
     if job is None or job.num_tasks == 1:
         return
     if not distributed:
+        if "SUBMITIT_EXECUTOR" not in os.environ:  # a batch script's own step carries SLURM_NTASKS too: one process
+            return
         raise UserError(f"this job runs as {job.num_tasks} tasks (hydra.launcher.tasks_per_node x nodes, or srun's "
                         f"--ntasks): use hardware=ddp to train one run on them, or a single task per job")
     os.environ.update({  # submitit's port rule: drawn from the job id, so that every task draws the same one
