@@ -257,7 +257,7 @@ def test_official_protocol_runs_say_so_and_are_never_averaged_with_honest_ones(t
     assert cl_bench("report", str(tmp_path), "--no-plots").returncode == 0
     table = (tmp_path / "report.md").read_text()
     assert "| cpg | split_digits | 2 | task | convnet | – | honest | 1 x cpu | 1 |" in table
-    assert "| cpg | split_digits | 2 | task | convnet | – | official (selects on TEST) | 1 |" in table
+    assert "| cpg | split_digits | 2 | task | convnet | – | official (selects on TEST) | 1 x cpu | 1 |" in table
 
 
 def test_the_capacity_report_counts_weights_as_the_paper_does():
