@@ -45,8 +45,9 @@ def setup(cfg, fp32: bool = False) -> Hardware:
 def cluster_ranks(distributed: bool) -> None:
     """A job that Slurm (srun) or submitit started as several tasks: with hardware=ddp, torch.distributed's
     environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) from the job's, as
-    submitit's TorchDistributedEnvironment derives it; without, one line (each task would train the same run).
-    Nothing under torchrun, which sets its own, nor for a job of one task."""
+    submitit's TorchDistributedEnvironment derives it; a submitit job of several tasks without it is refused in
+    one line (each task would train the same run). Nothing under torchrun, which sets its own, nor for a job of
+    one task."""
     if "WORLD_SIZE" in os.environ:
         return
     job = _job_environment()
@@ -110,12 +111,20 @@ def launcher() -> str:
         return f"submitit_{os.environ['SUBMITIT_EXECUTOR']}"
     if "SLURM_JOB_ID" in os.environ:
         return "slurm"
+    multirun = multirun_launcher()
+    if multirun is not None:
+        target = multirun.get("_target_", "")  # e.g. ...joblib_launcher.JoblibLauncher
+        return target.rsplit(".", 1)[-1].removesuffix("Launcher").lower() or "hydra"
+    return "cl-bench"
+
+
+def multirun_launcher():
+    """The launcher's config of the Hydra multirun this job belongs to, or None outside one."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        target = HydraConfig.get().launcher.get("_target_", "")  # e.g. ...joblib_launcher.JoblibLauncher
-        return target.rsplit(".", 1)[-1].removesuffix("Launcher").lower() or "hydra"
-    return "cl-bench"
+        return HydraConfig.get().launcher
+    return None
 
 
 def _device(cfg) -> torch.device:
@@ -157,7 +166,7 @@ def default_threads() -> tuple[int | None, str]:
     """Torch's CPU threads for a run that names none (hardware.threads=null), and why: the cores this process may
     use, shared evenly by the jobs started beside it on this machine; None for a run alone, which keeps torch's
     own default (one per core, or OMP_NUM_THREADS). Threads beyond the cores do not add up: jobs side by side
-    that each take every core ran small-batch online training several times slower (`python scripts/bench.py
+    that each took every core ran small-batch online training 2.9x slower here (`python scripts/bench.py
     threads`, docs/benchmarks.md "Jobs side by side")."""
     cores = len(os.sched_getaffinity(0))
     jobs, source = concurrent_jobs(cores)
@@ -173,11 +182,9 @@ def concurrent_jobs(cores: int) -> tuple[int, str]:
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if local > 1:
         return local, f"LOCAL_WORLD_SIZE={local}: the data-parallel processes on this node"
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+    launcher = multirun_launcher()
+    if launcher is None:
         return 1, "a single run"
-    launcher = HydraConfig.get().launcher
     n_jobs = launcher.get("n_jobs")
     if n_jobs is not None:
         return joblib_jobs(n_jobs, cores), f"hydra.launcher.n_jobs={n_jobs}"
