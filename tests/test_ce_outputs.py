@@ -25,18 +25,23 @@ def expected_ce(method, x, y, outputs, seen):
     return ce(logits if outputs == "all" else logits[:, :seen], y)
 
 
+@pytest.mark.parametrize("draw", ["distinct", "replacement"])
 @pytest.mark.parametrize("outputs", ["all", "seen"])
-def test_er_cross_entropy_reads_the_outputs_named(outputs):
-    method, tasks = build("method=er", "method.replay_batch_size=6", f"method.ce_outputs={outputs}", *TINY)
+def test_er_cross_entropy_reads_the_outputs_named(outputs, draw):
+    method, tasks = build("method=er", "method.replay_batch_size=6", f"method.ce_outputs={outputs}",
+                          f"method.replay_draw={draw}", *TINY)
     fill(method.memory, method, 2, 6, torch.Generator().manual_seed(1))
     loss = capture_loss(method, tasks[2])["loss"]
     raw, y, t = tasks[2].train.x[:5], tasks[2].train.y[:5], tasks[2].train.t[:5]
-    inputs, draws, sample = backbone_inputs(method), [], method.memory.sample
-    method.memory.sample = lambda *args, **kwargs: draws.append(sample(*args, **kwargs)) or draws[-1]
+    name = "sample_distinct" if draw == "distinct" else "sample"  # the memory's draw that replay_draw names
+    inputs, draws, sample = backbone_inputs(method), [], getattr(method.memory, name)
+    setattr(method.memory, name, lambda *args, **kwargs: draws.append(sample(*args, **kwargs)) or draws[-1])
     got = loss(Batch(raw, method.info.view.eval(raw), y, t, step=3))
 
     seen = method.info.seen_outputs(2)
     replayed = draws[0][1]
+    if draw == "distinct":  # 6 distinct rows of the 6 the memory holds: every row a real draw
+        assert draws[0][4].all() and torch.unique(draws[0][0].flatten(1), dim=0).shape[0] == 6
     with torch.no_grad():
         want = expected_ce(method, inputs[0], torch.cat([y, replayed]), outputs, seen)
     torch.testing.assert_close(got.detach(), want, rtol=1e-5, atol=1e-6)

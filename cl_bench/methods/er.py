@@ -15,11 +15,17 @@ stream on, current-task samples included)."""
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from ..checks import Choice
 from ..errors import UserError
 from .base import Batch, CEOutputs, Method, MethodConfig
-from .memory import Memory
+from .memory import Memory, mean_over_drawn
+
+
+class ReplayDraw(Choice):
+    distinct = "distinct"  # a batch of distinct stored samples (Mammoth's buffer.get_data; Chaudhry et al.'s ER)
+    replacement = "replacement"  # each row drawn independently, repeats possible (La-MAML's eralg4 getBatch)
 
 
 class ReplayPolicy(Choice):
@@ -37,6 +43,9 @@ class ERConfig(MethodConfig):
     glances: int = 1  # optimiser steps on each batch, each with a fresh replay draw (La-MAML's ER: 5 or 10)
     grad_clip_norm: float = 0.0  # clip the gradient to this L2 norm before each step; 0: none (La-MAML: 2.0)
     replay_in_first_task: bool = False  # replay from the memory during task 0 too (La-MAML's ER: true)
+    # How a replay batch is drawn from the reservoir (the balanced memory draws with replacement either way):
+    # without repeats as Mammoth's ER, or with them as La-MAML's ER (its settings set replacement).
+    replay_draw: ReplayDraw = ReplayDraw.distinct
 
     def checks(self):
         return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1"),
@@ -84,11 +93,18 @@ class ER(Method):
             torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip_norm, foreach=True)
 
         def loss(batch: Batch):
-            if replay and (task.id > 0 or batch.step > 0):
-                raw, y, t = self.shard(*self.memory.sample(m, self.ctx.generator)[:3])
-                x = self.augment(raw, t)
-                batch = Batch(None, torch.cat([batch.x, x]), torch.cat([batch.y, y]), torch.cat([batch.t, t]))
-            return self.mixed_loss(batch, self.cfg.ce_outputs)
+            if not (replay and (task.id > 0 or batch.step > 0)):
+                return self.mixed_loss(batch, self.cfg.ce_outputs)
+            raw, y, t, drawn = self.draw(m)
+            mixed = Batch(None, torch.cat([batch.x, self.augment(raw, t)]), torch.cat([batch.y, y]),
+                          torch.cat([batch.t, t]))
+            if drawn is None:
+                return self.mixed_loss(mixed, self.cfg.ce_outputs)
+            # The mean over the incoming samples and the memory rows really drawn, as the concatenated batch of
+            # a reference that draws fewer rows while its memory holds fewer than m.
+            losses = F.cross_entropy(self.mixed_outputs(self.backbone(mixed.x), mixed.t, self.cfg.ce_outputs),
+                                     mixed.y, reduction="none")
+            return mean_over_drawn(losses, torch.cat([torch.ones_like(batch.y, dtype=torch.bool), drawn]))
 
         def store(batch: Batch):
             whole = batch.unsharded()
@@ -100,6 +116,14 @@ class ER(Method):
             self.memory.add_task(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
         else:
             self.fit(task, loss, after_step=store, after_backward=after_backward, glances=self.cfg.glances)
+
+    def draw(self, m: int):
+        """This rank's rows of a replay batch of m (data-parallel: every rank draws alike) and, for a distinct
+        draw, which rows are real draws (None: all are)."""
+        if self.cfg.replay_draw == "distinct" and self.cfg.memory_policy == "reservoir":
+            raw, y, t, _, drawn = self.memory.sample_distinct(m, self.ctx.generator)
+            return self.shard(raw, y, t, drawn)
+        return (*self.shard(*self.memory.sample(m, self.ctx.generator)[:3]), None)
 
     def capacity(self):
         return {**super().capacity(), **self.memory.capacity()}
