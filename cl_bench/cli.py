@@ -16,7 +16,11 @@ USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) a
                                                  plots; --rank orders each setting's methods by RA
        cl-bench list                          methods, datasets, backbones and paper settings
        cl-bench data prepare cifar10 --from SRC --root DIR   CIFAR-10's canonical files from an archive,
-                                              an image folder or an .npz of encoded images"""
+                                              an image folder or an .npz of encoded images
+       cl-bench data prepare tinyimagenet --from DIR --root DIR   Tiny ImageNet's folder decoded once
+       cl-bench data prepare imagenet_subset --from DIR --classes FILE --root DIR [--size 224]
+       cl-bench data prepare SOURCE --root DIR   any source's files as one memory-mapped file (data.residency=
+                                              stream reads it)"""
 COMPLETION = ("-sc", "--shell-completion")
 
 
@@ -98,17 +102,29 @@ def report(args: list[str]) -> int:
 
 
 def data(args: list[str]) -> int:
-    opts = parse("data", args, lambda p: (p.add_argument("action", choices=["prepare"]),
-                                          p.add_argument("dataset", choices=["cifar10"]),
-                                          p.add_argument("--from", dest="source", type=Path, required=True,
-                                                         help="cifar-10-python.tar.gz, an image folder or an .npz"),
-                                          p.add_argument("--root", type=Path, required=True,
-                                                         help="the data.root to write cifar-10-batches-py/ into")))
-    if not opts.source.exists():
+    from .data import prepare
+    from .data.sources import SourceName
+
+    def configure(p):
+        p.add_argument("action", choices=["prepare"])
+        p.add_argument("dataset", choices=[s.value for s in SourceName if s.value not in ("tensors", "image_folder")])
+        p.add_argument("--from", dest="source", type=Path,
+                       help="cifar10: cifar-10-python.tar.gz, an image folder or an .npz; tinyimagenet: the "
+                            "tiny-imagenet-200 folder; imagenet_subset: an ImageNet folder with train/ and val/")
+        p.add_argument("--root", type=Path, required=True, help="the data.root runs read")
+        p.add_argument("--classes", type=Path, help="imagenet_subset: a file of wnids, one per line")
+        p.add_argument("--size", type=int, default=prepare.IMAGENET_SIZE, help="imagenet_subset: image side")
+        p.add_argument("--workers", type=int, default=None, help="decoding processes (default: every core)")
+    opts = parse("data", args, configure)
+    if opts.source is not None and not opts.source.exists():
         raise UserError(f"no such file or folder: {opts.source}")
-    from .data.prepare import prepare_cifar10
-    print(f"{prepare_cifar10(opts.source, opts.root)} is ready: cl-bench train dataset=split_cifar10 "
-          f"data.root={opts.root}")
+    if opts.dataset == "cifar10" and opts.source is not None:
+        print(f"{prepare.prepare_cifar10(opts.source, opts.root)} is ready: cl-bench train dataset=split_cifar10 "
+              f"data.root={opts.root}")
+        return 0
+    done = prepare.prepare_stream(opts.dataset, opts.root, opts.source, opts.classes, opts.size, opts.workers)
+    print(f"{done.path} is ready ({done.meta['train']} train and {done.meta['test']} test images of "
+          f"{'x'.join(map(str, done.meta['shape']))}): data.root={opts.root} reads it under data.residency=stream")
     return 0
 
 

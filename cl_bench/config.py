@@ -10,6 +10,7 @@ from omegaconf import MISSING, OmegaConf
 
 from . import backbones, hardware, methods, settings
 from .checks import Checked, Choice, require_extra
+from .data.residency import Residency
 from .data.sources import SourceName
 from .errors import UserError
 
@@ -74,10 +75,13 @@ class DataConfig(Checked):
     val_fraction: float = 0.1  # share of each task's training data held out for model selection
     eval_batch_size: int = hardware.EVAL_BATCH  # samples per forward pass wherever a model is only evaluated
     normalization: Normalization = Normalization.auto  # see Normalization above
+    residency: Residency = Residency.auto  # where the images live: device, host or stream (data/residency.py)
+    workers: int = 2  # residency=stream: DataLoader processes that read batches ahead from the prepared file
 
     def checks(self):
         return [("val_fraction", 0 <= self.val_fraction < 1, "a fraction in [0, 1)"),
-                ("eval_batch_size", self.eval_batch_size >= 1, "at least 1")]
+                ("eval_batch_size", self.eval_batch_size >= 1, "at least 1"),
+                ("workers", self.workers >= 0, "0 (read in the training process) or more")]
 
 
 @dataclass

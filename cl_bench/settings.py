@@ -25,6 +25,8 @@ DATASET_BACKBONES = {
     "split_cifar100": "resnet18_reduced",  # GEM's Split CIFAR, NCCL
     "split_miniimagenet": "resnet18_reduced",  # NCCL
     "split_core50": "resnet18_reduced",  # NCCL
+    "split_tinyimagenet": "resnet18",  # the DER paper's Seq-TinyImageNet
+    "split_imagenet_subset": "resnet18_imagenet",  # ImageNet-100 in LUCIR and PODNet
     "split_mnist": "mlp",  # the DER paper's S-MNIST: MLP 2×100 (the MLP's default width)
     "split_fashion_mnist": "mlp",
     "permuted_mnist": "mlp",  # GEM, La-MAML, NCCL and the DER paper: MLP 2×100

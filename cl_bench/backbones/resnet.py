@@ -1,7 +1,12 @@
-"""ResNet-18 for 32×32 inputs: the CIFAR stem (3×3 conv, no max-pool) and BasicBlocks [2, 2, 2, 2]."""
+"""ResNet-18: BasicBlocks [2, 2, 2, 2] behind the CIFAR stem (3×3 conv, no max-pool) for 32×32 to 64×64 inputs, or
+ImageNet's (7×7 conv of stride 2, then a 3×3 max-pool of stride 2; He et al. 2016) for 224×224 ones."""
 from dataclasses import dataclass
 
 from torch import nn
+
+from ..errors import UserError
+
+STEMS = ("cifar", "imagenet")
 
 
 class BasicBlock(nn.Module):
@@ -28,12 +33,18 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """ResNet-18 with the CIFAR stem (3×3 conv, no max-pool)."""
+    """ResNet-18 with the CIFAR stem (3×3 conv, no max-pool) or, with stem="imagenet", ImageNet's."""
 
-    def __init__(self, input_shape, nf):
+    def __init__(self, input_shape, nf, stem: str = "cifar"):
         super().__init__()
         c = input_shape[0]
-        self.stem = nn.Sequential(nn.Conv2d(c, nf, 3, 1, 1, bias=False), nn.BatchNorm2d(nf), nn.ReLU(inplace=True))
+        if stem not in STEMS:
+            raise UserError(f"backbone.stem={stem!r} is unknown: use {' or '.join(STEMS)}")
+        if stem == "cifar":
+            self.stem = nn.Sequential(nn.Conv2d(c, nf, 3, 1, 1, bias=False), nn.BatchNorm2d(nf), nn.ReLU(inplace=True))
+        else:
+            self.stem = nn.Sequential(nn.Conv2d(c, nf, 7, 2, 3, bias=False), nn.BatchNorm2d(nf), nn.ReLU(inplace=True),
+                                      nn.MaxPool2d(3, 2, 1))
         blocks, c_in = [], nf
         for i, mult in enumerate((1, 2, 4, 8)):
             for j in range(2):
@@ -56,6 +67,7 @@ class ResNet18(nn.Module):
 class ResNetConfig:
     name: str = "resnet18"
     nf: int = 64  # base filters: the usual CIFAR ResNet-18
+    stem: str = "cifar"  # cifar (3×3, stride 1) or imagenet (7×7 stride 2 and a max-pool: inputs of 224×224)
 
 
 @dataclass

@@ -9,6 +9,10 @@ from the files a user has:
   (uint8), `<split>_offsets`, where each begins (N + 1 entries), and `<split>_labels` (N).
 
 Decoding happens once here; runs then read the canonical batches (and cache them, see data/cache.py).
+
+`cl-bench data prepare SOURCE --root ROOT` writes a dataset as the memory-mapped files of data/prepared.py, which
+data.residency=stream reads: Tiny ImageNet and ImageNet subsets from their JPEG folders (decoded in parallel,
+resized once), any other source from the files its reader reads.
 """
 import io
 import pickle
@@ -19,6 +23,8 @@ import numpy as np
 
 from ..errors import UserError
 
+TINYIMAGENET_SIZE = 64
+IMAGENET_SIZE = 224  # ImageNet-100 as class-incremental papers train it (LUCIR, PODNet): 224×224 crops
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 FOLDER = "cifar-10-batches-py"
 ARCHIVE = "cifar-10-python.tar.gz"
@@ -119,3 +125,45 @@ def _dump(path: Path, obj: dict) -> None:
     with open(tmp, "wb") as f:
         pickle.dump(obj, f, protocol=4)
     tmp.replace(path)
+
+
+def prepare_stream(name: str, root: Path, source: Path | None = None, classes: Path | None = None,
+                   size: int = IMAGENET_SIZE, workers: int | None = None):
+    """Write root/prepared/<name>/ (data/prepared.py) and return it; a complete one is left as it is."""
+    from . import prepared, sources
+    done = prepared.find(root, name)
+    if done is not None:
+        return done
+    if name in sources.PREPARED:
+        from . import image_folders  # Pillow and a process pool: only for the image folders
+    if name == "tinyimagenet":
+        return _from_image_folders(name, root, image_folders.tinyimagenet_files(_required(source, name)),
+                                   TINYIMAGENET_SIZE, workers, f"tiny-imagenet-200 at {source}")
+    if name == "imagenet_subset":
+        if classes is None:
+            raise UserError("cl-bench data prepare imagenet_subset needs --classes FILE: the wnids, one per line")
+        folders = image_folders.imagenet_subset_files(_required(source, name), image_folders.class_list(classes))
+        return _from_image_folders(name, root, folders, size, workers, f"ImageNet at {source}, classes {classes}")
+    if source is not None:
+        raise UserError(f"--from is for cifar10, tinyimagenet and imagenet_subset: {name} is read from its files "
+                        f"under --root")
+    return prepared.prepare_source(sources.load(name, root), root)
+
+
+def _required(source: Path | None, name: str) -> Path:
+    if source is None:
+        raise UserError(f"cl-bench data prepare {name} needs --from DIR: the dataset's image folder")
+    return source
+
+
+def _from_image_folders(name: str, root: Path, folders, size: int, workers: int | None, described: str):
+    from . import image_folders, prepared
+    writer = prepared.Writer(root, name)
+    for split in ("train", "test"):
+        paths, _ = getattr(folders, split)
+        out = writer.open_images(split, len(paths), (3, size, size))
+        image_folders.decode_into(paths, size, out, workers)
+        out.flush()
+        del out
+    return writer.finish(name, folders.classes, {split: getattr(folders, split)[1] for split in ("train", "test")},
+                         described)

@@ -1,18 +1,22 @@
-"""Scenarios turn a source (images + labels) into a sequence of tasks held on the device.
+"""Scenarios turn a source (images + labels) into a sequence of tasks, their pixels where data.residency says
+(held on the device by default; data/residency.py).
 
 Labels live in one scenario-wide label space: task t owns outputs [offset_t, offset_t + size_t). Split
 datasets give each task fresh labels; permuted and rotated MNIST share the ten digit labels (offset 0)
 in the class scenario, the domain-incremental protocol of GEM and La-MAML, and get a head each in the
 task scenario.
 """
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from ..errors import UserError
-from . import sources
+from . import prepared, residency, sources
 from .batches import View, channel_stats
+
+log = logging.getLogger("cl_bench")
 
 
 @dataclass
@@ -36,7 +40,8 @@ class Split:
 
     @staticmethod
     def cat(splits):
-        return Split(*(torch.cat(parts) for parts in zip(*((s.x, s.y, s.t) for s in splits))))
+        """One split of several (off-device ones over the same images stay off the device)."""
+        return residency.cat(splits) or Split(*(torch.cat(parts) for parts in zip(*((s.x, s.y, s.t) for s in splits))))
 
 
 @dataclass
@@ -92,12 +97,12 @@ class Scenario:
 
 def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
           channels_last: bool = False, select_on_test: bool = False, per_task_norm: bool = False) -> Scenario:
-    """Read the dataset's source and cut it into tasks, all resident on `device`. select_on_test (the official
+    """Read the dataset's source and cut it into tasks, their pixels on `device` or off it as data.residency
+    says (labels and task ids always on it). select_on_test (the official
     protocol of reference code that selected on test data): nothing is held out, and the split a learner
     selects on (Task.val) is the task's test split. per_task_norm (data.normalization): each task's images are
     normalised with the mean and std of that task's own training split (never its validation or test data)."""
-    src = sources.load(dataset_cfg.source, data_cfg.root, data_cfg.download, data_cfg.cache, dataset_cfg.path,
-                       dataset_cfg.image_size)
+    src, place = _placed_source(dataset_cfg, data_cfg, device)
     rng = np.random.default_rng(seed)
     kind = dataset_cfg.kind
     if kind == "split":
@@ -111,7 +116,7 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
         raise UserError(f"dataset.kind={kind!r} is unknown: use split, superclass, permuted or rotated")
     offsets = _offsets(task_classes, shared_labels and scenario == "class")
     mean, std = (src.mean, src.std) if dataset_cfg.normalize else ([0.0] * len(src.mean), [1.0] * len(src.std))
-    tasks, test = zip(*(_task(src, t, task_classes[t], offsets[t], kind, dataset_cfg, data_cfg, rng, device,
+    tasks, test = zip(*(_task(src, t, task_classes[t], offsets[t], kind, dataset_cfg, data_cfg, rng, place,
                               select_on_test) for t in range(len(task_classes))))
     if per_task_norm:
         mean, std = (list(rows) for rows in zip(*(channel_stats(task.train.x) for task in tasks)))
@@ -159,7 +164,38 @@ def _offsets(task_classes, shared: bool) -> list[int]:
     return np.cumsum([0] + [len(c) for c in task_classes[:-1]]).tolist()
 
 
-def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device, select_on_test) -> tuple[Task, Split]:
+def _placed_source(dataset_cfg, data_cfg, device):
+    """The source, read whole or mapped from its prepared file, and the function that makes a split of its rows
+    where data.residency puts it (said in the log)."""
+    name = dataset_cfg.source
+    store = prepared.require(data_cfg.root, name) if name in sources.PREPARED else prepared.find(data_cfg.root, name)
+    src = None
+    if store is None:
+        src = sources.load(name, data_cfg.root, data_cfg.download, data_cfg.cache, dataset_cfg.path,
+                           dataset_cfg.image_size)
+    nbytes = store.nbytes if store is not None else src.train_x.nbytes + src.test_x.nbytes
+    mode, why = residency.choose(data_cfg.residency, nbytes, device, streamable=store is not None)
+    log.info(f"data residency: {mode} ({why})")
+    if mode == "stream" and store is None:
+        raise UserError(f"data.residency=stream reads the dataset from its prepared file: run "
+                        f"`{prepared.prepare_command(name, data_cfg.root)}` first, or use data.residency=host")
+    if mode != "device" and dataset_cfg.kind in ("permuted", "rotated"):
+        raise UserError(f"dataset.kind={dataset_cfg.kind} transforms its images when the tasks are built, on the "
+                        f"device: use data.residency=device (or auto) with {dataset_cfg.name}")
+    if src is None:
+        src = sources.from_prepared(store, mapped=mode == "stream")
+    if mode == "host" and device.type == "cuda":  # pinned: the copies to the device run asynchronously
+        src.train_x, src.test_x = src.train_x.pin_memory(), src.test_x.pin_memory()
+
+    def place(x, transform, rows, y, t):
+        y, t = y.to(device), torch.full((len(rows),), t, dtype=torch.long, device=device)
+        if mode == "device":
+            return Split(transform(x[rows]).to(device), y, t)
+        return residency.OffDeviceSplit(x, rows, y, t, data_cfg.workers)
+    return src, place
+
+
+def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, place, select_on_test) -> tuple[Task, Split]:
     """Task t as its learner sees it, and its test split apart."""
     relabel = torch.full((int(src.train_y.max()) + 1,), -1, dtype=torch.long)
     relabel[torch.tensor(classes)] = torch.arange(len(classes)) + offset
@@ -177,8 +213,7 @@ def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, device, select_on_t
         test_rows = test_rows[torch.from_numpy(np.sort(rng.permutation(len(test_rows))[: cfg.test_samples_per_task]))]
 
     def split(x, y, rows):  # one gather from the source per split: the data is copied once
-        return Split(transform(x[rows]).to(device), relabel[y[rows]].to(device),
-                     torch.full((len(rows),), t, dtype=torch.long, device=device))
+        return place(x, transform, rows, relabel[y[rows]], t)
 
     test = split(src.test_x, src.test_y, test_rows)
     val = test if select_on_test else split(src.train_x, src.train_y, train_rows[val_idx])

@@ -38,6 +38,13 @@ class SourceName(Choice):
     core50 = "core50"  # CORe50's 50 objects, 128×128
     tensors = "tensors"  # your own arrays: an .npz or .safetensors file at dataset.path
     image_folder = "image_folder"  # your own images: dataset.path/{train,test}/<class>/<image>
+    tinyimagenet = "tinyimagenet"  # Tiny ImageNet's 200 classes at 64×64, as `cl-bench data prepare` writes it
+    imagenet_subset = "imagenet_subset"  # a class list over ImageNet, resized by `cl-bench data prepare`
+
+
+# Sources read only from the files `cl-bench data prepare` writes (data/prepared.py): decoding their JPEG folders
+# takes minutes, so it happens once there, never at the start of a run.
+PREPARED = frozenset({SourceName.tinyimagenet, SourceName.imagenet_subset})
 
 
 @dataclass
@@ -114,6 +121,16 @@ def load(name: str, root: str | os.PathLike, download: bool = False, use_cache: 
     if use_cache:
         return cache.cached(name, paths, lambda: _read(name, paths), Source)
     return _read(name, paths)
+
+
+def from_prepared(store, mapped: bool) -> Source:
+    """A prepared dataset as a source: its images mapped from their files (stream) or read whole."""
+    images = [store.images(split) for split in ("train", "test")]
+    if not mapped:
+        images = [x.load() for x in images]
+    meta = store.meta
+    return Source(meta["name"], images[0], store.labels("train"), images[1], store.labels("test"),
+                  tuple(meta["mean"]), tuple(meta["std"]))
 
 
 def _read(name: str, paths: list[Path]) -> Source:

@@ -1,0 +1,100 @@
+"""data.residency: the same batches, so the same metrics, whether the images live on the device, on the host or in
+the memory-mapped file `cl-bench data prepare` writes; auto's choice by size; one-line refusals."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import cl_bench, train
+
+from cl_bench.data import prepared, residency, sources
+from cl_bench.data.scenarios import Split
+
+MODES = ("device", "host", "stream")
+# Methods that read the data in every way a method can: batches (finetune), whole splits on the device
+# (icarl's herding and class means), a split of several tasks (joint), a rehearsal memory written per step (er).
+METHODS = (("finetune",), ("icarl", "scenario=class"), ("joint",), ("er",))
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    proc = cl_bench("data", "prepare", "digits", "--root", str(root))
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+@pytest.mark.parametrize(("method", "extra"), [(m[0], m[1:]) for m in METHODS])
+def test_every_residency_gives_the_metrics_of_device(method, extra, data_root, tmp_path):
+    runs = {mode: train(tmp_path / mode, f"method={method}", *extra, "method.epochs=3", f"data.root={data_root}",
+                        f"data.residency={mode}", "data.workers=1") for mode in MODES}
+    for mode in MODES:
+        assert f"data residency: {mode}" in (tmp_path / mode / "train.log").read_text()
+    device = runs["device"]
+    # It learned (chance: 0.5 on the task scenario's 2-way heads, at most 0.25 on average over the class
+    # scenario's growing head): the comparison is between runs that did something.
+    assert device["la"] > (0.4 if device["scenario"] == "class" else 0.75)
+    for mode in ("host", "stream"):
+        assert runs[mode]["acc"] == device["acc"] and runs[mode]["val_acc"] == device["val_acc"], mode
+
+
+def test_the_prepared_file_holds_the_source_exactly(data_root):
+    src = sources.load("digits", data_root)
+    store = prepared.require(data_root, "digits")
+    mapped = store.images("train")
+    assert mapped.shape == tuple(src.train_x.shape)
+    rows = torch.tensor([5, 0, 1436, 5])
+    assert torch.equal(mapped.gather(rows), src.train_x[rows])
+    assert torch.equal(store.images("test").load(), src.test_x)
+    assert torch.equal(store.labels("train"), src.train_y)
+    np.testing.assert_allclose(store.meta["mean"], src.mean, rtol=1e-6)
+    np.testing.assert_allclose(store.meta["std"], src.std, rtol=1e-6)
+    assert store.nbytes == src.train_x.nbytes + src.test_x.nbytes
+
+
+def test_an_interrupted_prepare_is_not_taken_for_a_prepared_dataset(data_root, tmp_path):
+    partial = prepared.Writer(tmp_path, "digits")
+    partial.open_images("train", 3, (1, 8, 8))
+    assert prepared.find(tmp_path, "digits") is None  # no meta.json: written last, it marks completion
+
+
+def test_off_device_splits_batch_as_device_splits(data_root):
+    src = sources.from_prepared(prepared.require(data_root, "digits"), mapped=True)
+    rows = torch.arange(100, 300)
+    y, t = src.train_y[rows], torch.zeros(200, dtype=torch.long)
+    on, off = Split(src.train_x.load()[rows], y, t), residency.OffDeviceSplit(src.train_x, rows, y, t, workers=2)
+    for a, b in zip(on.batches(32, torch.Generator().manual_seed(3)), off.batches(32, torch.Generator().manual_seed(3)),
+                    strict=True):
+        assert all(torch.equal(u, v) for u, v in zip(a, b))
+    both = Split.cat([off, off.sub(torch.tensor([0, 1]))])
+    assert isinstance(both, residency.OffDeviceSplit) and len(both) == 202
+    assert torch.equal(both.x, torch.cat([on.x, on.x[:2]]))
+
+
+@pytest.mark.parametrize(("free", "streamable", "want"), [(10**9, True, "device"), (10**5, True, "stream"),
+                                                          (10**5, False, "device")])
+def test_auto_keeps_images_on_the_device_while_they_take_half_its_free_memory(monkeypatch, free, streamable, want):
+    monkeypatch.setattr(residency, "free_bytes", lambda device: free)
+    mode, why = residency.choose("auto", 10**5, torch.device("cpu"), streamable)
+    assert mode == want and why.startswith("auto:")
+    assert residency.choose("host", 10**12, torch.device("cpu"), False)[0] == "host"  # asked for: no second guess
+
+
+def test_stream_without_a_prepared_file_names_the_command(tmp_path):
+    proc = cl_bench("train", f"hydra.run.dir={tmp_path / 'run'}", "logger=none", f"data.root={tmp_path}",
+                    "data.residency=stream", "debug=fast")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"run `cl-bench data prepare digits --root {tmp_path}` first" in proc.stderr
+    assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_a_prepared_only_source_without_its_files_names_the_command(tmp_path):
+    proc = cl_bench("train", f"hydra.run.dir={tmp_path / 'run'}", "logger=none", f"data.root={tmp_path}",
+                    "dataset=split_tinyimagenet", "debug=fast")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "cl-bench data prepare tinyimagenet --root" in proc.stderr
+
+
+def test_stream_prepare_writes_meta_last_and_says_where(data_root):
+    meta = json.loads((data_root / "prepared" / "digits" / "meta.json").read_text())
+    assert meta["train"] == 1437 and meta["test"] == 360 and meta["shape"] == [1, 8, 8]
