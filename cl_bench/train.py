@@ -40,7 +40,7 @@ def build(cfg, recorder, run_dir: Path | None = None):
     ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size, cfg.seed,
                           cfg.data.eval_batch_size, precision=hw.precision,
                           shape=Shape(hw.device) if cfg.shape else None, store=checkpoint.SideStore(run_dir),
-                          ran_on=hardware.ran_on(hw))
+                          ran_on={**hardware.ran_on(hw), "residency": scenario.residency})
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)

@@ -20,6 +20,9 @@
                                                         # the default threads against every core in each job
     python scripts/bench.py evalbatch                   # scoring time by evaluation batch size (no MNIST needed;
                                                         # with --cifar-root, the image workload at both)
+    python scripts/bench.py residency [--big-gib 4 --cap-gib 1]  # samples/s with the images on the device, on
+                                                        # the host and streamed; a dataset --big-gib large trained
+                                                        # under stream, its peak memory against --cap-gib
 
 Every other section takes --data (a data root holding MNIST/raw; default $CL_BENCH_DATA). Results are printed, merged
 by section into docs/benchmarks.json and rendered into docs/benchmarks.md (plots into docs/img/).
@@ -675,6 +678,112 @@ def threads(opts) -> dict:
             "ratio_sweep": every["sweep_wall_s"] / shared["sweep_wall_s"]}
 
 
+RESIDENCIES = ("device", "host", "stream")
+BIG_CLASSES, BIG_TEST = 200, 10_000  # the large dataset: Tiny ImageNet's shape (200 classes, 3×64×64)
+
+
+def residency(opts) -> dict:
+    """The overhead workload (Split MNIST, MLP, batch 128) under each data.residency, interleaved; then a synthetic
+    Tiny-ImageNet-shaped dataset of --big-gib trained for one epoch under stream, the memory of the run's processes
+    (the training process and its DataLoader workers) sampled throughout."""
+    from cl_bench.data import prepared, sources
+    with tempfile.TemporaryDirectory(dir=opts.scratch) as tmp:
+        root = Path(tmp)
+        src = sources.load("mnist", opts.data)
+        prepared.prepare_source(src, root)  # every residency reads the same prepared copy
+        rows = {mode: [] for mode in RESIDENCIES}
+        for i in range(opts.repeats):
+            for mode in RESIDENCIES:
+                run_dir = root / f"{mode}-{i}"
+                cl_bench([*WORKLOAD, f"data.root={root}", f"data.residency={mode}", "hardware=cpu"], run_dir)
+                rows[mode].append({"samples_per_s": len(src.train_y) / sum(task_times(run_dir)[0])})
+        med = {mode: median_rows(r) for mode, r in rows.items()}
+        big = _synthetic_tinyimagenet(root, opts.big_gib)
+        runs = {mode: _big_run(root, mode) for mode in ("stream", "device")}
+    return {"repeats": opts.repeats, "workload": "split_mnist, MLP 784-256-256, batch 128, 1 epoch", "median": med,
+            "ratio_host": med["device"]["samples_per_s"] / med["host"]["samples_per_s"],
+            "ratio_stream": med["device"]["samples_per_s"] / med["stream"]["samples_per_s"],
+            "big": {"images": big.meta["train"] + big.meta["test"], "gib": big.nbytes / 2**30, "cap_gib": opts.cap_gib,
+                    "runs": runs, "within_cap": runs["stream"]["peak_pss_gib"] <= opts.cap_gib}}
+
+
+def _big_run(root: Path, mode: str) -> dict:
+    """One epoch of finetune (an MLP with a hidden layer of 32: the data's cost, not the model's) on the large
+    dataset under `mode`, its memory sampled throughout."""
+    run_dir = root / f"big-{mode}"
+    cmd = [sys.executable, "-m", "cl_bench", "train", "method=finetune", "dataset=split_tinyimagenet",
+           "scenario=class", "backbone=mlp", "backbone.hidden_sizes=[32]", "method.epochs=1", "method.batch_size=256",
+           "data.val_fraction=0", f"data.root={root}", f"data.residency={mode}", "hardware=cpu", "logger=none",
+           "checkpoint.enabled=false", f"hydra.run.dir={run_dir}"]
+    start = time.perf_counter()
+    peak = _peak_memory(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    wall = time.perf_counter() - start
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return {"peak_pss_gib": peak["pss"] / 2**30, "peak_main_rss_gib": peak["main_rss"] / 2**30, "wall_s": wall,
+            "train_eval_s": metrics["time_s"]}
+
+
+def _synthetic_tinyimagenet(root: Path, gib: float):
+    """Random 3×64×64 images in Tiny ImageNet's 200 classes, gib GiB in all, written as `cl-bench data prepare`
+    writes a dataset (data/prepared.py), a chunk at a time."""
+    import numpy as np
+
+    from cl_bench.data import prepared
+    per_image = 3 * 64 * 64
+    train = int(gib * 2**30 / per_image) - BIG_TEST
+    if train < BIG_CLASSES:
+        raise Failed(f"--big-gib {gib} holds too few images: use at least 0.2")
+    writer, rng, labels = prepared.Writer(root, "tinyimagenet"), np.random.default_rng(0), {}
+    for split, count in (("train", train), ("test", BIG_TEST)):
+        out = writer.open_images(split, count, (3, 64, 64))
+        for start in range(0, count, 8192):
+            stop = min(start + 8192, count)
+            out[start:stop] = rng.integers(0, 256, (stop - start, 3, 64, 64), dtype=np.uint8)
+        out.flush()
+        del out
+        labels[split] = np.arange(count) % BIG_CLASSES
+    return writer.finish("tinyimagenet", [f"c{i}" for i in range(BIG_CLASSES)], labels, "random pixels (bench)")
+
+
+def _peak_memory(proc: subprocess.Popen) -> dict:
+    """Peak over the process's life of its tree's proportional set size (shared pages split among the processes
+    that map them: the tree's real share of memory) and of the process's own resident set, sampled every 0.2 s."""
+    peak = {"pss": 0, "main_rss": 0}
+    while proc.poll() is None:
+        tree = _tree(proc.pid)
+        peak["pss"] = max(peak["pss"], sum(_proc_kib(pid, "smaps_rollup", "Pss:") for pid in tree) * 1024)
+        peak["main_rss"] = max(peak["main_rss"], _proc_kib(proc.pid, "status", "VmRSS:") * 1024)
+        time.sleep(0.2)
+    if proc.returncode != 0:
+        raise Failed(proc.stderr.read().decode().strip().splitlines()[-1])
+    return peak
+
+
+def _tree(pid: int) -> list[int]:
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    tree, frontier = [pid], [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+        tree += frontier
+    return tree
+
+
+def _proc_kib(pid: int, name: str, field: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+            if line.startswith(field):
+                return int(line.split()[1])
+    except OSError:  # the process ended meanwhile
+        pass
+    return 0
+
+
 # --- rendering ---------------------------------------------------------------------------------------------
 def render(results: dict) -> str:
     lines = ["# Benchmarks", "", "Written by `python scripts/bench.py SECTION` (`make bench` runs the CPU sections) "
@@ -684,7 +793,8 @@ def render(results: dict) -> str:
     for section, fn in (("overhead", render_overhead), ("peers", lambda p: render_peers(p, floor)),
                         ("images", render_images), ("masks", render_masks), ("costs", render_costs),
                         ("methods", render_methods), ("scaling", render_scaling), ("gpu", render_gpu),
-                        ("ddp", render_ddp), ("threads", render_threads), ("evalbatch", render_evalbatch)):
+                        ("ddp", render_ddp), ("threads", render_threads), ("evalbatch", render_evalbatch),
+                        ("residency", render_residency)):
         if section in results:
             lines += fn(results[section]) + [""]
     return "\n".join(lines)
@@ -701,6 +811,32 @@ def render_threads(d) -> list[str]:
         lines.append(f"| {mode} | {r['job_train_eval_s']:.2f} | {r['sweep_wall_s']:.1f} |")
     lines += ["", f"Every core in each job takes {d['ratio_job']:.2f}x a job's time with the shared default "
                   f"({d['ratio_sweep']:.2f}x the sweep's)."]
+    return lines
+
+
+def render_residency(d) -> list[str]:
+    b = d["big"]
+    lines = ["## Where the images live", "",
+             f"{where(d)}; median of {d['repeats']} interleaved repeats, `python scripts/bench.py residency`. "
+             f"Training samples per second (learning time only) of {d['workload']}, with the images on the device, "
+             "on the host (each batch gathered there and copied), and streamed from the memory-mapped file of "
+             "`cl-bench data prepare` by DataLoader workers (data/residency.py). On a CPU the device is the host: "
+             "the figures show what each mode's batching costs, not a PCIe copy.", "",
+             "| data.residency | samples/s |", "|---|---|"]
+    lines += [f"| {mode} | {r['samples_per_s']:,.0f} |" for mode, r in d["median"].items()]
+    lines += ["", f"The device mode trains {d['ratio_host']:.2f}x as fast as host, {d['ratio_stream']:.2f}x as fast "
+                  "as stream on this workload.", "",
+              f"A dataset larger than the memory it may use: {b['images']:,} random 3x64x64 images in 200 classes "
+              f"({b['gib']:.2f} GiB, Tiny ImageNet's shape, written as `cl-bench data prepare` writes), one epoch of "
+              "finetune on an MLP with one hidden layer of 32 (the data's cost, not the model's), batch 256. Peak "
+              "memory of the run's processes (the training process and its DataLoader workers; proportional set "
+              "size, shared pages split among them), sampled every 0.2 s:", "",
+              "| data.residency | peak PSS GiB | training process's peak RSS GiB | train+eval s |", "|---|---|---|---|"]
+    lines += [f"| {mode} | {r['peak_pss_gib']:.2f} | {r['peak_main_rss_gib']:.2f} | {r['train_eval_s']:.0f} |"
+              for mode, r in b["runs"].items()]
+    lines += ["", f"Stated cap: {b['cap_gib']:g} GiB, the data {b['gib'] / b['cap_gib']:.1f}x that: the stream run "
+                  f"stays {'within' if b['within_cap'] else 'OVER'} it (the peak is that of a run on a far smaller "
+                  "dataset: torch and the workers' own memory), the device run holds the whole dataset."]
     return lines
 
 
@@ -1012,7 +1148,8 @@ def render_ddp(d) -> list[str]:
 
 
 SECTIONS = {"overhead": overhead, "peers": peers, "images": images, "methods": methods, "masks": masks,
-            "scaling": scaling, "costs": costs, "gpu": gpu, "ddp": ddp, "threads": threads, "evalbatch": evalbatch}
+            "scaling": scaling, "costs": costs, "gpu": gpu, "ddp": ddp, "threads": threads, "evalbatch": evalbatch,
+            "residency": residency}
 
 
 def commit() -> str:
@@ -1048,6 +1185,9 @@ def main() -> None:
     parser.add_argument("--before", help="masks: another checkout to time beside this one (a git worktree)")
     parser.add_argument("--before-label", help="masks: words for that checkout (say, its commit)")
     parser.add_argument("--docs", type=Path, default=DOCS, help="where benchmarks.json and benchmarks.md live")
+    parser.add_argument("--big-gib", type=float, default=4.0, help="residency: the large dataset's size")
+    parser.add_argument("--cap-gib", type=float, default=1.0, help="residency: the memory cap it is held to")
+    parser.add_argument("--scratch", default=None, help="residency: a folder with room for the large dataset")
     opts = parser.parse_args()
     if opts.section not in ("gpu", "evalbatch"):  # the GPU check reads CIFAR-10 alone, evalbatch no data
         if opts.data is None:

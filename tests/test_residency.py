@@ -98,3 +98,24 @@ def test_a_prepared_only_source_without_its_files_names_the_command(tmp_path):
 def test_stream_prepare_writes_meta_last_and_says_where(data_root):
     meta = json.loads((data_root / "prepared" / "digits" / "meta.json").read_text())
     assert meta["train"] == 1437 and meta["test"] == 360 and meta["shape"] == [1, 8, 8]
+
+
+def test_tiny_imagenet_and_an_imagenet_subset_from_their_folders_train_under_every_residency(tmp_path):
+    from test_image_folders import imagenet_tree, tiny_tree
+    root = tmp_path / "data"
+    tiny = tiny_tree(tmp_path / "downloads")
+    imagenet = imagenet_tree(tmp_path / "imagenet")
+    (tmp_path / "classes.txt").write_text("n30\nn10\n")
+    subset = ["--from", str(imagenet), "--classes", str(tmp_path / "classes.txt"), "--size", "32"]
+    for args in (["tinyimagenet", "--from", str(tiny)], ["imagenet_subset", *subset]):
+        proc = cl_bench("data", "prepare", *args, "--root", str(root), "--workers", "1")
+        assert proc.returncode == 0 and "is ready" in proc.stdout, proc.stderr
+    tiny_meta = prepared.require(root, "tinyimagenet").meta
+    assert tiny_meta["shape"] == [3, 64, 64] and (tiny_meta["train"], tiny_meta["test"]) == (12, 6)
+    assert prepared.require(root, "imagenet_subset").meta["classes"][0].startswith("n30")
+    small = ("scenario=class", "backbone=convnet", "backbone.channels=[4]", "debug=fast", f"data.root={root}",
+             "data.val_fraction=0.25")
+    for dataset, tasks in (("split_tinyimagenet", 3), ("split_imagenet_subset", 2)):
+        runs = [train(tmp_path / f"{dataset}-{mode}", f"dataset={dataset}", f"dataset.num_tasks={tasks}", *small,
+                      f"data.residency={mode}") for mode in ("device", "stream")]
+        assert runs[0]["num_tasks"] == tasks and runs[0]["acc"] == runs[1]["acc"], dataset

@@ -14,6 +14,7 @@ device, gathered once for that call.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -87,20 +88,50 @@ class OffDeviceSplit:
         n, device = len(self), self.y.device
         order = (torch.randperm(n, device=device, generator=generator) if generator is not None
                  else torch.arange(n, device=device))
-        chunks = order.split(batch_size)
-        pixels = self._loader([self.rows[idx] for idx in order.cpu().split(batch_size)], device)
-        for idx, x in zip(chunks, pixels):
-            yield x.to(device, non_blocking=True), self.y.index_select(0, idx), self.t.index_select(0, idx)
-
-    def _loader(self, batches: list[torch.Tensor], device: torch.device) -> DataLoader:
+        rows = [self.rows[idx] for idx in order.cpu().split(batch_size)]
         workers = self.workers if isinstance(self.images, MappedImages) else 0  # in host memory: a gather is a copy
-        return DataLoader(_Rows(self.images), batch_size=None, sampler=batches, num_workers=workers,
-                          pin_memory=device.type == "cuda",
-                          prefetch_factor=PREFETCH_BATCHES if workers else None)
+        with _loader(self.images, workers, device.type == "cuda") as loader:
+            loader.sampler.rows = rows
+            for idx, x in zip(order.split(batch_size), loader, strict=True):
+                yield x.to(device, non_blocking=True), self.y.index_select(0, idx), self.t.index_select(0, idx)
 
     def sub(self, idx: torch.Tensor) -> OffDeviceSplit:
         """The samples at positions idx (on the device) of this split."""
         return OffDeviceSplit(self.images, self.rows[idx.cpu()], self.y[idx], self.t[idx], self.workers)
+
+
+class _Batches(torch.utils.data.Sampler):
+    """The sampler of a reused loader: each pass yields the batches (tensors of rows) its split set last."""
+
+    def __init__(self):
+        self.rows: list[torch.Tensor] = []
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self):
+        return len(self.rows)
+
+
+_LOADERS: dict[int, tuple] = {}  # id(images): (images, its loader, in use): the stream workers live across epochs
+
+
+@contextlib.contextmanager
+def _loader(images, workers: int, pin: bool):
+    """A DataLoader over `images` whose workers persist across passes (starting them costs more than an epoch of a
+    small task). A pass inside another over the same images (a validation pass within an epoch) gets its own."""
+    images_, loader, busy = _LOADERS.get(id(images), (None, None, False))
+    if images_ is not images or busy:
+        loader = DataLoader(_Rows(images), batch_size=None, sampler=_Batches(), num_workers=workers, pin_memory=pin,
+                            prefetch_factor=PREFETCH_BATCHES if workers else None, persistent_workers=workers > 0)
+        if busy:
+            yield loader
+            return
+    _LOADERS[id(images)] = (images, loader, True)
+    try:
+        yield loader
+    finally:
+        _LOADERS[id(images)] = (images, loader, False)
 
 
 class _Rows(torch.utils.data.Dataset):

@@ -93,6 +93,7 @@ class Scenario:
     tasks: list[Task]
     test: list[Split]  # test[j]: task j's test split, for train.py's evaluation alone
     info: Info
+    residency: str = "device"  # where the pixels live (data.residency as chosen)
 
 
 def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
@@ -102,7 +103,7 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
     protocol of reference code that selected on test data): nothing is held out, and the split a learner
     selects on (Task.val) is the task's test split. per_task_norm (data.normalization): each task's images are
     normalised with the mean and std of that task's own training split (never its validation or test data)."""
-    src, place = _placed_source(dataset_cfg, data_cfg, device)
+    src, place, mode = _placed_source(dataset_cfg, data_cfg, device)
     rng = np.random.default_rng(seed)
     kind = dataset_cfg.kind
     if kind == "split":
@@ -122,7 +123,7 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
         mean, std = (list(rows) for rows in zip(*(channel_stats(task.train.x) for task in tasks)))
     view = View(mean, std, dataset_cfg.augment, device, channels_last, brightness=dataset_cfg.brightness_jitter)
     info = Info(dataset_cfg.name, scenario, tuple(src.train_x.shape[1:]), task_classes, offsets, view)
-    return Scenario(list(tasks), list(test), info)
+    return Scenario(list(tasks), list(test), info, mode)
 
 
 def _class_split(src, cfg, rng) -> list[list[int]]:
@@ -165,8 +166,8 @@ def _offsets(task_classes, shared: bool) -> list[int]:
 
 
 def _placed_source(dataset_cfg, data_cfg, device):
-    """The source, read whole or mapped from its prepared file, and the function that makes a split of its rows
-    where data.residency puts it (said in the log)."""
+    """The source, read whole or mapped from its prepared file, the function that makes a split of its rows where
+    data.residency puts it, and the residency chosen (said in the log)."""
     name = dataset_cfg.source
     store = prepared.require(data_cfg.root, name) if name in sources.PREPARED else prepared.find(data_cfg.root, name)
     src = None
@@ -192,7 +193,7 @@ def _placed_source(dataset_cfg, data_cfg, device):
         if mode == "device":
             return Split(transform(x[rows]).to(device), y, t)
         return residency.OffDeviceSplit(x, rows, y, t, data_cfg.workers)
-    return src, place
+    return src, place, mode
 
 
 def _task(src, t, classes, offset, kind, cfg, data_cfg, rng, place, select_on_test) -> tuple[Task, Split]:
