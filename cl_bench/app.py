@@ -1,6 +1,6 @@
 """`cl-bench train` as a Hydra application: plain runs and sweeps both go through hydra.main, Hydra's launchers
 and its Callback API. RunChecks validates the composed config before Hydra makes a directory or starts a job
-(every job of a sweep up front); `unique_dir` gives each plain run a directory of its own; run.json records what
+(every job of a sweep up front); run.json records what
 `resume=` and `cl-bench eval` compose again."""
 import contextlib
 import itertools
@@ -73,26 +73,29 @@ def submitit_failure(message: str) -> str:
 
 
 def cfg_job_request(args: list[str]) -> bool:
-    """`--cfg job` (or `-c job`) of a single run: cl-bench prints the config itself, as a tree."""
+    """`--cfg job` (or `-c job`) of a single run: cl-bench prints the config itself, checked."""
     pairs = zip(args, args[1:])
     return any(a in ("--cfg", "-c") and b == "job" for a, b in pairs) and not ({"-m", "--multirun"} & set(args))
 
 
 def print_config_tree(overrides: list[str]) -> int:
-    """The composed config (what a run would use, checked) as a rich tree: one branch per group, in YAML."""
+    """The composed config (what a run would use, checked): on a terminal as a rich tree, one branch per group;
+    into a file or a pipe as plain YAML, as Hydra's own `--cfg job` prints it, to save and compose again."""
     from omegaconf import OmegaConf
     from rich.syntax import Syntax
-    from rich.text import Text
     from rich.tree import Tree
 
-    from . import cli, config
+    from . import config
+    from .console import rich_console
     cfg = config.compose(overrides)
     config.validate(cfg)
-    console = cli.rich_console()
+    console = rich_console()
+    if not console.is_terminal:
+        print(OmegaConf.to_yaml(cfg, resolve=False), end="")
+        return 0
 
-    def block(node) -> Syntax | Text:  # highlighted on a terminal, plain text in a file or a pipe
-        text = OmegaConf.to_yaml(node, resolve=False).rstrip()
-        return Syntax(text, "yaml", background_color="default") if console.is_terminal else Text(text)
+    def block(node) -> Syntax:
+        return Syntax(OmegaConf.to_yaml(node, resolve=False).rstrip(), "yaml", background_color="default")
 
     tree = Tree("config", guide_style="dim")
     scalars = {key: value for key, value in cfg.items() if not OmegaConf.is_config(value)}
@@ -168,31 +171,12 @@ def sweep_jobs(overrides: list[str]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices)] if count <= MAX_CHECKED_JOBS else []
 
 
-def unique_dir(path: str) -> str:
-    """The resolver behind hydra.run.dir's default: `path`, or path-2, path-3 ... when runs started in the same
-    second took it; claimed with an atomic mkdir and kept for the process (Hydra resolves the key more than once)."""
-    if path not in _claimed:
-        for n in itertools.count(1):
-            candidate = Path(path if n == 1 else f"{path}-{n}")
-            candidate.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                candidate.mkdir()
-                break
-            except FileExistsError:
-                continue
-        _claimed[path] = str(candidate)
-    return _claimed[path]
-
-
-_claimed: dict[str, str] = {}
-
-
 def write_run_record(run_dir: Path, overrides) -> None:
     """run.json: the run's own overrides, which `resume=` and `cl-bench eval` compose again. Written atomically,
     before Hydra writes .hydra/ and never rewritten by a resume: Hydra writes .hydra/ in place (truncate, then
     write) and again on every resume, so a kill there left an overrides.yaml that was missing, empty or cut
     short, and a resume from it failed or composed another config."""
-    from .recorders import write_json_atomic
+    from .files import write_json_atomic
     run_dir.mkdir(parents=True, exist_ok=True)
     own = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/", "resume="))]
     write_json_atomic(run_dir / RUN_RECORD, {"overrides": own})
@@ -233,11 +217,15 @@ def task(cfg) -> float:
     global _jobs_started
     _jobs_started += 1
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    hardware.enter_multirun(HydraConfig.get().launcher if multirun else None)
+    if multirun and not cfg.logger.group:  # the runs of one sweep form one W&B group, named after its directory
+        cfg.logger.group = Path(HydraConfig.get().sweep.dir).name
     try:
         hardware.cluster_ranks(cfg.hardware.distributed)  # a Slurm / submitit job's tasks become the DDP ranks
         if hardware.rank() != 0:  # they share the job's directory: rank 0 alone logs to its train.log
             logging.getLogger().setLevel(logging.ERROR)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
+        if multirun:
             if not (run_dir / RUN_RECORD).is_file() and hardware.rank() == 0:
                 write_run_record(run_dir, HydraConfig.get().overrides.task)
             done = finished_objective(run_dir, cfg.sweep.objective)  # a re-run sweep completes only what is missing

@@ -77,7 +77,7 @@ def evaluate(args: list[str]) -> int:
     config.register()
     cfg = config.compose(app.run_overrides(opts.run_dir, "cl-bench eval"))
     result = train.evaluate_checkpoint(cfg, opts.run_dir, opts.checkpoint)
-    from .recorders import write_json_atomic
+    from .files import write_json_atomic
     write_json_atomic(opts.run_dir / "eval.json", result)
     print(json.dumps(result))
     return 0
@@ -88,7 +88,10 @@ def report(args: list[str]) -> int:
                                             p.add_argument("--out", type=Path, help="default: the first PATH"),
                                             p.add_argument("--no-plots", action="store_true"),
                                             p.add_argument("--rank", action="store_true",
-                                                           help="order the methods of each setting by RA")))
+                                                           help="order the methods of each setting by RA"),
+                                            p.add_argument("--wide", action="store_true",
+                                                           help="every column in the printed table, not only "
+                                                                "those that differ between rows")))
     missing = [str(p) for p in opts.paths if not p.exists()]
     if missing:
         raise UserError(f"no such run or sweep directory: {', '.join(missing)}")
@@ -96,7 +99,7 @@ def report(args: list[str]) -> int:
         from .checks import require_extra
         require_extra("matplotlib", "plots", "cl-bench report's plots", ", or pass --no-plots")
     from . import report as report_module
-    if not report_module.report(opts.paths, opts.out, plots=not opts.no_plots, rank=opts.rank):
+    if not report_module.report(opts.paths, opts.out, plots=not opts.no_plots, rank=opts.rank, wide=opts.wide):
         raise UserError(f"no complete run (metrics.json) under {', '.join(map(str, opts.paths))}")
     return 0
 
@@ -147,6 +150,7 @@ def list_all() -> int:
         for row in rows:
             table.add_row(*row)
         tables.append(table)
+    from .console import rich_console
     console = rich_console()
     for table in tables:
         console.print(table)
@@ -181,11 +185,6 @@ def yaml_comment(path: Path) -> str:
     """The first comment line of a config file (after a `# @package` line)."""
     comments = [line for line in path.read_text().splitlines()[:2] if line.startswith("#") and "@package" not in line]
     return comments[0].lstrip("# ").strip() if comments else ""
-
-
-def rich_console():
-    from rich.console import Console
-    return Console(width=None if sys.stdout.isatty() else 160)  # piped into a file or a log: not cut at 80
 
 
 def first_line(obj) -> str:

@@ -249,7 +249,7 @@ def register() -> None:
     and loggers are YAML files over the schemas in /schemas."""
     from hydra.core.config_store import ConfigStore
 
-    from .app import unique_dir
+    from .rundirs import unique_dir
     OmegaConf.register_new_resolver("unique_dir", unique_dir, replace=True)
     OmegaConf.register_new_resolver("paper_backbone", settings.paper_backbone, replace=True)
     OmegaConf.register_new_resolver("by_memory_size", settings.by_memory_size, replace=True)

@@ -118,13 +118,18 @@ def launcher() -> str:
     return "cl-bench"
 
 
+_multirun_launcher = None  # set by app.task, the one module that asks Hydra
+
+
+def enter_multirun(launcher) -> None:
+    """Note the launcher's config of the Hydra multirun this job belongs to (None: not in one)."""
+    global _multirun_launcher
+    _multirun_launcher = launcher
+
+
 def multirun_launcher():
     """The launcher's config of the Hydra multirun this job belongs to, or None outside one."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        return HydraConfig.get().launcher
-    return None
+    return _multirun_launcher
 
 
 def _device(cfg) -> torch.device:

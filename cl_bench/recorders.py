@@ -1,12 +1,12 @@
 """Run events fanned out to the console (rich), JSON files and Weights & Biases. Recorders never touch
 models: they receive numbers and the metrics record that train.py assembles."""
 import json
-import os
 import secrets
 import time
 from pathlib import Path
 
 from . import metrics, settings, shape
+from .files import write_json_atomic, write_text_atomic
 
 
 class Recorder:
@@ -53,16 +53,6 @@ def step_metrics(record: dict) -> dict:
             out.update({f"{key}/task_{j}": a for j, a in enumerate(record[key][-1][: len(acc)])})
     out.update({k: record[k] for k in SUMMARY if k in record})
     return out
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=1))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class JSONRecorder(Recorder):
@@ -222,7 +212,7 @@ class WandbRecorder(Recorder):
             write_text_atomic(id_file, run_id + "\n")
         self.run = wandb.init(project=cfg.logger.project, entity=cfg.logger.entity, mode=cfg.logger.mode,
                               dir=str(run_dir), id=run_id, resume="allow", name=cfg.logger.name or run_name(cfg),
-                              group=cfg.logger.group or sweep_group(),
+                              group=cfg.logger.group,
                               tags=[cfg.method.name, cfg.dataset.name, cfg.scenario, *cfg.logger.tags],
                               config=OmegaConf.to_container(cfg, resolve=True))
 
@@ -255,15 +245,6 @@ class WandbRecorder(Recorder):
 
 def run_name(cfg) -> str:
     return f"{cfg.method.name}_{cfg.dataset.name}_{cfg.scenario}_s{cfg.seed}"
-
-
-def sweep_group() -> str | None:
-    """In a Hydra multirun, the sweep directory's name: the runs of one sweep form one W&B group."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        return Path(HydraConfig.get().sweep.dir).name
-    return None
 
 
 def build(cfg, run_dir: Path) -> Recorders:

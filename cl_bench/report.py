@@ -7,6 +7,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from .files import temporary, write_text_atomic
+
 GROUP = ("method", "dataset", "tasks", "scenario", "backbone", "memory", "protocol", "ran_on")  # official-protocol
 # runs are never averaged with honest ones, nor 20 permutations with 100, nor one GPU's with two nodes
 # metrics.json key -> its column, under the name the papers print (RA, BTI, LA: GEM, MER, La-MAML; task-aware:
@@ -52,26 +54,9 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def t_quantile_975(df: int) -> float:
-    """The 97.5% quantile of Student's t with df degrees of freedom (two-sided 95%), by bisection on the exact
-    finite-series CDF for integer df (Abramowitz & Stegun 26.7.3-4)."""
-    def central(t: float) -> float:  # P(|T| < t)
-        theta = math.atan(t / math.sqrt(df))
-        c2, term, total = math.cos(theta) ** 2, 1.0, 1.0
-        if df % 2:
-            for k in range(2, df - 1, 2):  # 1 + (2/3)c^2 + (2*4)/(3*5)c^4 + ... up to c^(df-3)
-                term *= c2 * k / (k + 1)
-                total += term
-            return 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * total if df > 1 else 0.0))
-        for k in range(1, df - 2, 2):  # 1 + (1/2)c^2 + (1*3)/(2*4)c^4 + ... up to c^(df-2)
-            term *= c2 * k / (k + 1)
-            total += term
-        return math.sin(theta) * total
-
-    lo, hi = 0.0, 1e3
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if central(mid) < 0.95 else (lo, mid)
-    return (lo + hi) / 2
+    """The 97.5% quantile of Student's t with df degrees of freedom (two-sided 95%)."""
+    from scipy.stats import t  # scipy is a dependency (scikit-learn's, and SVHN's .mat reader)
+    return float(t.ppf(0.975, df))
 
 
 def ci95(std: float, n: int) -> float:
@@ -186,9 +171,9 @@ def write_tables(rows: list[dict], incomplete: list[dict], sweeps: list[dict], o
         lines += ["", "Incomplete runs (not averaged):", ""]
         lines += [f"- {r['run_dir']}: {r['method']} on {r['dataset']}, {len(r['acc'])}/{r['num_tasks']} tasks"
                   for r in incomplete]
-    _atomic_text(out / "report.md", "\n".join(lines) + "\n")
+    write_text_atomic(out / "report.md", "\n".join(lines) + "\n")
     fields = [*GROUP, "seeds", *(f for c in COLUMNS for f in (c, f"{c}_std", f"{c}_ci95")), "objective"]
-    tmp = out / f".report.csv.tmp{os.getpid()}"
+    tmp = temporary(out / "report.csv")
     with open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
@@ -196,28 +181,27 @@ def write_tables(rows: list[dict], incomplete: list[dict], sweeps: list[dict], o
     os.replace(tmp, out / "report.csv")
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    """Write through a private temporary file, so that concurrent reports never interleave."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
+WIDE = 400  # characters: room for every column of --wide
 CONSOLE = ("avg_acc", "val_avg_acc", "task_aware_avg_acc", "bti", "la")  # the rest is in report.md
 
 
-def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict], out: Path) -> None:
-    """The papers' figures, mean ± std, narrow enough for a terminal; confidence intervals and the rest are in
-    report.md and report.csv."""
+def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict], out: Path, wide: bool = False) -> None:
+    """The papers' figures, mean ± std, narrow enough for a terminal: the grouping columns whose value differs
+    between rows (the others in the title) and CONSOLE's metrics that some row has; wide: every column of
+    report.md, intervals aside. Confidence intervals and the rest are in report.md and report.csv."""
     from rich.console import Console
     from rich.table import Table
-    table = Table(title="cl-bench report (accuracies in %, mean ± std over runs)")
-    for column in [*GROUP, "n", *(METRICS[c].replace(" (test avg_acc)", "") for c in CONSOLE)]:
+    varying = [k for k in GROUP if wide or k == "method" or len({group_cell(r, k) for r in rows}) > 1]
+    shared = ", ".join(f"{k} {group_cell(rows[0], k)}" for k in GROUP if k not in varying and rows)
+    metrics = COLUMNS if wide else [c for c in CONSOLE if any(not math.isnan(r[c]) for r in rows)]  # no empty ones
+    table = Table(title="cl-bench report (accuracies in %, mean ± std over runs)" + (f"\n{shared}" if shared else ""))
+    for column in [*varying, "n", *(METRICS.get(c, c).replace(" (test avg_acc)", "") for c in metrics)]:
         table.add_column(column, justify="left" if column in GROUP else "right", no_wrap=True)
     for r in rows:
-        table.add_row(*(group_cell(r, k) for k in GROUP), str(r["seeds"]),
-                      *(fmt(r, c, interval=False) for c in CONSOLE))
-    console = Console(width=None if sys.stdout.isatty() else 160)  # piped into a file or a log: not cut at 80
+        table.add_row(*(group_cell(r, k) for k in varying), str(r["seeds"]),
+                      *(fmt(r, c, interval=False) for c in metrics))
+    # Piped into a file or a log: not cut at 80; --wide: never squeezed (the terminal scrolls or wraps lines).
+    console = Console(width=WIDE if wide else None if sys.stdout.isatty() else 160)
     console.print(table)
     console.print(f"95% confidence intervals, forgetting, bwt, params, time and the sweep objective: {out}/report.md")
     for line in sweep_lines(sweeps):
@@ -357,19 +341,20 @@ def ranking_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def report(paths: list[Path], out: Path | None = None, plots: bool = True, rank: bool = False) -> list[dict]:
+def report(paths: list[Path], out: Path | None = None, plots: bool = True, rank: bool = False,
+           wide: bool = False) -> list[dict]:
     runs = find_runs(paths)
     rows = summarise(runs)
     incomplete = [r for r in runs if not r["complete"]]
     sweeps = optimised(paths, runs)
     out = Path(out or paths[0])
     write_tables(rows, incomplete, sweeps, out)
-    print_table(rows, incomplete, sweeps, out)
+    print_table(rows, incomplete, sweeps, out, wide)
     if rank and rows:
         lines = ["RA % ranked, best first (mean ± std [95% CI]; '>' the intervals are apart, '≈' they overlap):",
                  *ranking_lines(rows)]
         print("\n".join(lines))
-        _atomic_text(out / "ranking.md", "\n\n".join(lines) + "\n")
+        write_text_atomic(out / "ranking.md", "\n\n".join(lines) + "\n")
     if plots:
         plot_all(runs, out)
     return rows

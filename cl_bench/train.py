@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import backbones, checkpoint, config, hardware, methods, metrics, recorders
+from . import backbones, checkpoint, config, files, hardware, methods, metrics, recorders
 from .data import scenarios
 from .errors import UserError
 from .methods.base import ResumePoint
@@ -292,7 +292,7 @@ def branch(source: Path, run_dir: Path, tasks) -> None:
         for part in parts:  # every finished task up to it that the source kept
             if (source_run / folder / part).is_dir():
                 copy_atomically(source_run / folder / part, run_dir / folder / part)
-    recorders.write_text_atomic(run_dir / "checkpoints" / "last", name)
+    files.write_text_atomic(run_dir / "checkpoints" / "last", name)
 
 
 def copy_atomically(source: Path, target: Path) -> None:

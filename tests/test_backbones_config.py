@@ -158,3 +158,13 @@ def test_mammoths_mlp_for_the_der_papers_mnist_rows():
         cfg = config.compose(pair)
         assert (cfg.backbone.name, cfg.backbone.init) == ("mlp", "xavier_uniform")
     assert config.compose(["method=ewc", "dataset=permuted_mnist"]).backbone.init == "pytorch"
+
+
+def test_build_takes_the_backbones_dataclass_and_resnet_takes_imagenets_stem():
+    from cl_bench.backbones.resnet import ResNetConfig
+    net = backbones.build(ResNetConfig(nf=8, stem="imagenet"), (3, 64, 64))
+    assert isinstance(net.stem[-1], torch.nn.MaxPool2d) and net.stem[0].kernel_size == (7, 7)
+    assert net(torch.zeros(2, 3, 64, 64)).shape == (2, 64)
+    assert backbones.build(ResNetConfig(nf=8), (3, 32, 32)).stem[0].kernel_size == (3, 3)  # CIFAR's, the default
+    with pytest.raises(UserError, match="backbone.stem='vit' is unknown: use cifar or imagenet"):
+        backbones.build({"name": "resnet18", "stem": "vit"}, (3, 32, 32))

@@ -99,8 +99,8 @@ def test_a_wrong_layout_is_one_line(tmp_path, overrides, complaint):
 
 
 def test_npz_without_the_four_arrays_is_a_user_error(tmp_path):
-    np.savez(tmp_path / "mine.npz", train_x=np.zeros((2, 4, 4), np.uint8))
-    with pytest.raises(UserError, match="lacks train_y, test_x, test_y"):
+    np.savez(tmp_path / "mine.npz", train_x=np.zeros((2, 4, 4), np.uint8), labels=np.zeros(2), X_test=np.zeros(2))
+    with pytest.raises(UserError, match="lacks train_y, test_x, test_y: it holds X_test, labels, train_x;"):
         sources.load("tensors", tmp_path, path=tmp_path / "mine.npz")
 
 

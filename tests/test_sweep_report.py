@@ -288,3 +288,17 @@ def test_runs_on_other_hardware_are_reported_apart(tmp_path):
         ("1 x cuda", 2, 0.75), ("4 x cuda on 2 nodes", 1, 0.9), ("unrecorded", 1, 0.5)]
     assert "| er | split_mnist | 1 | class | mlp | 200 | honest | 4 x cuda on 2 nodes | 1 |" in (
         tmp_path / "report.md").read_text()
+
+
+def test_the_printed_table_keeps_to_the_columns_that_differ_and_wide_shows_all(tmp_path):
+    for i, (method, memory) in enumerate([("er", 200), ("der", 200), ("er", 500)]):
+        write_run(tmp_path / str(i), method, "split_mnist", 0.5 + i / 10, i, memory=memory)
+    narrow = cl_bench("report", str(tmp_path), "--no-plots")
+    assert narrow.returncode == 0, narrow.stderr
+    header = next(line for line in narrow.stdout.splitlines() if "RA %" in line)
+    assert "memory" in header and "method" in header and "dataset" not in header and "backbone" not in header
+    assert "dataset split_mnist" in narrow.stdout and "backbone mlp" in narrow.stdout  # said once, in the title
+    assert max(len(line) for line in narrow.stdout.splitlines() if "┃" in line or "│" in line) <= 100
+    wide = cl_bench("report", str(tmp_path), "--no-plots", "--wide")
+    header = next(line for line in wide.stdout.splitlines() if "RA %" in line)
+    assert all(column in header for column in ("dataset", "backbone", "forgetting", "params", "time_s"))

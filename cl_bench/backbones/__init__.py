@@ -28,7 +28,10 @@ def remove_final_relu(backbone: nn.Module) -> None:
 
 
 def build(cfg, input_shape: tuple[int, int, int]) -> nn.Module:
-    """The backbone cfg names, with cfg's keys over its config's defaults as arguments."""
+    """The backbone cfg names: its config dataclass (say, `ResNetConfig(stem="imagenet")`), or a mapping (a
+    DictConfig, a dict) whose keys go over that dataclass's defaults."""
+    if dataclasses.is_dataclass(cfg):
+        cfg = dataclasses.asdict(cfg)
     module, schema = BACKBONES[cfg["name"]]
     kwargs = {**dataclasses.asdict(schema()), **dict(cfg)}
     kwargs.pop("name")

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
+from ..files import write_bytes_atomic
 
 TINYIMAGENET_SIZE = 64
 IMAGENET_SIZE = 224  # ImageNet-100 as class-incremental papers train it (LUCIR, PODNet): 224×224 crops
@@ -121,10 +122,7 @@ def _write_batches(out: Path, train: tuple[np.ndarray, np.ndarray], test: tuple[
 
 
 def _dump(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(obj, f, protocol=4)
-    tmp.replace(path)
+    write_bytes_atomic(path, pickle.dumps(obj, protocol=4))
 
 
 def prepare_stream(name: str, root: Path, source: Path | None = None, classes: Path | None = None,

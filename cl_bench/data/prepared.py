@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
+from ..files import write_json_atomic
 
 FOLDER = "prepared"
 STATS_CHUNK = 4096  # images per chunk when computing the channel statistics at prepare time
@@ -146,9 +147,7 @@ class Writer:
         mean, std = channel_stats(train)
         meta = {"name": name, "classes": list(classes), "shape": list(train.shape[1:]), "train": self.sizes["train"],
                 "test": self.sizes["test"], "mean": mean, "std": std, "source": source}
-        tmp = self.path / ".meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1))
-        tmp.replace(self.path / "meta.json")  # last: marks the folder complete
+        write_json_atomic(self.path / "meta.json", meta)  # last: marks the folder complete
         return Prepared(self.path, meta)
 
 

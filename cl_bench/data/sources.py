@@ -445,7 +445,9 @@ def _load_tensors(path: Path) -> Source:
         raise UserError(f"cannot read {path}: {error}") from error
     missing = [k for k in ("train_x", "train_y", "test_x", "test_y") if k not in arrays]
     if missing:
-        raise UserError(f"{path} lacks {', '.join(missing)}: it needs train_x, train_y, test_x and test_y")
+        found = ", ".join(sorted(arrays)) or "no arrays"
+        raise UserError(f"{path} lacks {', '.join(missing)}: it holds {found}; dataset=custom needs train_x, "
+                        "train_y, test_x and test_y (rename the arrays when saving them)")
     splits = []
     for split in ("train", "test"):
         x = _as_nchw_uint8(arrays[f"{split}_x"], path, f"{split}_x")

@@ -1,0 +1,24 @@
+"""Files written whole or not at all: through a private temporary name in the same folder, then renamed over the
+target, so that a reader (another process, a resume after a kill) sees the old content or the new, never half."""
+import json
+import os
+from pathlib import Path
+
+
+def temporary(path: Path) -> Path:
+    """A private temporary name beside path (hidden, this process's): concurrent writers never share one."""
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    tmp = temporary(path)
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    write_bytes_atomic(path, text.encode())
+
+
+def write_json_atomic(path: Path, obj, indent: int | None = 1) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=indent))
