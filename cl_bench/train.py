@@ -206,9 +206,9 @@ def within_task_saver(every: int, run_dir, method, results: "Results", ctx, guar
     return save
 
 
-def evaluate_checkpoint(cfg, run_dir: Path, name: str | None = None) -> dict:
-    """Rebuild the run's model from one of its checkpoints (default: the newest valid one) and evaluate every
-    task it has learned, as the run did after that task (test, validation, and task-aware in the class scenario)."""
+def restore(cfg, run_dir: Path, name: str | None = None):
+    """The run's scenario, method and context, the method as one of its checkpoints left it (default: the newest
+    valid one), and the task that checkpoint ends."""
     scenario, method, ctx = build(cfg, recorders.Recorders([]))
     found = checkpoint.load(run_dir, name)
     if found is None or found[0] is None:
@@ -218,8 +218,15 @@ def evaluate_checkpoint(cfg, run_dir: Path, name: str | None = None) -> dict:
     state, _ = checkpoint.split_rng(state)
     method.load_state_dict({**state, **masks})
     method.resumed(scenario.tasks[: meta["task_id"] + 1])  # what a method keeps of its tasks (gated: the paths it runs)
-    found = evaluate(method, scenario, meta["task_id"], False, ctx, ctx.eval_batch_size)
-    result = {"checkpoint": f"task_{meta['task_id']:03d}", "scenario": cfg.scenario, "acc": found.test,
+    return scenario, method, ctx, meta["task_id"]
+
+
+def evaluate_checkpoint(cfg, run_dir: Path, name: str | None = None) -> dict:
+    """Rebuild the run's model from one of its checkpoints (default: the newest valid one) and evaluate every
+    task it has learned, as the run did after that task (test, validation, and task-aware in the class scenario)."""
+    scenario, method, ctx, task_id = restore(cfg, run_dir, name)
+    found = evaluate(method, scenario, task_id, False, ctx, ctx.eval_batch_size)
+    result = {"checkpoint": f"task_{task_id:03d}", "scenario": cfg.scenario, "acc": found.test,
               "avg_acc": sum(found.test) / len(found.test), "val_acc": found.val}
     if found.aware is not None:
         result["task_aware_acc"] = found.aware

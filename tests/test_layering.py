@@ -7,7 +7,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "cl_bench"
 # Top to bottom; a module may import only from its own layer's package or from layers below it.
-LAYERS = [{"__main__", "cli"}, {"app"}, {"train", "report"}, {"config"}]
+LAYERS = [{"__main__", "cli", "api"}, {"app"}, {"train", "report"}, {"config"}]
 HYDRA_USERS = {"cli", "app", "config"}
 
 

@@ -1,0 +1,23 @@
+"""docs/api.md's examples, run as written: each ```python block in a fresh directory of its own."""
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_the_page_has_examples():
+    assert len(BLOCKS) >= 4
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_api_page_example_runs(index, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    exec(compile(BLOCKS[index], f"docs/api.md example {index + 1}", "exec"), {"__name__": f"example{index}"})
+    assert os.getcwd() == str(tmp_path)
