@@ -76,12 +76,16 @@ class DataConfig(Checked):
     eval_batch_size: int = hardware.EVAL_BATCH  # samples per forward pass wherever a model is only evaluated
     normalization: Normalization = Normalization.auto  # see Normalization above
     residency: Residency = Residency.auto  # where the images live: device, host or stream (data/residency.py)
-    workers: int = 2  # residency=stream: DataLoader processes that read batches ahead from the prepared file
+    # residency=stream: DataLoader processes that read batches ahead from the prepared file; null: 2 for a GPU, 0
+    # on a CPU, where workers take the cores training needs (0: read in the training process; measured in
+    # docs/benchmarks.md "Where the images live")
+    workers: int | None = None
 
     def checks(self):
         return [("val_fraction", 0 <= self.val_fraction < 1, "a fraction in [0, 1)"),
                 ("eval_batch_size", self.eval_batch_size >= 1, "at least 1"),
-                ("workers", self.workers >= 0, "0 (read in the training process) or more")]
+                ("workers", self.workers is None or self.workers >= 0, "null (by device), 0 (read in the training "
+                 "process) or more")]
 
 
 @dataclass

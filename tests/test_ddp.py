@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 from cl_bench import backbones, config, methods, recorders
 from cl_bench.data import scenarios
 from cl_bench.data.batches import View
+from cl_bench.methods import parallel
 
 # The MLP of 256 units: the runs compared must be stable ones, where float-order differences stay small; on the
 # 2×100 default, finetune's 2 epochs at lr 0.01 amplify them to a fifth of a task's test samples in one cell.
@@ -129,14 +130,14 @@ def test_each_rank_augments_its_own_shard_from_its_own_stream():
     for rank in (0, 1):
         method, ctx = rank_view(rank)
         shared = ctx.generator.get_state()
-        method._seed_shard_augmentation(task_id=0, phase=0, epoch=3)
+        parallel.seed_shard_augmentation(method.ctx, task_id=0, phase=0, epoch=3)
         batch = method._training_batch(raw, y, t, step=0)
         assert torch.equal(batch.raw, raw[rank::2]) and torch.equal(batch.y, y[rank::2])
         assert batch.unsharded().raw is raw  # what a memory stores: the global batch
         assert torch.equal(ctx.generator.get_state(), shared)  # the shared stream stays as one process draws it
-        method._seed_shard_augmentation(task_id=0, phase=0, epoch=3)  # a resumed epoch augments as before
+        parallel.seed_shard_augmentation(method.ctx, task_id=0, phase=0, epoch=3)  # a resumed epoch augments as before
         assert torch.equal(method._training_batch(raw, y, t, step=0).x, batch.x)
-        method._seed_shard_augmentation(task_id=0, phase=0, epoch=3)
+        parallel.seed_shard_augmentation(method.ctx, task_id=0, phase=0, epoch=3)
         batches.append(method.augment(raw[:4]))  # the same rows through each rank's stream
     assert not torch.equal(batches[0], batches[1])
 

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
 from cl_bench import backbones, methods
-from cl_bench.config import DatasetConfig
+from cl_bench.config import DataConfig, DatasetConfig
 from cl_bench.data import scenarios
 from cl_bench.errors import UserError
 from cl_bench.methods.base import Batch
@@ -31,8 +31,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def build(scenario="task", **cfg):
     torch.manual_seed(0)
     dataset = OmegaConf.structured(DatasetConfig(name="split_digits", source="digits", num_tasks=5))
-    data = OmegaConf.create({"root": "data", "download": False, "cache": True, "val_fraction": 0.1,
-                             "eval_batch_size": 1000})
+    data = OmegaConf.structured(DataConfig(root="data", eval_batch_size=1000))
     sc = scenarios.build(dataset, data, scenario, 0, torch.device("cpu"))
     ctx = methods.Context(torch.device("cpu"), None, torch.Generator().manual_seed(0), Recorders([]))
     backbone = backbones.build(OmegaConf.create({"name": "convnet", "channels": [8, 16]}), sc.info.input_shape)

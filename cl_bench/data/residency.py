@@ -26,6 +26,7 @@ from .prepared import MappedImages
 # auto: keep the images where they take at most this share of the free memory (room for model and activations)
 FREE_SHARE = 0.5
 PREFETCH_BATCHES = 2  # batches each stream worker prepares ahead
+GPU_WORKERS = 2  # data.workers=null on a GPU: reading overlaps the device's work (on a CPU it takes its cores)
 
 
 class Residency(Choice):
@@ -66,6 +67,13 @@ def choose(requested: str, nbytes: int, device: torch.device, streamable: bool) 
     if streamable:
         return "stream", f"auto: {size} exceed half of the free memory ({where}); read from the prepared file"
     return "device", f"auto: {size}, {where}; no prepared file to stream from, so held whole anyway"
+
+
+def stream_workers(requested: int | None, device: torch.device) -> int:
+    """The DataLoader workers of a stream run: data.workers, or by the device when null."""
+    if requested is not None:
+        return requested
+    return GPU_WORKERS if device.type == "cuda" else 0
 
 
 class OffDeviceSplit:

@@ -176,7 +176,8 @@ def _placed_source(dataset_cfg, data_cfg, device):
                            dataset_cfg.image_size)
     nbytes = store.nbytes if store is not None else src.train_x.nbytes + src.test_x.nbytes
     mode, why = residency.choose(data_cfg.residency, nbytes, device, streamable=store is not None)
-    log.info(f"data residency: {mode} ({why})")
+    workers = residency.stream_workers(data_cfg.workers, device)
+    log.info(f"data residency: {mode} ({why})" + (f", {workers} loader workers" if mode == "stream" else ""))
     if mode == "stream" and store is None:
         raise UserError(f"data.residency=stream reads the dataset from its prepared file: run "
                         f"`{prepared.prepare_command(name, data_cfg.root)}` first, or use data.residency=host")
@@ -192,7 +193,7 @@ def _placed_source(dataset_cfg, data_cfg, device):
         y, t = y.to(device), torch.full((len(rows),), t, dtype=torch.long, device=device)
         if mode == "device":
             return Split(transform(x[rows]).to(device), y, t)
-        return residency.OffDeviceSplit(x, rows, y, t, data_cfg.workers)
+        return residency.OffDeviceSplit(x, rows, y, t, workers)
     return src, place, mode
 
 

@@ -1,4 +1,5 @@
-"""The Method contract and the small helpers every method shares: heads, the epoch loop, optimisers."""
+"""The Method contract and the small helpers every method shares: the epoch loop, optimisers (heads: heads.py;
+data-parallel training: parallel.py)."""
 import abc
 import contextlib
 import copy
@@ -17,6 +18,8 @@ from ..checkpoint import SideStore
 from ..checks import Checked, Choice
 from ..data.scenarios import Info, Split, Task
 from ..errors import UserError
+from . import parallel
+from .heads import Heads
 
 
 class Optimizer(Choice):
@@ -118,60 +121,6 @@ class Batch:
     def unsharded(self) -> "Batch":
         """The global batch, as every rank holds it: what a memory stores, so that it stays alike on all ranks."""
         return self if self.whole is None else self.whole
-
-
-class Heads(nn.Module):
-    """A linear head per task in the task scenario; one head over the outputs seen so far in the class one."""
-
-    def __init__(self, feature_dim: int, info: Info):
-        super().__init__()
-        self.info = info
-        self.per_task = info.scenario == "task"
-        if self.per_task:
-            self.heads = nn.ModuleList(nn.Linear(feature_dim, n) for n in info.sizes)
-            # Each task's output range, kept on the device so that mixed batches cost no host transfer.
-            self.register_buffer("first", torch.tensor(info.offsets), persistent=False)
-            self.register_buffer("end", torch.tensor(info.offsets) + torch.tensor(info.sizes), persistent=False)
-        else:
-            self.head = nn.Linear(feature_dim, info.num_outputs)
-        self.seen = info.seen_outputs(0)  # outputs seen so far (class scenario); set by Method.learn and on load
-
-    def forward(self, features: torch.Tensor, task_id: int | None) -> torch.Tensor:
-        if self.per_task:
-            return self.heads[task_id](features)
-        return self.head(features)[:, : self.seen]
-
-    @torch.no_grad()
-    def widen(self, in_features: int, from_task: int, init=None) -> None:
-        """CPG's growth widened the features that from_task and the tasks after it read: their heads take the
-        new inputs, the old columns kept and the new ones drawn by init (PyTorch's default when None)."""
-        for j in range(from_task, len(self.heads)):
-            old = self.heads[j]
-            if old.in_features < in_features:
-                new = nn.Linear(in_features, old.out_features, device=old.weight.device, dtype=old.weight.dtype)
-                if init is not None:
-                    init(new)
-                new.weight[:, : old.in_features] = old.weight
-                new.bias.copy_(old.bias)
-                self.heads[j] = new
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
-        if self.per_task:  # a grown checkpoint into freshly built heads: take its shapes first
-            for j, head in enumerate(self.heads):
-                weight = state_dict.get(f"{prefix}heads.{j}.weight")
-                if weight is not None and weight.shape != head.weight.shape:
-                    self.heads[j] = nn.Linear(weight.shape[1], weight.shape[0], device=head.weight.device)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
-
-    def mixed(self, features: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """Logits for a batch mixing tasks, over the whole label space (targets are the global labels):
-        in the task scenario each row keeps only its own task's outputs, the rest set to -inf."""
-        if not self.per_task:
-            return self.forward(features, None)
-        logits = torch.cat([h(features) for h in self.heads], dim=1)
-        col = torch.arange(logits.shape[1], device=t.device)
-        own = (col >= self.first[t, None]) & (col < self.end[t, None])
-        return logits.masked_fill(~own, float("-inf"))
 
 
 class Method(nn.Module, metaclass=abc.ABCMeta):
@@ -326,10 +275,10 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
                 return
             first_epoch = self._resume_at.restore(self, opt, sched, side_optimizers)
             self._resume_at = None
-        objective = self._data_parallel(loss_fn)
+        objective = parallel.objective(self, loss_fn)
         for epoch in range(first_epoch, epochs):
             self.train()
-            self._seed_shard_augmentation(task.id, phase, epoch)
+            parallel.seed_shard_augmentation(self.ctx, task.id, phase, epoch)
             self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
             total = torch.zeros((), device=self.ctx.device)
             first_bad = torch.full((), -1, device=self.ctx.device)  # first step with a non-finite loss
@@ -367,7 +316,7 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
             if after_epoch is not None and after_epoch(epoch):
                 break
         if self.ctx.world_size > 1:
-            average_batch_norm_statistics(self)
+            parallel.average_batch_norm_statistics(self)
 
     # --- phases: under debug=shape (ctx.shape) each runs one epoch of one batch -------------------------------
     def phase_epochs(self, epochs: int) -> int:
@@ -402,30 +351,7 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         """Around a phase a method runs outside fit(): timed under debug=shape."""
         return contextlib.nullcontext() if self.ctx.shape is None else self.ctx.shape.phase(name)
 
-    # --- data-parallel training (hardware=ddp) -----------------------------------------------------------
-    def _data_parallel(self, loss_fn):
-        """The step's loss as DistributedDataParallel's module, so that its gradients are all-reduced in
-        buckets while the backward pass runs; loss_fn itself when alone."""
-        if self.ctx.world_size == 1:
-            return loss_fn
-        from torch.nn.parallel import DistributedDataParallel
-        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        # find_unused_parameters: a step need not reach every parameter (other tasks' heads, frozen paths).
-        # forward_sync_buffers=False: buffers hold memories and masks, alike on every rank already; the batch-norm
-        # statistics, which are not, are averaged at the end of the phase.
-        return DistributedDataParallel(Objective(self, loss_fn), device_ids=device_ids,
-                                       find_unused_parameters=True, forward_sync_buffers=False)
-
-    def _seed_shard_augmentation(self, task_id: int, phase: int, epoch: int) -> None:
-        """Data-parallel: each rank's augmentation stream for the epoch, seeded from the run's seed, the place
-        in the run and the rank: the shared stream is left as one process would draw it, and a resumed epoch
-        augments as the first try did."""
-        if self.ctx.world_size > 1:
-            if self.ctx.shard_generator is None:
-                self.ctx.shard_generator = torch.Generator(self.ctx.device)
-            place = (self.ctx.seed, task_id, phase, epoch, self.ctx.rank)
-            self.ctx.shard_generator.manual_seed(hash(place) & (2**63 - 1))  # ints hash alike in every process
-
+    # --- data-parallel training (hardware=ddp; methods/parallel.py) ------------------------------------------
     def _training_batch(self, raw, y, t, step: int) -> Batch:
         """One augmented training batch: data-parallel, this rank's shard of the global batch, augmented alone."""
         if self.ctx.world_size == 1:
@@ -435,26 +361,12 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         return Batch(raw, self.augment(raw, t), y, t, step, whole)
 
     def shard(self, *rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Data-parallel: this rank's rows (r, r + w, ...) of tensors every rank holds alike, such as a replay
-        draw; the tensors themselves when alone."""
-        if self.ctx.world_size == 1:
-            return rows
-        r, w = self.ctx.rank, self.ctx.world_size
-        return tuple(x[r::w] for x in rows)
+        """Data-parallel: this rank's rows of tensors every rank holds alike (parallel.shard)."""
+        return parallel.shard(self.ctx, *rows)
 
     def unshard(self, x: torch.Tensor, rows: int) -> torch.Tensor:
-        """Data-parallel: the `rows` rows of the global batch from a tensor computed on each rank's shard (say,
-        its logits), gathered in the global batch's order on every rank; x itself when alone."""
-        if self.ctx.world_size == 1:
-            return x
-        import torch.distributed as dist
-        w = self.ctx.world_size
-        per_rank = -(-rows // w)  # rank 0's shard, the largest: the others are padded to it for the gather
-        padded = F.pad(x, (0, 0) * (x.dim() - 1) + (0, per_rank - len(x)))
-        shards = [torch.empty_like(padded) for _ in range(w)]
-        dist.all_gather(shards, padded)
-        # shards[r][i] is global row i * w + r: interleaved back into order, the padding (rows past the end) cut
-        return torch.stack(shards, dim=1).reshape(w * per_rank, *x.shape[1:])[:rows]
+        """Data-parallel: the global batch's rows from each rank's shard, on every rank (parallel.unshard)."""
+        return parallel.unshard(self.ctx, x, rows)
 
     def augment(self, raw: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
         """Training view of stored pixels (a replay draw) of tasks t, from this rank's augmentation stream."""
@@ -493,34 +405,6 @@ class ResumePoint:
 
 class NonFiniteLoss(UserError):
     """Training diverged: the run stops before anything is checkpointed from the diverged weights."""
-
-
-class Objective(nn.Module):
-    """A step's loss as a module over the method (DistributedDataParallel wraps a module whose forward makes
-    the output that backward starts from)."""
-
-    def __init__(self, method: Method, loss_fn):
-        super().__init__()
-        self.method, self.loss_fn = method, loss_fn
-
-    def forward(self, batch: Batch) -> torch.Tensor:
-        return self.loss_fn(batch)
-
-
-BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
-
-
-@torch.no_grad()
-def average_batch_norm_statistics(module: nn.Module) -> None:
-    """Data-parallel: each rank's batch norms tracked the statistics of its own shards; their average is the
-    global batch's mean (and nearly its variance), set on every rank so that they evaluate alike."""
-    import torch.distributed as dist
-    world_size = dist.get_world_size()
-    for m in module.modules():
-        if isinstance(m, BATCH_NORMS) and m.running_mean is not None:  # None: track_running_stats=False
-            for stat in (m.running_mean, m.running_var):
-                dist.all_reduce(stat)
-                stat.div_(world_size)
 
 
 def fresh_copy(module: nn.Module) -> nn.Module:

@@ -41,7 +41,8 @@ from torch import nn
 from ..checks import Choice
 from ..data.scenarios import Split
 from ..nn import gated
-from .base import Heads, Method, MethodConfig, Optimizer
+from .base import Method, MethodConfig, Optimizer
+from .heads import Heads
 from .memory import Memory
 
 

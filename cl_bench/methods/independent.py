@@ -3,7 +3,8 @@ CPG aims to match with one network."""
 
 from torch import nn
 
-from .base import Heads, Method, fresh_copy, reset_parameters
+from .base import Method, fresh_copy, reset_parameters
+from .heads import Heads
 
 
 class Independent(Method):

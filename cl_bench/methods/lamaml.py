@@ -30,6 +30,7 @@ from torch.func import functional_call
 
 from ..checks import Choice
 from .online import OnlineConfig, OnlineMethod, sgd_step
+from .parallel import BATCH_NORMS
 
 
 class MemoryWrite(Choice):
@@ -159,7 +160,6 @@ class LaMAML(OnlineMethod):
         return {**super().capacity(), "learning_rates": sum(a.numel() for a in self.alpha)}
 
 
-BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
 def clip_norm(grads, max_norm: float):
