@@ -83,7 +83,8 @@ def test_conversion_links_layers_and_drops_batch_norm():
 
 
 def test_unsupported_backbone_is_one_line():
-    with pytest.raises(UserError, match="mlp, convnet and vgg16_bn; ResNet18 is not one"):
+    refusal = r"method=hat needs a backbone with its layers in one chain.*capability chain\); ResNet18 has none: "
+    with pytest.raises(UserError, match=refusal + "use backbone=mlp or convnet or vgg16_bn"):
         build("backbone=resnet18_reduced")
 
 

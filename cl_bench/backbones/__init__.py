@@ -4,6 +4,8 @@ import dataclasses
 
 from torch import nn
 
+from ..errors import UserError
+from .base import WHAT, Backbone, Capability
 from .convnet import ConvNet, ConvNetConfig
 from .mlp import MLP, MLPConfig
 from .pc_cnn import PCCNN, PCCNNConfig
@@ -20,10 +22,24 @@ BACKBONES = {  # name: (module, config dataclass)
 }
 
 
+__all__ = ["BACKBONES", "Backbone", "Capability", "build", "remove_final_relu", "require"]
+
+
+def require(backbone: nn.Module, needs, who: str) -> None:
+    """Refuse, in one line naming what is missing and the backbones that have it, a backbone without a capability
+    that `who` (say, "method=hat") needs."""
+    for need in sorted(needs):
+        if need not in getattr(backbone, "capabilities", ()):
+            able = [name for name, (module, _) in BACKBONES.items() if need in module.capabilities]
+            raise UserError(f"{who} needs a backbone with {WHAT[need]} (capability {need}); "
+                            f"{type(backbone).__name__} has none: use backbone={' or '.join(able)}")
+
+
 def remove_final_relu(backbone: nn.Module) -> None:
     """Drop the backbone's last ReLU in place, so that its features take negative values too (LUCIR, Hou et al.
     2019, Sec. 4.1; its official ResNet's last block ends at the residual sum). Used by method=lucir only: every
     other method keeps the backbones as built. Parameters and state-dict keys are unchanged."""
+    require(backbone, {Capability.final_relu_switch}, "method=lucir with method.remove_final_relu=true")
     backbone.remove_final_relu()
 
 

@@ -2,6 +2,8 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from .base import Backbone, Capability
+
 
 @dataclass
 class ConvNetConfig:
@@ -13,8 +15,10 @@ def conv_block(c_in, c_out):
     return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
 
 
-class ConvNet(nn.Module):
+class ConvNet(Backbone):
     """A small conv net for 8×8 digits and 28×28 MNIST: conv blocks, 2×2 max-pools, global average pool."""
+
+    capabilities = frozenset({Capability.chain, Capability.conv_bn, Capability.final_relu_switch})
 
     def __init__(self, input_shape, channels):
         super().__init__()

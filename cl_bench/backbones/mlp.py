@@ -4,6 +4,7 @@ from typing import ClassVar
 from torch import nn
 
 from ..checks import Checked
+from .base import Backbone, Capability
 from .init import Init, initialise
 
 
@@ -23,8 +24,10 @@ class MLPConfig(Checked):
                 for key in ("input_dropout", "hidden_dropout")]
 
 
-class MLP(nn.Module):
+class MLP(Backbone):
     """Fully connected ReLU network over flattened pixels."""
+
+    capabilities = frozenset({Capability.chain, Capability.final_relu_switch})
 
     def __init__(self, input_shape, hidden_sizes, init=Init.pytorch, input_dropout=0.0, hidden_dropout=0.0):
         super().__init__()

@@ -2,6 +2,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from .base import Backbone
 from .init import Init, initialise
 
 
@@ -14,8 +15,10 @@ class PCCNNConfig:
     init: Init = Init.kaiming_normal  # La-MAML's Learner: kaiming-normal weights, zero biases
 
 
-class PCCNN(nn.Module):
+class PCCNN(Backbone):
     """La-MAML's BN-free conv net: 3x3 convs of stride 2 with ReLU, then two ReLU FC layers (the head follows)."""
+
+    # No capability declared: a chain without batch norm, but HAT's conversion was never tested on it
 
     def __init__(self, input_shape, channels, conv_layers, hidden, init):
         super().__init__()

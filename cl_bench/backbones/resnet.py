@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..errors import UserError
+from .base import Backbone, Capability
 
 STEMS = ("cifar", "imagenet")
 
@@ -32,8 +33,10 @@ class BasicBlock(nn.Module):
         return self.relu(out) if self.final_relu else out
 
 
-class ResNet18(nn.Module):
+class ResNet18(Backbone):
     """ResNet-18 with the CIFAR stem (3×3 conv, no max-pool) or, with stem="imagenet", ImageNet's."""
+
+    capabilities = frozenset({Capability.conv_bn, Capability.final_relu_switch})
 
     def __init__(self, input_shape, nf, stem: str = "cifar"):
         super().__init__()

@@ -2,6 +2,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from .base import Backbone, Capability
+
 # Channels per conv; "M" is a 2×2 max-pool. The VGG-16 stack, as in CPG's CIFAR experiments.
 VGG16 = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
 
@@ -12,8 +14,10 @@ class VGGConfig:
     hidden: int = 4096  # width of the classifier body
 
 
-class VGG16BN(nn.Module):
+class VGG16BN(Backbone):
     """VGG-16 with batch norm for 32×32 inputs: conv stack to 512×1×1, then the 512-4096-4096 classifier body."""
+
+    capabilities = frozenset({Capability.chain, Capability.conv_bn, Capability.final_relu_switch})
 
     def __init__(self, input_shape, hidden):
         super().__init__()

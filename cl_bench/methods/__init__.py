@@ -1,6 +1,7 @@
 """The method registry: name -> Method class. Each method lives in one file of this package."""
 from omegaconf import DictConfig, OmegaConf
 
+from .. import backbones
 from ..errors import UserError
 from .agem import AGEM
 from .base import Context, Method, MethodConfig
@@ -55,6 +56,7 @@ def check_distributed(name: str, scenario: str) -> None:
 
 def build(cfg, backbone, info, ctx) -> Method:
     check_scenario(cfg.name, info.scenario)
+    backbones.require(backbone, get(cfg.name).needs, f"method={cfg.name}")
     if isinstance(cfg, DictConfig):
         # The method's own Config dataclass: hot loops read hyperparameters, and an attribute of a DictConfig
         # costs ~80 µs (a third of an MLP's training step here), one of a dataclass well under 1 µs.

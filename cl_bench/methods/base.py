@@ -131,6 +131,8 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
     Config: ClassVar[type] = MethodConfig
     # Scenarios in which all training goes through fit(), so that hardware=ddp can shard its batches.
     distributed_scenarios: ClassVar[frozenset[str]] = frozenset()
+    # What the method asks of its backbone beyond features (backbones/base.py Capability): checked by build().
+    needs: ClassVar[frozenset[str]] = frozenset()
     # Whether a task can be resumed from a checkpoint written within it (checkpoint.every_epochs): true where
     # every phase of train_task is a fit() call and nothing between phases depends on how training went.
     # Otherwise a string saying why not.

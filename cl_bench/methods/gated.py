@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..backbones.base import Capability
 from ..checks import Choice
 from ..data.scenarios import Split
 from ..nn import gated
@@ -131,6 +132,7 @@ READ_BY = {"after_task": ("task_classifier_epochs",),
 class Gated(Method):
     name = "gated"
     scenarios = frozenset({"task", "class"})
+    needs = frozenset({Capability.conv_bn})  # a gate per conv and a batch norm per task behind it (nn/gated.py)
     distributed_scenarios = frozenset({"task"})  # the class scenario's task classifier replays a memory
     Config = GatedConfig
 

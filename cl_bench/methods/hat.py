@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..backbones.base import Capability
 from ..checks import Choice
 from ..errors import UserError
 from ..nn import hat
@@ -112,6 +113,7 @@ def attention_regulariser(masks: list[torch.Tensor], cumulative: list[torch.Tens
 class HAT(Method):
     name = "hat"
     scenarios = frozenset({"task"})
+    needs = frozenset({Capability.chain})  # a unit's mask reads the previous layer's (nn/hat.py)
     Config = HATConfig
     within_task_checkpoints = ("its official lr schedule follows the validation loss across epochs and restores "
                                "the best model at the task's end, state a within-task checkpoint does not hold")

@@ -11,10 +11,7 @@ that follow it, which equals the official placement after them because a ≥ 0 s
 import torch
 from torch import nn
 
-from ..backbones import MLP, VGG16BN, ConvNet
-from ..errors import UserError
-
-SUPPORTED = (MLP, ConvNet, VGG16BN)  # plain chains: each layer reads the units of the one registered before it
+from ..backbones import Capability, require
 
 
 class HATLayer(nn.Module):
@@ -76,9 +73,7 @@ class HATLayer(nn.Module):
 
 def convert(backbone: nn.Module, num_tasks: int, s_max: float, per_task_bn: bool) -> list[HATLayer]:
     """Wrap every conv / linear layer of a plain chain backbone in a HATLayer; returns them in data-flow order."""
-    if not isinstance(backbone, SUPPORTED):
-        raise UserError(f"hat converts the plain chain backbones mlp, convnet and vgg16_bn; "
-                        f"{type(backbone).__name__} is not one")
+    require(backbone, {Capability.chain}, "method=hat")  # methods.build checked it already: direct calls too
     _convert(backbone, num_tasks, s_max, per_task_bn)
     layers = layers_of(backbone)
     for before, after in zip(layers, layers[1:]):
