@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 VENV_STAMP := .venv/.installed
 
-.PHONY: help install run test test-shape lint bench bench-gpu clean
+.PHONY: help install run test test-fast test-shape lint bench bench-gpu clean
 
 help:  ## this list
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  make \1\t\2/' | expand -t 24
@@ -19,6 +19,9 @@ run: $(VENV_STAMP)  ## the embedded default: finetune on split_digits with a sma
 
 test: $(VENV_STAMP)  ## the suite, on two workers (one torch thread each); CL_BENCH_DATA=DIR adds the real-data tests
 	$(PY) -m pytest -q -n 2
+
+test-fast: $(VENV_STAMP)  ## the contract and unit tests (no whole runs, marked slow): a few minutes
+	$(PY) -m pytest -q -n 2 -m "not shape and not slow"
 
 test-shape: $(VENV_STAMP)  ## every paper setting at its real shape under debug=shape (VGG16-BN and ResNet-18: hours on a CPU)
 	$(PY) -m pytest -q -m shape tests/test_shape.py $(ARGS)

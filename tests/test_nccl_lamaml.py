@@ -255,8 +255,8 @@ def test_agem_per_task_reference_needs_the_ring_memory():
 
 def test_er_as_la_mamls_glances_clipping_and_replay_from_the_start(monkeypatch):
     method, tasks = build("method=er", "method.glances=2", "method.replay_in_first_task=true",
-                          "method.batch_size=10", "method.epochs=1", "method.optimizer=sgd", "method.momentum=0",
-                          "method.lr=1.0", "method.grad_clip_norm=1e-4")
+                          "method.replay_draw=replacement", "method.batch_size=10", "method.epochs=1",
+                          "method.optimizer=sgd", "method.momentum=0", "method.lr=1.0", "method.grad_clip_norm=1e-4")
     draws = []
     sample = method.memory.sample
     method.memory.sample = lambda *a, **k: draws.append(1) or sample(*a, **k)
@@ -269,8 +269,8 @@ def test_er_as_la_mamls_glances_clipping_and_replay_from_the_start(monkeypatch):
     assert 0 < moved <= 1.0 * 1e-4 * 2 * batches * (1 + 1e-4)  # each of the 2·batches steps at most lr·clip
     default, tasks = build("method=er", "method.epochs=1")
     draws.clear()
-    sample = default.memory.sample
-    default.memory.sample = lambda *a, **k: draws.append(1) or sample(*a, **k)
+    sample = default.memory.sample_distinct  # the default draw (Mammoth's)
+    default.memory.sample_distinct = lambda *a, **k: draws.append(1) or sample(*a, **k)
     default.train_task(tasks[0])
     assert draws == []  # Mammoth's ER: no replay during task 0
 

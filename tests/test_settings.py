@@ -48,7 +48,8 @@ MANY = ("dataset=permuted_mnist dataset.name=permuted_mnist_many dataset.num_tas
         f"dataset.normalize=false {GEM_MLP}")
 # (many permutations were gem_permuted_mnist_many over dataset=permuted_mnist: a dataset of their own now)
 LA_ER = ("method=er method.epochs=1 method.batch_size=10 method.optimizer=sgd method.momentum=0 method.lr=0.1 "
-         "method.replay_batch_size=10 method.grad_clip_norm=2.0 method.replay_in_first_task=true")
+         "method.replay_batch_size=10 method.grad_clip_norm=2.0 method.replay_in_first_task=true "
+         "method.replay_draw=replacement")
 LA_AGEM = "method=agem method.memory_policy=ring method.reference=per_task method.grad_clip_norm=2.0"
 LA_FT = "method=finetune method.epochs=1 method.batch_size=10 method.optimizer=sgd method.momentum=0 method.lr=0.1"
 CMAML = "method=lamaml method.learn_lr=false method.sync_update=true"
@@ -63,7 +64,7 @@ CMAML_CIFAR = f"{CMAML} {META} method.inner_clip=2.0 method.alpha_init=0.075 met
 SYNC_CIFAR = f"{SYNC} {META} method.inner_clip=2.0 method.outer_lr=0.35 method.alpha_init=0.1 method.weight_lr=0.1"
 LA_CIFAR_ER = ("method=er method.batch_size=10 method.optimizer=sgd method.momentum=0 method.lr=0.03 "
                "method.memory_size=200 method.replay_batch_size=1 method.grad_clip_norm=2.0 "
-               "method.replay_in_first_task=true")
+               "method.replay_in_first_task=true method.replay_draw=replacement")
 LA_CIFAR_AGEM = f"{LA_AGEM} method.lr=0.03 method.memory_size=200"
 MULTI = "method.epochs=10 method.inner_steps=1"
 

@@ -282,43 +282,53 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
             self.train()
             parallel.seed_shard_augmentation(self.ctx, task.id, phase, epoch)
             self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
-            total = torch.zeros((), device=self.ctx.device)
-            first_bad = torch.full((), -1, device=self.ctx.device)  # first step with a non-finite loss
-            skipped = 0
-            batches = self.phase_batches(data.batches(self.cfg.batch_size, self.ctx.generator))
-            for step, (raw, y, t) in enumerate(batches):
-                batch = self._training_batch(raw, y, t, epoch * steps + step)
-                for _ in range(glances):
-                    with self.ctx.autocast():
-                        loss = objective(batch)
-                    if self.cfg.skip_nonfinite and not torch.isfinite(loss):
-                        skipped += 1
-                        continue
-                    first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()  # data-parallel: DistributedDataParallel averages the gradients meanwhile
-                    if after_backward is not None:
-                        after_backward()
-                    opt.step()
-                    total += loss.detach()
-                if after_step is not None:
-                    after_step(batch)
-                self.ctx.recorder.step()
+            total, first_bad, skipped = self._epoch(data, objective, opt, epoch * steps, glances, after_backward,
+                                                    after_step)
             sched.step()
-            mean_loss, bad = torch.stack([total / max(steps * glances - skipped, 1), first_bad.float()]).tolist()
-            if bad >= 0:
-                raise NonFiniteLoss(f"the loss became {mean_loss} at task {task.id}, epoch {epoch}, step {int(bad)}: "
-                                    "lower method.lr, or pass method.skip_nonfinite=true to skip such steps; "
-                                    "earlier checkpoints are intact")
-            if skipped:
-                self.ctx.recorder.warning(f"task {task.id}, epoch {epoch}: skipped {skipped} non-finite steps")
-            self.ctx.recorder.epoch_end(task.id, epoch, mean_loss)
+            self._epoch_done(task, epoch, total / max(steps * glances - skipped, 1), first_bad, skipped)
             if self.ctx.epoch_done is not None:
                 self.ctx.epoch_done(task, phase, epoch, opt, side_optimizers)
             if after_epoch is not None and after_epoch(epoch):
                 break
         if self.ctx.world_size > 1:
             parallel.average_batch_norm_statistics(self)
+
+    def _epoch(self, data: Split, objective, opt, first_step: int, glances: int, after_backward, after_step):
+        """One epoch's steps; the summed loss, the first step with a non-finite loss (-1: none) and the steps
+        skipped, all on the device (no host sync per step)."""
+        total = torch.zeros((), device=self.ctx.device)
+        first_bad = torch.full((), -1, device=self.ctx.device)
+        skipped = 0
+        for step, (raw, y, t) in enumerate(self.phase_batches(data.batches(self.cfg.batch_size, self.ctx.generator))):
+            batch = self._training_batch(raw, y, t, first_step + step)
+            for _ in range(glances):
+                with self.ctx.autocast():
+                    loss = objective(batch)
+                if self.cfg.skip_nonfinite and not torch.isfinite(loss):
+                    skipped += 1
+                    continue
+                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()  # data-parallel: DistributedDataParallel averages the gradients meanwhile
+                if after_backward is not None:
+                    after_backward()
+                opt.step()
+                total += loss.detach()
+            if after_step is not None:
+                after_step(batch)
+            self.ctx.recorder.step()
+        return total, first_bad, skipped
+
+    def _epoch_done(self, task: Task, epoch: int, mean: torch.Tensor, first_bad: torch.Tensor, skipped: int) -> None:
+        """The epoch's one host read: its mean loss to the recorder, or the run stopped at a non-finite one."""
+        mean_loss, bad = torch.stack([mean, first_bad.float()]).tolist()
+        if bad >= 0:
+            raise NonFiniteLoss(f"the loss became {mean_loss} at task {task.id}, epoch {epoch}, step {int(bad)}: "
+                                "lower method.lr, or pass method.skip_nonfinite=true to skip such steps; "
+                                "earlier checkpoints are intact")
+        if skipped:
+            self.ctx.recorder.warning(f"task {task.id}, epoch {epoch}: skipped {skipped} non-finite steps")
+        self.ctx.recorder.epoch_end(task.id, epoch, mean_loss)
 
     # --- phases: under debug=shape (ctx.shape) each runs one epoch of one batch -------------------------------
     def phase_epochs(self, epochs: int) -> int:

@@ -140,12 +140,7 @@ class HAT(Method):
                             "or method.lr_schedule=milestones")
         t = task.id
         masks = {} if t == 0 else {p: m for layer in self.layers for p, m in layer.gradient_masks().items()}
-        embeddings = [layer.embedding for layer in self.layers]
-        masked = [p for layer in self.layers for p in (layer.layer.weight, layer.layer.bias) if p is not None]
-        own = [*self.heads.heads[t].parameters()]
-        for layer in self.layers:
-            if layer.bns is not None:
-                own += [*layer.bns[t].parameters()]
+        masked, embeddings, own = self._task_parameters(t)
         params = masked + embeddings + own
         # Weight decay (none in the official) is added by hand to the masked weights' gradients before their mask,
         # so that it never moves what earlier tasks use; the optimiser decays the task's own head and batch norms;
@@ -187,9 +182,24 @@ class HAT(Method):
                  after_epoch=after_epoch)
         if after_epoch is not None:
             after_epoch.restore_best()
-        with torch.no_grad():
-            for layer in self.layers:
-                layer.cumulative.copy_(torch.maximum(layer.cumulative, layer.attention(t, cfg.s_max)))
+        self._accumulate_attention(t)
+
+    def _task_parameters(self, t: int) -> tuple[list, list, list]:
+        """What task t trains: the masked layers' weights and biases, the task embeddings, and the task's own head
+        and batch norms."""
+        embeddings = [layer.embedding for layer in self.layers]
+        masked = [p for layer in self.layers for p in (layer.layer.weight, layer.layer.bias) if p is not None]
+        own = [*self.heads.heads[t].parameters()]
+        for layer in self.layers:
+            if layer.bns is not None:
+                own += [*layer.bns[t].parameters()]
+        return masked, embeddings, own
+
+    @torch.no_grad()
+    def _accumulate_attention(self, t: int) -> None:
+        """a_{<=t} = max(a_{<t}, sigma(s_max e_t)): what later tasks' gradient masks protect."""
+        for layer in self.layers:
+            layer.cumulative.copy_(torch.maximum(layer.cumulative, layer.attention(t, self.cfg.s_max)))
 
     def regulariser(self, task_id: int, s: float | torch.Tensor) -> torch.Tensor:
         return attention_regulariser([layer.attention(task_id, s) for layer in self.layers],
