@@ -5,7 +5,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import ROOT, cl_bench
+
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
 
 def completions(line: str) -> list[str]:

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 from cl_bench import config
 from cl_bench.errors import UserError
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 config.register()
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

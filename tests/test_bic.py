@@ -237,6 +237,7 @@ def test_a_run_stopped_after_stage_1_resumes_to_the_same_metrics(tmp_path, monke
     test_within_task.test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path, monkeypatch, None, "bic")
 
 
+@pytest.mark.slow
 def test_runs_through_the_cli_in_the_class_scenario_and_refuses_the_task_one(tmp_path):
     run_dir = tmp_path / "run"
     m = train(run_dir, "method=bic", "scenario=class", "backbone=mlp", "backbone.hidden_sizes=[16]", "method.epochs=2",

@@ -7,6 +7,8 @@ from conftest import ROOT, cl_bench, contract_problems, train
 
 from cl_bench import methods
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 BASELINES = ["finetune", "joint", "independent", "ewc", "lwf", "er"]
 CASES = [(m, s) for m in BASELINES for s in ("task", "class") if s in methods.METHODS[m].scenarios]
 

@@ -248,6 +248,7 @@ def test_the_official_protocol_trains_on_everything_and_selects_on_test():
         assert torch.equal(official.test[t].x, plain.test[t].x)
 
 
+@pytest.mark.slow
 def test_official_protocol_runs_say_so_and_are_never_averaged_with_honest_ones(tmp_path):
     args = [*TINY["cpg"], *COMMON, "method.goal_source=none", "dataset.num_tasks=2"]
     honest = train(tmp_path / "honest", *args)
@@ -288,6 +289,7 @@ def test_the_pae_preset_follows_the_committed_pae_script():
     assert method.picking is False and method.max_multiplier == 2.0
 
 
+@pytest.mark.slow
 def test_pae_runs_are_reported_apart_from_cpg(tmp_path):
     args = [*TINY["cpg"], *COMMON, "method.goal_source=none", "dataset.num_tasks=2"]
     assert train(tmp_path / "cpg", *args)["variant"] is None

@@ -10,6 +10,8 @@ from cl_bench import config
 from cl_bench.data import scenarios, sources
 from cl_bench.errors import UserError
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 
 def arrays(n_train=60, n_test=30, classes=6, shape=(8, 8, 3), seed=0):
     rng = np.random.default_rng(seed)

@@ -11,6 +11,8 @@ from test_sources import write_cifar100, write_idx, write_idx_dataset
 from cl_bench.data import cache, sources
 from cl_bench.errors import UserError
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):

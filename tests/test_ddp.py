@@ -16,6 +16,8 @@ from cl_bench.data import scenarios
 from cl_bench.data.batches import View
 from cl_bench.methods import parallel
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 # The MLP of 256 units: the runs compared must be stable ones, where float-order differences stay small; on the
 # 2×100 default, finetune's 2 epochs at lr 0.01 amplify them to a fifth of a task's test samples in one cell.
 COMMON = ["method=finetune", "backbone=mlp", "backbone.hidden_sizes=[256,256]", "method.batch_size=64",

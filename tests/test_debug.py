@@ -2,7 +2,10 @@
 check's --cpu mode, which is debug=fast, in test_gpu_check.py.)"""
 import json
 
+import pytest
 from conftest import train
+
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
 
 def test_debug_profile_writes_a_trace_of_task_0(tmp_path):

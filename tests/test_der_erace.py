@@ -201,6 +201,7 @@ def test_er_ace_replays_in_the_first_task_only_task_free(task_free, replays):
 CASES = [("der", "task"), ("der", "class"), ("derpp", "task"), ("derpp", "class"), ("er_ace", "class")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, scenario", CASES)
 def test_runs_through_the_cli(tmp_path, method, scenario):
     run_dir = tmp_path / "run"

@@ -160,6 +160,7 @@ def test_convert_refuses_a_backbone_without_convs():
         gated.convert(backbones.build(OmegaConf.create({"name": "mlp", "hidden_sizes": [8]}), (1, 8, 8)), 2)
 
 
+@pytest.mark.slow
 def test_task_scenario_through_the_cli(run_dir):
     m = train(run_dir, *SMALL)
     assert contract_problems(run_dir) == []
@@ -169,6 +170,7 @@ def test_task_scenario_through_the_cli(run_dir):
     assert all(0 < f <= cap["flops_dense_per_sample"] for f in cap["flops_per_sample"])
 
 
+@pytest.mark.slow
 def test_class_scenario_through_the_cli_and_resume(tmp_path):
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     m = train(whole, *SMALL, "scenario=class")
@@ -190,6 +192,7 @@ def test_class_scenario_through_the_cli_and_resume(tmp_path):
         assert a.keys() == b.keys() and all(torch.equal(read(a, k), read(b, k)) for k in a)
 
 
+@pytest.mark.slow
 def test_eval_of_a_class_run_predicts_as_the_run_did(run_dir):
     """cl-bench eval rebuilds the model from the last checkpoint: every learned task's path runs again."""
     m = train(run_dir, *SMALL, "scenario=class")
@@ -297,6 +300,7 @@ def test_reports_list_the_post_hoc_task_classifier_apart():
 
 # --- class scenario: task-prediction diagnostics and the joint objective's options (issue 29) -------------------
 
+@pytest.mark.slow
 def test_class_runs_record_task_prediction_and_the_offline_bound_leaves_learning_alone(tmp_path):
     plain = train(tmp_path / "plain", *SMALL, "scenario=class")
     bound = train(tmp_path / "bound", *SMALL, "scenario=class", "method.offline_bound_epochs=3")
@@ -313,6 +317,7 @@ def test_class_runs_record_task_prediction_and_the_offline_bound_leaves_learning
     assert plain["task_prediction_avg_acc"] == sum(rows[-1]) / 3
 
 
+@pytest.mark.slow
 def test_methods_that_infer_no_task_record_no_task_prediction(run_dir):
     m = train(run_dir, "method=er", "scenario=class", "dataset.num_tasks=3", "method.epochs=1")
     assert "task_prediction_acc" not in m and "task_confusion" not in m

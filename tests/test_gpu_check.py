@@ -8,12 +8,15 @@ import sys
 import tarfile
 
 import numpy as np
+import pytest
 from conftest import ROOT
 
 from cl_bench.methods import METHODS
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench  # noqa: E402
+
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
 
 def cifar_archive(path, per_class_train: int, per_class_test: int) -> None:

@@ -1,4 +1,5 @@
 """hardware.*: switches that must do what they say."""
+import pytest
 import torch
 from omegaconf import OmegaConf
 from torch import nn
@@ -30,6 +31,7 @@ def test_compile_compiles_the_backbone_in_place():
         assert all(not k.startswith("_orig_mod") for k in method.state_dict()), "checkpoint keys unchanged"
 
 
+@pytest.mark.slow
 def test_a_copy_of_a_compiled_module_runs_on_its_own_weights():
     torch.manual_seed(0)
     original = nn.Linear(3, 2)

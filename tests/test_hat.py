@@ -249,6 +249,7 @@ def test_config_checks():
     assert hat_method.HAT.scenarios == frozenset({"task"})
 
 
+@pytest.mark.slow
 def test_cli_task_scenario_and_class_refused(run_dir, tmp_path):
     m = train(run_dir, "method=hat", "dataset.num_tasks=3", *CONV, "method.epochs=1")
     assert contract_problems(run_dir) == []

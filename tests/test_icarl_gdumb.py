@@ -244,6 +244,7 @@ def test_gdumb_checks_its_options():
         gdumb_module.GDumbConfig(cutmix_prob=1.5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, scenario", [("icarl", "class"), ("gdumb", "class"), ("gdumb", "task")])
 def test_runs_through_the_cli(tmp_path, method, scenario):
     run_dir = tmp_path / "run"

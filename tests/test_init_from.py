@@ -5,6 +5,8 @@ import pytest
 from conftest import cl_bench, contract_problems, train
 from omegaconf import OmegaConf
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 COMMON = ("dataset.num_tasks=3", "method.epochs=1", "backbone=mlp", "backbone.hidden_sizes=[32]")
 
 

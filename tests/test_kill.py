@@ -9,6 +9,8 @@ import pytest
 from conftest import cl_bench, contract_problems, quick_args, train
 from test_reliability import start
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 DROP = ("time_s", "peak_mem_mb")
 CASES = {
     # checkpoints within tasks too, so that kills also land between them and resumes continue mid-task

@@ -78,3 +78,13 @@ def test_no_import_circle_between_the_parts_of_the_package():
     for start in sorted(graph):
         visit(start, [start])
     assert circles == []
+
+
+def test_no_function_of_the_package_runs_over_fifty_lines():
+    """Short functions (issue 32): a longer one is split where its steps are."""
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 50:
+                long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}")
+    assert long == []

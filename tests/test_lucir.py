@@ -228,6 +228,7 @@ def test_lucir_checks_its_options_and_the_dataset():
         build(*TINY, "method.memory_size=5")
 
 
+@pytest.mark.slow
 def test_runs_through_the_cli(tmp_path):
     run_dir = tmp_path / "run"
     m = train(run_dir, "method=lucir", "scenario=class", "backbone=mlp", "backbone.hidden_sizes=[16]",
@@ -238,6 +239,7 @@ def test_runs_through_the_cli(tmp_path):
     assert m["acc"][0][0] > 0.5 and not math.isnan(m["avg_acc"])
 
 
+@pytest.mark.slow
 def test_the_task_scenario_is_refused_in_one_line(tmp_path):
     proc = cl_bench("train", "method=lucir", "scenario=task", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2

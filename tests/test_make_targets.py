@@ -12,6 +12,8 @@ from omegaconf import OmegaConf
 
 from cl_bench import config
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 TARGETS = ("repro-baselines", "repro-cpg", "repro-gated", "repro-gated-cpu", "repro-nccl", "repro-smoke")
 
 

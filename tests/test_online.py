@@ -159,6 +159,7 @@ def test_online_methods_refuse_knobs_they_do_not_read():
         config.validate(cfg)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, extra", [("nccl", ()), ("agem", ()), ("lamaml", ("method.inner_steps=1",))])
 def test_method_runs_through_the_cli_and_resumes_exactly(tmp_path, method, extra):
     run = tmp_path / "run"

@@ -176,6 +176,7 @@ def test_residual_blocks_widen_inside_only():
     assert block.conv2.weight.shape[0] == 4 and block.shortcut[0].weight.shape[:2] == (4, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["packnet", "piggyback", "cpg", "cpg-finetune-goals"])
 def test_cli_zero_forgetting_and_resume(tmp_path, name):
     """Through the real CLI: zero forgetting, the run contract, the capacity report; then a run cut after

@@ -13,6 +13,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from parity import summary  # noqa: E402
 from parity.common import Patch, Record, Row, hold, save  # noqa: E402
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 
 def test_difference_ci_is_welchs_interval():
     # equal sizes and variances: Welch's df is 2(n - 1) = 4, t(0.975, 4) = 2.7764 from the tables

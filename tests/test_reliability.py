@@ -9,6 +9,8 @@ import time
 import pytest
 from conftest import ROOT, cl_bench, contract_problems, train
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 SLOW = ["method.epochs=12", "logger=none"]  # long enough to be caught mid-run
 
 

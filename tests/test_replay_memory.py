@@ -61,6 +61,7 @@ def test_er_balanced_replays_only_earlier_tasks_and_ends_balanced():
     assert torch.bincount(method.memory.t[method.memory.valid()]).tolist() == [share] * len(tasks)
 
 
+@pytest.mark.slow
 def test_unknown_memory_policy_is_a_one_line_error():
     proc = cl_bench("train", "method=er", "method.memory_policy=fifo", "logger=none")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

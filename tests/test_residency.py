@@ -10,6 +10,8 @@ from conftest import cl_bench, train
 from cl_bench.data import prepared, residency, sources
 from cl_bench.data.scenarios import Split
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 MODES = ("device", "host", "stream")
 # Methods that read the data in every way a method can: batches (finetune), whole splits on the device
 # (icarl's herding and class means), a split of several tasks (joint), a rehearsal memory written per step (er).

@@ -5,6 +5,8 @@ import shutil
 import pytest
 from conftest import cl_bench, contract_problems, train
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 TIMINGS = ("time_s", "peak_mem_mb")
 
 

@@ -8,6 +8,8 @@ import pytest
 from conftest import cl_bench, contract_problems, train
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 TIMINGS = ("time_s", "peak_mem_mb")
 FAST = ("method=finetune", "method.epochs=1", "dataset.num_tasks=4")
 # PAE as the committed script runs it (fine-tune goal chains), on the digits and cut short

@@ -266,6 +266,7 @@ def test_a_pair_without_a_paper_keeps_the_defaults():
     assert plain == pair and pair.setting is None
 
 
+@pytest.mark.slow
 def test_a_memory_size_without_published_values_is_one_line():
     config.register()
     cfg = config.compose(["method=der", "dataset=split_mnist", "method.memory_size=5120"])
@@ -290,6 +291,7 @@ def test_every_packaged_pair_names_a_method_and_a_dataset():
         assert OmegaConf.load(settings.SETTINGS / f"{name}.yaml").setting == name
 
 
+@pytest.mark.slow
 def test_a_run_records_its_setting(tmp_path):
     """A setting of your own (hydra.searchpath) for the embedded digits: console, metrics.json and the config."""
     (tmp_path / "conf" / "setting").mkdir(parents=True)
@@ -364,6 +366,7 @@ def test_cfg_job_prints_the_paper_setting():
         assert line in proc.stdout, line
 
 
+@pytest.mark.slow
 def test_a_setting_with_per_buffer_values_runs(tmp_path):
     """The method builds its config apart from the run's (methods.build): the table reads the method's own buffer."""
     from test_shape import write_mnist

@@ -15,6 +15,8 @@ from test_sources import write_idx, write_svhn
 
 from cl_bench import settings
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 PAE_DIGITS = ("experiment=cpg_split_digits", "method.picking=false", "method.goal_source=finetune")
 
 

@@ -217,6 +217,7 @@ def test_si_and_mas_state_survives_a_checkpoint():
 
 # --- the real CLI --------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["si", "mas"])
 @pytest.mark.parametrize("scenario", ["task", "class"])
 def test_runs_through_the_cli(tmp_path, method, scenario):

@@ -9,6 +9,8 @@ import pytest
 import yaml
 from conftest import cl_bench, train
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 
 def sweep(sweep_dir, *overrides):
     proc = cl_bench("train", "-m", "method=finetune,ewc", "seed=0,1", "method.epochs=1", "logger=none",

@@ -15,6 +15,8 @@ from conftest import ROOT, cl_bench
 
 from cl_bench import hardware
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 CORES = len(os.sched_getaffinity(0))
 
 

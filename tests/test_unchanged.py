@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import train
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 BEFORE = json.loads((Path(__file__).parent / "data" / "metrics_before_redesign.json").read_text())
 ONE_SAMPLE = 1 / 70  # split_digits' smallest test split holds 71 images
 

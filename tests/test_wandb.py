@@ -3,8 +3,11 @@ import json
 import shutil
 import struct
 
+import pytest
 from conftest import cl_bench
 from wandb.proto import wandb_internal_pb2
+
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
 
 def wandb_records(path):

@@ -14,6 +14,8 @@ from safetensors.torch import load_file
 from cl_bench import checkpoint, config
 from cl_bench import train as train_module
 
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
 DROP = ("time_s", "peak_mem_mb")
 TASKS = 2
 BASE = ["logger=none", f"dataset.num_tasks={TASKS}", "method.epochs=2"]
