@@ -68,6 +68,10 @@ def test_off_device_splits_batch_as_device_splits(data_root):
     for a, b in zip(on.batches(32, torch.Generator().manual_seed(3)), off.batches(32, torch.Generator().manual_seed(3)),
                     strict=True):
         assert all(torch.equal(u, v) for u, v in zip(a, b))
+    # A pass inside another (a validation pass within an epoch) gets its own loader: both see their own batches.
+    inner = [torch.cat([x for x, _, _ in off.batches(64)]) for _ in off.batches(100, torch.Generator().manual_seed(3))]
+    assert len(inner) == 2 and all(torch.equal(x, on.x) for x in inner)
+    assert off.images.loader is not None and not off.images.loader.busy  # kept for the next pass, free again
     both = Split.cat([off, off.sub(torch.tensor([0, 1]))])
     assert isinstance(both, residency.OffDeviceSplit) and len(both) == 202
     assert torch.equal(both.x, torch.cat([on.x, on.x[:2]]))

@@ -53,12 +53,13 @@ class MappedImages:
             raise UserError(f"{path}: expected N×C×H×W uint8 images in C order; prepare the dataset again")
         self.shape = tuple(shape)
         self._map = None
+        self.loader = None  # data/residency.py's persistent stream loader over these images, once one runs
 
     def __len__(self):
         return self.shape[0]
 
-    def __getstate__(self):
-        return {**self.__dict__, "_map": None}
+    def __getstate__(self):  # a loader worker gets the file's path, and maps it itself
+        return {**self.__dict__, "_map": None, "loader": None}
 
     def _array(self) -> np.ndarray:
         if self._map is None:

@@ -121,25 +121,34 @@ class _Batches(torch.utils.data.Sampler):
         return len(self.rows)
 
 
-_LOADERS: dict[int, tuple] = {}  # id(images): (images, its loader, in use): the stream workers live across epochs
-
-
 @contextlib.contextmanager
 def _loader(images, workers: int, pin: bool):
-    """A DataLoader over `images` whose workers persist across passes (starting them costs more than an epoch of a
-    small task). A pass inside another over the same images (a validation pass within an epoch) gets its own."""
-    images_, loader, busy = _LOADERS.get(id(images), (None, None, False))
-    if images_ is not images or busy:
-        loader = DataLoader(_Rows(images), batch_size=None, sampler=_Batches(), num_workers=workers, pin_memory=pin,
-                            prefetch_factor=PREFETCH_BATCHES if workers else None, persistent_workers=workers > 0)
-        if busy:
+    """A DataLoader over `images`. With workers, they persist across passes (starting them costs more than an epoch
+    of a small task), kept by the mapped images themselves, so that they end with the scenario; a pass inside
+    another over the same images (a validation pass within an epoch) gets a loader of its own."""
+    kept = getattr(images, "loader", None) if workers else None
+    if kept is not None and not kept.busy:
+        kept.busy = True
+        try:
+            yield kept.loader
+        finally:
+            kept.busy = False
+        return
+    loader = DataLoader(_Rows(images), batch_size=None, sampler=_Batches(), num_workers=workers, pin_memory=pin,
+                        prefetch_factor=PREFETCH_BATCHES if workers else None, persistent_workers=workers > 0)
+    if workers and kept is None:
+        images.loader = _Kept(loader)
+        with _loader(images, workers, pin) as loader:
             yield loader
-            return
-    _LOADERS[id(images)] = (images, loader, True)
-    try:
-        yield loader
-    finally:
-        _LOADERS[id(images)] = (images, loader, False)
+        return
+    yield loader
+
+
+class _Kept:
+    """A persistent loader and whether a pass is using it."""
+
+    def __init__(self, loader: DataLoader):
+        self.loader, self.busy = loader, False
 
 
 class _Rows(torch.utils.data.Dataset):
