@@ -18,7 +18,7 @@ import torch
 from . import backbones, checkpoint, config, files, hardware, methods, metrics, recorders
 from .data import scenarios
 from .errors import UserError
-from .methods.base import ResumePoint
+from .methods.loop import ResumePoint
 from .shape import Shape
 
 SCHEMA = 1

@@ -106,7 +106,7 @@ def test_weight_decay_on_weights_is_the_references_decay_by_hand():
     """ivclab/CPG (packnet_cifar100_main_normal.py:226-230) adds wd·w to the gradients of the conv and linear weights
     only, then takes a plain SGD step; method.weight_decay_on=weights gives that step, all (torch's) decays the batch
     norms and biases too."""
-    from cl_bench.methods.base import weights_decayed
+    from cl_bench.methods.loop import weights_decayed
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
                               torch.nn.Linear(4 * 6 * 6, 5))

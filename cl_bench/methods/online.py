@@ -14,8 +14,9 @@ import torch.nn.functional as F
 
 from ..checks import Choice
 from ..errors import UserError
-from .base import Batch, Method, MethodConfig, NonFiniteLoss
+from .base import Batch, Method, MethodConfig
 from .er import check_memory_holds_every_class
+from .loop import NonFiniteLoss
 from .memory import Memory
 
 
