@@ -5,13 +5,8 @@ import os
 from pathlib import Path
 
 
-def temporary(path: Path) -> Path:
-    """A private temporary name beside path (hidden, this process's): concurrent writers never share one."""
-    return path.with_name(f".{path.name}.tmp{os.getpid()}")
-
-
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    tmp = temporary(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # this process's: concurrent writers never share one
     tmp.write_bytes(data)
     os.replace(tmp, path)
 
@@ -20,5 +15,5 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode())
 
 
-def write_json_atomic(path: Path, obj, indent: int | None = 1) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=indent))
+def write_json_atomic(path: Path, obj) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=1))

@@ -173,11 +173,19 @@ def default_threads() -> tuple[int | None, str]:
     own default (one per core, or OMP_NUM_THREADS). Threads beyond the cores do not add up: jobs side by side
     that each took every core ran small-batch online training 2.9x slower here (`python scripts/bench.py
     threads`, docs/benchmarks.md "Jobs side by side")."""
-    cores = len(os.sched_getaffinity(0))
-    jobs, source = concurrent_jobs(cores)
+    available = cores()
+    jobs, source = concurrent_jobs(available)
     if jobs == 1:
         return None, f"torch's default for a run alone: {source}"
-    return max(1, cores // jobs), f"{cores} cores shared by {jobs} jobs side by side: {source}"
+    return max(1, available // jobs), f"{available} cores shared by {jobs} jobs side by side: {source}"
+
+
+def cores() -> int:
+    """The cores this process may run on, not the machine's (os.cpu_count): under a container's or a scheduler's
+    CPU limit, one thread or process per host core would only contend."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def concurrent_jobs(cores: int) -> tuple[int, str]:

@@ -1,13 +1,13 @@
 """Runs -> a paper-style table (mean ± std over seeds) and plots. Reads only run directories' files."""
 import csv
+import io
 import json
 import math
-import os
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-from .files import temporary, write_text_atomic
+from .console import rich_console
+from .files import write_text_atomic
 
 GROUP = ("method", "dataset", "tasks", "scenario", "backbone", "memory", "protocol", "ran_on")  # official-protocol
 # runs are never averaged with honest ones, nor 20 permutations with 100, nor one GPU's with two nodes
@@ -173,12 +173,11 @@ def write_tables(rows: list[dict], incomplete: list[dict], sweeps: list[dict], o
                   for r in incomplete]
     write_text_atomic(out / "report.md", "\n".join(lines) + "\n")
     fields = [*GROUP, "seeds", *(f for c in COLUMNS for f in (c, f"{c}_std", f"{c}_ci95")), "objective"]
-    tmp = temporary(out / "report.csv")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows({k: r[k] for k in fields} for r in rows)
-    os.replace(tmp, out / "report.csv")
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows({k: r[k] for k in fields} for r in rows)
+    write_text_atomic(out / "report.csv", table.getvalue())
 
 
 WIDE = 400  # characters: room for every column of --wide
@@ -200,8 +199,7 @@ def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict], ou
     for r in rows:
         table.add_row(*(group_cell(r, k) for k in varying), str(r["seeds"]),
                       *(fmt(r, c, interval=False) for c in metrics))
-    # Piped into a file or a log: not cut at 80; --wide: never squeezed (the terminal scrolls or wraps lines).
-    console = Console(width=WIDE if wide else None if sys.stdout.isatty() else 160)
+    console = Console(width=WIDE) if wide else rich_console()  # --wide: never squeezed (the terminal scrolls)
     console.print(table)
     console.print(f"95% confidence intervals, forgetting, bwt, params, time and the sweep objective: {out}/report.md")
     for line in sweep_lines(sweeps):

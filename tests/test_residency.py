@@ -101,7 +101,7 @@ def test_a_prepared_only_source_without_its_files_names_the_command(tmp_path):
     assert "cl-bench data prepare tinyimagenet --root" in proc.stderr
 
 
-def test_stream_prepare_writes_meta_last_and_says_where(data_root):
+def test_the_prepared_meta_counts_the_splits_and_the_shape(data_root):
     meta = json.loads((data_root / "prepared" / "digits" / "meta.json").read_text())
     assert meta["train"] == 1437 and meta["test"] == 360 and meta["shape"] == [1, 8, 8]
 

@@ -24,11 +24,9 @@ WHAT = {Capability.chain: "its layers in one chain, each reading the layer befor
 
 
 class Backbone(nn.Module):
-    """Features of N x feature_dim for a batch; `capabilities` says what a method may ask of it beyond that."""
+    """Features of N x feature_dim for a batch; `capabilities` says what a method may ask of it beyond that. One
+    that declares Capability.final_relu_switch implements remove_final_relu(): drop the last ReLU, so that the
+    features take negative values too (backbones.remove_final_relu refuses the others)."""
 
     feature_dim: int
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
-
-    def remove_final_relu(self) -> None:
-        """Drop the last ReLU, so that the features take negative values too (Capability.final_relu_switch)."""
-        raise NotImplementedError(f"{type(self).__name__} has no final-ReLU switch")

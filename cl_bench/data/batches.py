@@ -51,13 +51,18 @@ class View:
 def channel_stats(x: torch.Tensor, chunk: int = 4096) -> tuple[list[float], list[float]]:
     """Per-channel mean and standard deviation of uint8 images (N, C, H, W) on the [0, 1] scale, over every
     pixel of every image (the population std), from float64 sums over chunks of images."""
-    total = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device)
-    squares = torch.zeros_like(total)
-    for part in x.split(chunk):
-        part = part.transpose(0, 1).reshape(x.shape[1], -1).double() / 255
-        total += part.sum(1)
-        squares += part.square().sum(1)
-    n = x.numel() // x.shape[1]
+    return chunked_channel_stats(x.split(chunk))
+
+
+def chunked_channel_stats(parts) -> tuple[list[float], list[float]]:
+    """channel_stats over uint8 chunks of images given one at a time (a memory-mapped dataset's)."""
+    total = squares = 0.0
+    n = 0
+    for part in parts:
+        part = part.transpose(0, 1).reshape(part.shape[1], -1).double() / 255
+        total = total + part.sum(1)
+        squares = squares + part.square().sum(1)
+        n += part.shape[1]
     mean = total / n
     return mean.tolist(), (squares / n - mean.square()).clamp(min=0).sqrt().tolist()
 

@@ -23,9 +23,11 @@ import numpy as np
 
 from ..errors import UserError
 
+# Image files, by lower-cased suffix (as torchvision's ImageFolder): ImageNet's files are .JPEG, copies made by
+# other tools often .jpg. dataset.source=image_folder reads the same ones (sources/custom.py).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
 TINY_FOLDER = "tiny-imagenet-200"
-# Matched on the lower-cased suffix: ImageNet's files are .JPEG, copies made by other tools are often .jpg
-IMAGE_SUFFIXES = frozenset({".jpeg", ".jpg", ".png", ".bmp", ".webp", ".tif", ".tiff"})
 NAME_FILES = ("words.txt", "LOC_synset_mapping.txt")  # wnid, then its names: tiny-imagenet's and Kaggle ImageNet's
 # Pillow's reducing_gap: first shrink by an integer factor (a cheap box filter, or JPEG's own DCT scaling) while
 # the image stays this many times the target, then resample. Pillow documents 3.0 as indistinguishable from a
@@ -102,11 +104,8 @@ def decode_into(paths: list[Path], size: int, out: np.ndarray, workers: int | No
 
 
 def _cores() -> int:
-    # The cores this process may run on, not the machine's (os.cpu_count): under a container's or a scheduler's
-    # CPU limit, one process per host core would only contend (hardware.py counts cores the same way)
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    from ..hardware import cores  # here: the decoding workers import this module, and need no torch
+    return cores()
 
 
 def _decode_in_pool(paths: list[Path], size: int, out: np.ndarray, workers: int, chunk: int) -> None:

@@ -26,6 +26,7 @@ import torch
 
 from ..errors import UserError
 from ..files import write_json_atomic
+from .batches import chunked_channel_stats
 
 FOLDER = "prepared"
 STATS_CHUNK = 4096  # images per chunk when computing the channel statistics at prepare time
@@ -74,6 +75,11 @@ class MappedImages:
         images = torch.from_numpy(self._array()[rows])  # fancy indexing copies
         self._map.madvise(mmap.MADV_DONTNEED)  # clean file pages: dropped from this process, re-read on demand
         return images
+
+    def chunks(self, size: int):
+        """Every image in order, `size` at a time (each gathered as a batch is)."""
+        for start in range(0, len(self), size):
+            yield self.gather(np.arange(start, min(start + size, len(self))))
 
     def load(self) -> torch.Tensor:
         """Every image in memory (device and host residency)."""
@@ -145,24 +151,11 @@ class Writer:
                 raise ValueError(f"{split}: {len(y)} labels for {self.sizes[split]} images")
             np.save(self.path / f"{split}_y.npy", np.asarray(y, dtype=np.int64))
         train = MappedImages(self.path / "train_x.npy")
-        mean, std = channel_stats(train)
+        mean, std = chunked_channel_stats(train.chunks(STATS_CHUNK))
         meta = {"name": name, "classes": list(classes), "shape": list(train.shape[1:]), "train": self.sizes["train"],
                 "test": self.sizes["test"], "mean": mean, "std": std, "source": source}
         write_json_atomic(self.path / "meta.json", meta)  # last: marks the folder complete
         return Prepared(self.path, meta)
-
-
-def channel_stats(images: MappedImages) -> tuple[list[float], list[float]]:
-    """Per-channel mean and std of the pixels scaled to [0, 1], in float64 sums over chunks of the map."""
-    total = sq = 0.0
-    for start in range(0, len(images), STATS_CHUNK):
-        chunk = images.gather(np.arange(start, min(start + STATS_CHUNK, len(images)))).double() / 255
-        total = total + chunk.sum(dim=(0, 2, 3))
-        sq = sq + (chunk * chunk).sum(dim=(0, 2, 3))
-    count = len(images) * images.shape[2] * images.shape[3]
-    mean = total / count
-    std = (sq / count - mean * mean).clamp(min=0).sqrt()
-    return mean.tolist(), std.tolist()
 
 
 def prepare_source(source, root: str | os.PathLike, classes: list[str] | None = None) -> Prepared:

@@ -161,7 +161,6 @@ class LaMAML(OnlineMethod):
 
 
 
-
 def clip_norm(grads, max_norm: float):
     """Scale a list of gradients so that their joint L2 norm is at most max_norm (on the device)."""
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))

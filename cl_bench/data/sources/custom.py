@@ -8,9 +8,8 @@ import numpy as np
 
 from cl_bench.errors import UserError
 
+from ..image_folders import IMAGE_SUFFIXES
 from .common import Source, _labels, _source
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")  # as torchvision's ImageFolder
 
 
 def _load_digits() -> Source:
