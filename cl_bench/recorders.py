@@ -21,6 +21,7 @@ class Recorder:
     def checkpoint_saved(self, task_id: int, path: Path): ...
     def run_end(self, record: dict): ...
     def warning(self, message: str): ...
+    def health(self, finding): ...  # a health check tripped (health.Finding)
     def close(self): ...
 
 
@@ -82,6 +83,9 @@ class JSONRecorder(Recorder):
     def warning(self, message):
         self._event("warning", message=message)
 
+    def health(self, finding):
+        self._event("health", **finding.as_dict())
+
     def run_end(self, record):
         self._event("run_end", **{k: record[k] for k in (*SUMMARY, "objective", "time_s") if k in record})
         write_json_atomic(self.run_dir / "metrics.json", record)
@@ -132,6 +136,9 @@ class ConsoleRecorder(Recorder):
 
     def warning(self, message):
         self.console.print(f"[yellow]warning:[/] {message}")
+
+    def health(self, finding):
+        self.warning(finding.line())
 
     def run_end(self, record):
         from rich.table import Table
@@ -184,6 +191,9 @@ class LogRecorder(Recorder):
     def warning(self, message):
         self.log.warning(message)
 
+    def health(self, finding):
+        self.log.warning(finding.line())
+
     def run_end(self, record):
         self.log.info("done: " + ", ".join(f"{k} {record[k]}" for k in (*SUMMARY, "time_s") if k in record))
 
@@ -226,6 +236,10 @@ class WandbRecorder(Recorder):
     def task_end(self, task_id, record):
         self.run.log(step_metrics(record), step=len(record["acc"]))
 
+    def health(self, finding):
+        self.run.alert(title=f"{finding.check} (task {finding.task})", text=finding.line(),
+                       level=self.wandb.AlertLevel.WARN)
+
     def run_end(self, record):
         columns = ["after_task"] + [f"task_{j}" for j in range(record["num_tasks"])]
         tables = {}
@@ -238,6 +252,9 @@ class WandbRecorder(Recorder):
         for key in (*SUMMARY, "objective", "time_s", "complete", "ran_on"):
             if key in record:
                 self.run.summary[key] = record[key]
+        if "health" in record:  # how many checks tripped, and which: a filter in the W&B runs table
+            self.run.summary["health/tripped"] = record["health"]["tripped"]
+            self.run.summary["health/checks"] = sorted({f["check"] for f in record["health"]["findings"]})
 
     def close(self):
         self.run.finish()

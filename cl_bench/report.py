@@ -84,12 +84,44 @@ def summarise(runs: list[dict]) -> list[dict]:
         row = dict(zip(GROUP, key))
         row["seeds"] = len(members)
         row["objective"] = ",".join(sorted({r.get("objective", "unrecorded") for r in members}))
+        row.update(health_of(members))
         for column in COLUMNS:
             values = [v for v in (_value(r, column) for r in members) if v is not None]
             mean, std = mean_std(values) if values else (math.nan, math.nan)
             row[column], row[f"{column}_std"], row[f"{column}_ci95"] = mean, std, ci95(std, len(values))
         rows.append(row)
     return rows
+
+
+def health_of(runs: list[dict]) -> dict:
+    """The health columns of a row: how many of its runs tripped a check (metrics.json's health; runs from before
+    the checks count as unchecked) and which checks."""
+    checked = [r for r in runs if "health" in r]
+    tripped = [r for r in checked if r["health"]["tripped"]]
+    names = sorted({f["check"] for r in tripped for f in r["health"]["findings"]})
+    return {"health_checked": len(checked), "health_tripped": len(tripped), "health_checks": " ".join(names)}
+
+
+def health_cell(row: dict, names: bool = True) -> str:
+    """'ok', 'k/n tripped' (with the checks' names in report.md), or 'unchecked'."""
+    if not row["health_checked"]:
+        return "unchecked"
+    if not row["health_tripped"]:
+        return "ok" if row["health_checked"] == row["seeds"] else f"ok ({row['health_checked']}/{row['seeds']} checked)"
+    text = f"{row['health_tripped']}/{row['seeds']} tripped"
+    return f"{text}: {row['health_checks']}" if names else text
+
+
+def health_lines(runs: list[dict]) -> list[str]:
+    """Per run with tripped checks: its directory and each check with the tasks it tripped after."""
+    lines = []
+    for run in runs:
+        tasks = defaultdict(list)
+        for f in (run.get("health") or {}).get("findings", []):
+            tasks[f["check"]].append(str(f["task"]))
+        if tasks:
+            lines.append(f"- {run['run_dir']}: " + "; ".join(f"{c} after task {', '.join(t)}" for c, t in tasks.items()))
+    return lines
 
 
 def _value(run: dict, column: str) -> float | None:
@@ -121,11 +153,12 @@ def selection(row: dict) -> str:
 
 
 def headers() -> list[str]:
-    return [*GROUP, "seeds", *METRICS.values(), "params", "weights in use", "time_s", "sweep objective"]
+    return [*GROUP, "seeds", *METRICS.values(), "params", "weights in use", "time_s", "sweep objective", "health"]
 
 
 def cells(row: dict) -> list[str]:
-    return [*(group_cell(row, k) for k in GROUP), str(row["seeds"]), *(fmt(row, c) for c in COLUMNS), selection(row)]
+    return [*(group_cell(row, k) for k in GROUP), str(row["seeds"]), *(fmt(row, c) for c in COLUMNS), selection(row),
+            health_cell(row)]
 
 
 def group_cell(row: dict, key: str) -> str:
@@ -158,7 +191,8 @@ def sweep_lines(sweeps: list[dict]) -> list[str]:
     return lines
 
 
-def write_tables(rows: list[dict], incomplete: list[dict], sweeps: list[dict], out: Path) -> None:
+def write_tables(rows: list[dict], incomplete: list[dict], sweeps: list[dict], out: Path,
+                 unhealthy: list[str] = ()) -> None:
     out.mkdir(parents=True, exist_ok=True)
     lines = ["Accuracies in %: mean ± sample std over runs [95% confidence interval, Student's t]. RA is the test "
              "average accuracy, BTI the mean over all tasks of final minus just-learned accuracy, LA the mean "
@@ -167,12 +201,15 @@ def write_tables(rows: list[dict], incomplete: list[dict], sweeps: list[dict], o
     lines += ["| " + " | ".join(cells(r)) + " |" for r in rows]
     if sweeps:
         lines += ["", "Sweeps that optimised an objective:", "", *sweep_lines(sweeps)]
+    if unhealthy:
+        lines += ["", f"{HEALTH_TITLE}:", "", *unhealthy]
     if incomplete:
         lines += ["", "Incomplete runs (not averaged):", ""]
         lines += [f"- {r['run_dir']}: {r['method']} on {r['dataset']}, {len(r['acc'])}/{r['num_tasks']} tasks"
                   for r in incomplete]
     write_text_atomic(out / "report.md", "\n".join(lines) + "\n")
-    fields = [*GROUP, "seeds", *(f for c in COLUMNS for f in (c, f"{c}_std", f"{c}_ci95")), "objective"]
+    fields = [*GROUP, "seeds", *(f for c in COLUMNS for f in (c, f"{c}_std", f"{c}_ci95")), "objective",
+              "health_checked", "health_tripped", "health_checks"]
     table = io.StringIO(newline="")
     writer = csv.DictWriter(table, fieldnames=fields)
     writer.writeheader()
@@ -180,11 +217,13 @@ def write_tables(rows: list[dict], incomplete: list[dict], sweeps: list[dict], o
     write_text_atomic(out / "report.csv", table.getvalue())
 
 
+HEALTH_TITLE = "Runs whose health checks tripped (metrics.json's health; each run's train.log says how to fix it)"
 WIDE = 400  # characters: room for every column of --wide
 CONSOLE = ("avg_acc", "val_avg_acc", "task_aware_avg_acc", "bti", "la")  # the rest is in report.md
 
 
-def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict], out: Path, wide: bool = False) -> None:
+def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict], out: Path, wide: bool = False,
+                unhealthy: list[str] = ()) -> None:
     """The papers' figures, mean ± std, narrow enough for a terminal: the grouping columns whose value differs
     between rows (the others in the title) and CONSOLE's metrics that some row has; wide: every column of
     report.md, intervals aside. Confidence intervals and the rest are in report.md and report.csv."""
@@ -194,16 +233,20 @@ def print_table(rows: list[dict], incomplete: list[dict], sweeps: list[dict], ou
     shared = ", ".join(f"{k} {group_cell(rows[0], k)}" for k in GROUP if k not in varying and rows)
     metrics = COLUMNS if wide else [c for c in CONSOLE if any(not math.isnan(r[c]) for r in rows)]  # no empty ones
     table = Table(title="cl-bench report (accuracies in %, mean ± std over runs)" + (f"\n{shared}" if shared else ""))
-    for column in [*varying, "n", *(METRICS.get(c, c).replace(" (test avg_acc)", "") for c in metrics)]:
-        table.add_column(column, justify="left" if column in GROUP else "right", no_wrap=True)
+    for column in [*varying, "n", *(METRICS.get(c, c).replace(" (test avg_acc)", "") for c in metrics), "health"]:
+        table.add_column(column, justify="left" if column in (*GROUP, "health") else "right", no_wrap=True)
     for r in rows:
         table.add_row(*(group_cell(r, k) for k in varying), str(r["seeds"]),
-                      *(fmt(r, c, interval=False) for c in metrics))
+                      *(fmt(r, c, interval=False) for c in metrics), health_cell(r, names=wide))
     console = Console(width=WIDE) if wide else rich_console()  # --wide: never squeezed (the terminal scrolls)
     console.print(table)
     console.print(f"95% confidence intervals, forgetting, bwt, params, time and the sweep objective: {out}/report.md")
     for line in sweep_lines(sweeps):
         console.print(line)
+    if unhealthy:
+        console.print(f"[yellow]{HEALTH_TITLE}:[/]")
+        for line in unhealthy:
+            console.print(line, markup=False)
     for r in incomplete:
         console.print(f"[yellow]incomplete[/] {r['run_dir']} ({len(r['acc'])}/{r['num_tasks']} tasks)")
 
@@ -346,8 +389,9 @@ def report(paths: list[Path], out: Path | None = None, plots: bool = True, rank:
     incomplete = [r for r in runs if not r["complete"]]
     sweeps = optimised(paths, runs)
     out = Path(out or paths[0])
-    write_tables(rows, incomplete, sweeps, out)
-    print_table(rows, incomplete, sweeps, out, wide)
+    unhealthy = health_lines(runs)
+    write_tables(rows, incomplete, sweeps, out, unhealthy)
+    print_table(rows, incomplete, sweeps, out, wide, unhealthy)
     if rank and rows:
         lines = ["RA % ranked, best first (mean ± std [95% CI]; '>' the intervals are apart, '≈' they overlap):",
                  *ranking_lines(rows)]

@@ -9,13 +9,13 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from . import backbones, checkpoint, config, files, hardware, methods, metrics, recorders
+from . import backbones, checkpoint, config, files, hardware, health, methods, metrics, recorders
 from .data import scenarios
 from .errors import UserError
 from .methods.loop import ResumePoint
@@ -124,12 +124,15 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
         clock.lap("learn_s")
         results.add(evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
         clock.lap("eval_s")
+        for finding in task_health(method, scenario, task, results):
+            results.findings.append(finding)
+            recorder.health(finding)
         record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx, random_init,
                              shape_of(ctx, method, run_dir))
         recorder.task_end(task.id, record)
         if cfg.checkpoint.enabled and writer:
             with guard():
-                path = checkpoint.save(run_dir, task.id, method, results.matrices(),
+                path = checkpoint.save(run_dir, task.id, method, results.to_meta(),
                                        hardware.rng_state(ctx.generator, ctx.device), record["time_s"])
                 checkpoint.prune(run_dir, cfg.checkpoint.keep)
             clock.checkpoint(task.id, path)
@@ -163,6 +166,15 @@ class Clock:
         if self.shape is not None:
             self.lap("checkpoint_s")
             self.shape.checkpoint_written(task_id, path)
+
+
+def task_health(method, scenario, task, results: "Results") -> list[health.Finding]:
+    """The health checks after learning task (health.py): the shared ones, from the accuracy matrix, then the
+    method's own, from its state."""
+    info = scenario.info
+    outputs = info.sizes[task.id] if info.scenario == "task" else info.seen_outputs(task.id)
+    chance = health.chance_level(task.id, results.acc[-1][task.id], len(scenario.test[task.id]), outputs)
+    return ([chance] if chance is not None else []) + method.health(task)
 
 
 def shape_of(ctx, method, run_dir: Path) -> dict | None:
@@ -199,7 +211,7 @@ def within_task_saver(every: int, run_dir, method, results: "Results", ctx, guar
         if (epoch + 1) % every:
             return
         with guard():
-            checkpoint.save(run_dir, task.id, method, results.matrices(), hardware.rng_state(ctx.generator, ctx.device),
+            checkpoint.save(run_dir, task.id, method, results.to_meta(), hardware.rng_state(ctx.generator, ctx.device),
                             time.perf_counter() - t0,
                             within={"phase": phase, "epoch": epoch, "optimizer": optimizer.state_dict(),
                                     "side_optimizers": [o.state_dict() for o in side_optimizers]})
@@ -337,6 +349,7 @@ class Results:
     # a method that infers the task (class scenario): row i, after task i, the confusion between tasks
     # (Evaluation.task_confusion); task_prediction_acc is its diagonal
     task_confusion: list[list[list[float]]] | None = None
+    findings: list[health.Finding] = field(default_factory=list)  # the health checks tripped so far, task by task
 
     @property
     def task_prediction_acc(self) -> list[list[float]] | None:
@@ -351,7 +364,8 @@ class Results:
         if "val_acc" not in meta:
             raise UserError(f"{run_dir} was checkpointed by an older cl-bench that recorded no validation "
                             "accuracy: it cannot be resumed; start it again")
-        return cls(meta["acc"], meta["val_acc"], meta.get("task_aware_acc"), meta.get("task_confusion"))
+        return cls(meta["acc"], meta["val_acc"], meta.get("task_aware_acc"), meta.get("task_confusion"),
+                   health.findings_of(meta.get("health")))
 
     def add(self, found: "Evaluation") -> None:
         self.acc.append(found.test)
@@ -361,9 +375,10 @@ class Results:
         if found.task_confusion is not None:
             self.task_confusion = (self.task_confusion or []) + [found.task_confusion]
 
-    def matrices(self) -> dict:
+    def to_meta(self) -> dict:
+        """What a checkpoint's meta.json keeps of them, for from_meta."""
         return {"acc": self.acc, "val_acc": self.val_acc, "task_aware_acc": self.task_aware_acc,
-                "task_confusion": self.task_confusion}
+                "task_confusion": self.task_confusion, "health": {"findings": [f.as_dict() for f in self.findings]}}
 
 
 def task_prediction_row(confusion: list[list[float]]) -> list[float]:
@@ -468,6 +483,7 @@ def make_record(cfg, info, results: Results, method, time_s, ctx, random_init=No
         "variant": method.variant(), "objective": cfg.sweep.objective, "protocol": cfg.method.protocol,
         "precision": ctx.precision, "normalization": "per_task" if info.view.per_task else "global",
         "capacity": method.capacity(),
+        "health": health.section([*health.SHARED, *method.health_checks], results.findings),
         "time_s": time_s,
         "peak_mem_mb": hardware.peak_memory_mb(ctx.device), "complete": len(acc) == info.num_tasks,
         "ran_on": ctx.ran_on,

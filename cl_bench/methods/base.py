@@ -16,6 +16,7 @@ from .. import hardware
 from ..backbones.init import Init, initialise
 from ..checkpoint import SideStore
 from ..checks import Checked, Choice
+from ..health import Check, Finding
 from ..data.scenarios import Info, Task
 from .heads import Heads
 from .loop import Batch, EpochLoop, ResumePoint
@@ -122,6 +123,8 @@ class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
     # every phase of train_task is a fit() call and nothing between phases depends on how training went.
     # Otherwise a string saying why not.
     within_task_checkpoints: ClassVar[bool | str] = True
+    # The states in which this method has degenerated (health.py), evaluated by health() after every task.
+    health_checks: ClassVar[tuple[Check, ...]] = ()
 
     def __init__(self, cfg, backbone: nn.Module, info: Info, ctx: Context):
         super().__init__()
@@ -170,6 +173,11 @@ class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
         outputs; a method whose class logits depend on its own guess of the task (gated) predicts afresh."""
         start = self.info.offsets[task_id]
         return logits[:, start: start + self.info.sizes[task_id]]
+
+    def health(self, task: Task) -> list[Finding]:
+        """After learning task: the checks of health_checks that trip, from state the method already has (no pass
+        over data). They report only: nothing the method does depends on them."""
+        return []
 
     def resumed(self, learned_tasks: list[Task]) -> None:
         """Called after loading a checkpoint, with the tasks already learned (for methods that keep data)."""

@@ -48,7 +48,7 @@ from ..data.scenarios import Split
 from ..errors import UserError
 from .base import Method, MethodConfig, fresh_copy
 from .er import check_new_classes_every_task
-from .memory import Memory, rank_within_class
+from .memory import Memory, Rehearsal, rank_within_class
 
 
 class CorrectionLayers(Choice):
@@ -97,7 +97,7 @@ def distillation(logits: torch.Tensor, teacher: torch.Tensor, temperature: float
     return -(target * F.log_softmax(logits / temperature, dim=1)).sum(1).mean()
 
 
-class BiC(Method):
+class BiC(Rehearsal, Method):
     name = "bic"
     scenarios = frozenset({"class"})
     # distributed_scenarios stays empty: stage 2 is a loop of its own over logits computed once, not fit().

@@ -28,9 +28,10 @@ from torch import nn
 
 from ..checks import Choice
 from ..errors import UserError
+from ..health import Check
 from ..nn import masked
 from .base import reset_parameters
-from .masking import MaskedMethod, PickingConfig, init_head
+from .masking import PICKS_ALL, PICKS_NONE, MaskedMethod, PickingConfig, init_head
 
 log = logging.getLogger(__name__)  # each task's decisions, in the run's train.log
 
@@ -139,11 +140,25 @@ def cubic_sparsity(step: int, begin: int, end: int, initial: float, target: floa
     return target + (initial - target) * (1 - p) ** 3
 
 
+# What keeps compacting from running, in the official rules: the training-accuracy bar and a short schedule.
+COMPACTING = "lower method.train_acc_bar (the bar each phase must top) or train longer (method.epochs, " \
+             "method.prune_epochs)"
+
+
 class CPG(MaskedMethod):
     name = "cpg"
     Config = CPGConfig
     within_task_checkpoints = ("its phases choose among trained models by validation accuracy (growing, "
                                "compacting), so a task restarts from its beginning")
+    no_own_weights = Check("cpg.no_own_weights", "a task owns no weight: the tasks before it left none free and "
+                                                 "growth had reached method.max_multiplier", COMPACTING)
+    hoarded = Check("cpg.hoarded", "a task kept every weight it claimed with tasks to come: compacting released "
+                                   "nothing", COMPACTING)
+    exhausted = Check("cpg.exhausted", "no weight is left free, nor growth, for the tasks to come", COMPACTING)
+    refit_worse = Check("cpg.refit_worse", "the picking refit kept a mask worse than the compacted model it "
+                                           "replaced", "method.refit_baseline=compacted keeps only a refit that "
+                                                       "beats the compacted model; or raise method.retrain_epochs")
+    health_checks = (no_own_weights, hoarded, exhausted, refit_worse, PICKS_ALL, PICKS_NONE)
 
     def __init__(self, cfg, backbone, info, ctx):
         # The unconverted backbone, the template of goal_source=independent's models; kept out of the
@@ -151,6 +166,11 @@ class CPG(MaskedMethod):
         template = copy.deepcopy(backbone)
         super().__init__(cfg, backbone, info, ctx)
         object.__setattr__(self, "template", template)
+        # The current task's compacting, for health(): (target, train acc) where the bar stopped it, and the
+        # selection accuracy a kept sparsity had to meet (None when growth ran out short of the goal).
+        self.compacting_stop: tuple[float, float] | None = None
+        self.compacting_criterion: float | None = None
+        self.refit_kept: tuple[float, float] | None = None  # (refit's kept accuracy, the compacted one), when below
         # Growth's target: the shared widths are their initial ones times its square root.
         self.register_buffer("param_multiplier", torch.ones((), dtype=torch.float64))
         self.register_buffer("goal", torch.zeros(info.num_tasks))  # the validation accuracy each task aimed at
@@ -172,6 +192,7 @@ class CPG(MaskedMethod):
             raise UserError("cpg selects models on validation data: set data.val_fraction above 0, or "
                             "method.protocol=official to select on the test split as the official code does")
         goal = self.task_goal(task)
+        self.compacting_stop = self.compacting_criterion = self.refit_kept = None
         self.begin_task(task.id)
         acc, exhausted = self.pick_and_grow(task, goal)
         criterion = acc if goal is None else goal  # without a goal compacting may lose nothing
@@ -241,12 +262,14 @@ class CPG(MaskedMethod):
             sparsity = target
             if train_acc <= self.cfg.train_acc_bar and not self.every_phase:  # the official script stops here
                 log.info(f"task {task.id}: sparsity {target}: train acc {train_acc:.4f}, compacting stops")
+                self.compacting_stop = (target, train_acc)
                 break
             acc = self.accuracy(task.val, task.id)
             log.info(f"task {task.id}: sparsity {target}: selection acc {acc:.4f}, train acc {train_acc:.4f}")
             if exhausted or acc >= criterion:
                 chosen, chosen_acc, kept = self.snapshot(), acc, target
         self.restore(chosen)
+        self.compacting_criterion = None if exhausted else criterion
         why = f"growth ran out short of the goal: up to {must}" if exhausted else f"criterion {criterion:.4f}"
         log.info(f"task {task.id}: keeps sparsity {kept} ({why})")
         return chosen_acc
@@ -315,7 +338,31 @@ class CPG(MaskedMethod):
                                milestones=[], after_epoch=after_epoch)
         self.restore(before if best is None else best)
         log.info(f"task {task.id}: picking refit " + ("kept nothing" if best is None else f"kept, {best_acc:.4f}"))
+        if best is not None and best_acc < acc:
+            self.refit_kept = (best_acc, acc)
         return acc if best is None else best_acc
+
+    def health(self, task):
+        found = super().health(task)
+        if self.refit_kept is not None:
+            kept, compacted = self.refit_kept
+            found.append(self.refit_worse.found(task.id, f"the refit's best epoch (selection accuracy {kept:.4f}) beat "
+                                                         f"the restarted mask and replaced the compacted model "
+                                                         f"({compacted:.4f})"))
+        return found
+
+    def why_hoarded(self, task_id: int) -> str:
+        if self.compacting_stop is not None and self.compacting_stop[0] == self.cfg.prune_targets[0]:
+            target, train_acc = self.compacting_stop
+            return (f": compacting stopped at its first sparsity {target}, the training accuracy {train_acc:.4f} not "
+                    f"above method.train_acc_bar {self.cfg.train_acc_bar}")
+        if self.compacting_criterion is not None:
+            return f": no sparsity kept the selection accuracy at the criterion {self.compacting_criterion:.4f}"
+        return ""
+
+    def can_grow(self) -> bool:
+        return (self.cfg.goal_source != "none"  # no goal, no growth
+                and float(self.param_multiplier) + self.cfg.grow_step <= self.cfg.max_multiplier + 1e-9)
 
     def task_goal(self, task) -> float | None:
         """The best selection accuracy among the goal models of the task's goal source."""

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from .base import Batch, CEOutputs, Method, MethodConfig
 from .er import check_memory_holds_every_class
-from .memory import Memory, mean_over_drawn
+from .memory import Memory, Rehearsal, mean_over_drawn
 
 
 @dataclass
@@ -59,7 +59,7 @@ class DERppConfig(DERConfig):
         return [*super().checks(), ("beta", self.beta >= 0, "0 or more")]
 
 
-class DER(Method):
+class DER(Rehearsal, Method):
     name = "der"
     scenarios = frozenset({"task", "class"})
     # Data-parallel: every rank stores the global batch with its logits (gathered) and draws the same replay rows.

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ..checks import Choice
 from ..errors import UserError
 from .base import Batch, CEOutputs, Method, MethodConfig
-from .memory import Memory, mean_over_drawn
+from .memory import Memory, Rehearsal, mean_over_drawn
 
 
 class ReplayDraw(Choice):
@@ -69,7 +69,7 @@ def check_new_classes_every_task(name: str, info) -> None:
                         "their labels: use a split dataset (split_digits, split_mnist, split_cifar100, ...)")
 
 
-class ER(Method):
+class ER(Rehearsal, Method):
     name = "er"
     scenarios = frozenset({"task", "class"})
     # Data-parallel: every rank stores the global batch and draws the same replay rows, so the memories stay

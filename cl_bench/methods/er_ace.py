@@ -32,7 +32,7 @@ from torch import nn
 from ..checks import Choice
 from .base import Batch, CEOutputs, Method, MethodConfig
 from .er import check_memory_holds_every_class
-from .memory import Memory, mean_over_drawn
+from .memory import Memory, Rehearsal, mean_over_drawn
 
 
 class Head(Choice):
@@ -73,7 +73,7 @@ class ERACEConfig(MethodConfig):
                 ("replay_batch_size", self.replay_batch_size >= 1, "at least 1")]
 
 
-class ERACE(Method):
+class ERACE(Rehearsal, Method):
     name = "er_ace"
     scenarios = frozenset({"class"})
     distributed_scenarios = frozenset({"class"})  # the memory stores the global batch, alike on every rank

@@ -41,6 +41,7 @@ from torch import nn
 from ..backbones.base import Capability
 from ..checks import Choice
 from ..data.scenarios import Split
+from ..health import MEMORY_CLASSES, Check
 from ..nn import gated
 from .base import Method, MethodConfig, Optimizer
 from .heads import Heads
@@ -135,6 +136,13 @@ class Gated(Method):
     needs = frozenset({Capability.conv_bn})  # a gate per conv and a batch norm per task behind it (nn/gated.py)
     distributed_scenarios = frozenset({"task"})  # the class scenario's task classifier replays a memory
     Config = GatedConfig
+    path_closed = Check("gated.path_closed", "a task's gates fire for no kernel of some unit: its path is cut there",
+                        "lower method.sparsity (the gates' L1 weight) or start it later "
+                        "(method.sparsity_warmup_epochs)")
+    all_frozen = Check("gated.all_frozen", "every kernel is frozen with tasks to come: they can only reuse old ones",
+                       "raise method.sparsity (fewer kernels fire) or method.freeze_threshold (a kernel must fire "
+                       "on more of the validation samples to be frozen)")
+    health_checks = (path_closed, all_frozen, MEMORY_CLASSES)  # the memory's in the class scenario
 
     def __init__(self, cfg, backbone, info, ctx):
         layers = gated.convert(backbone, info.num_tasks, cfg.gate_hidden, cfg.tau, cfg.gate_open_bias,
@@ -399,6 +407,22 @@ class Gated(Method):
             start = self.info.offsets[t]
             logits[t, :, start:start + self.info.sizes[t]] = self.heads(features[t], t).float()
         return logits[task_pred, torch.arange(n, device=x.device)]
+
+    # --- health -------------------------------------------------------------------------------------
+    def health(self, task):
+        """From what _consolidate measured on the task's validation data and the frozen kernels."""
+        found = []
+        closed = [n for n, a in zip(self.layer_names, self.active[task.id].tolist()) if a == 0]
+        if closed:
+            found.append(self.path_closed.found(task.id, f"no gate fires in {len(closed)} of {len(self.layers)} "
+                                                         f"units ({', '.join(closed[:4])}{', ...' if len(closed) > 4 else ''})"))
+        later = self.info.num_tasks - 1 - task.id
+        if later and all(bool(layer.frozen.all()) for layer in self.layers):
+            found.append(self.all_frozen.found(task.id, f"all {sum(layer.out_channels for layer in self.layers)} "
+                                                        f"kernels are frozen with {later} tasks to come"))
+        if self.info.scenario == "class":
+            found += [f for f in [self.memory.missing_classes(task.id, self.info)] if f is not None]
+        return found
 
     # --- cost ---------------------------------------------------------------------------------------
     def capacity(self):

@@ -32,7 +32,7 @@ from ..data.scenarios import Split
 from .base import Batch, Method, MethodConfig, reset_parameters
 from .er import check_memory_holds_every_class
 from .heads import Heads
-from .memory import Memory
+from .memory import Memory, Rehearsal
 
 
 class Regularization(Choice):
@@ -105,7 +105,7 @@ def cutmix(x: torch.Tensor, y: torch.Tensor, alpha: float, prob: float, generato
     return mixed, y, y[partner], kept
 
 
-class GDumb(Method):
+class GDumb(Rehearsal, Method):
     name = "gdumb"
     scenarios = frozenset({"task", "class"})
     Config = GDumbConfig

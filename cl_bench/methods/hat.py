@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from ..backbones.base import Capability
 from ..checks import Choice
 from ..errors import UserError
+from ..health import Check
 from ..nn import hat
 from .base import Method, MethodConfig
 
@@ -117,6 +118,11 @@ class HAT(Method):
     Config = HATConfig
     within_task_checkpoints = ("its official lr schedule follows the validation loss across epochs and restores "
                                "the best model at the task's end, state a within-task checkpoint does not hold")
+    path_closed = Check("hat.path_closed", "a task's attention is off (below 0.5) for every unit of some layer: its "
+                                           "path is cut there", "lower method.c (the attention regulariser's weight)")
+    exhausted = Check("hat.exhausted", "every unit of every layer is in use with tasks to come: no weight is left "
+                                       "for them to change", "raise method.c (sparser attention per task)")
+    health_checks = (path_closed, exhausted)
 
     def __init__(self, cfg, backbone, info, ctx):
         layers = hat.convert(backbone, info.num_tasks, cfg.s_max, cfg.batch_norm == "per_task")
@@ -271,3 +277,17 @@ class HAT(Method):
 
     def mask_keys(self):
         return {f"backbone.{n}.cumulative" for n in self.layer_names}
+
+    def health(self, task):
+        """From the task's attention at s_max and the accumulated one (a unit is on at USED)."""
+        found = []
+        closed = [n for n, layer in zip(self.layer_names, self.layers)
+                  if not bool((layer.attention(task.id, self.cfg.s_max) >= USED).any())]
+        if closed:
+            found.append(self.path_closed.found(task.id, f"no unit on in {len(closed)} of {len(self.layers)} layers "
+                                                         f"({', '.join(closed[:4])})"))
+        later = self.info.num_tasks - 1 - task.id
+        if later and all(bool((layer.cumulative >= USED).all()) for layer in self.layers):
+            found.append(self.exhausted.found(task.id, f"all {sum(layer.units for layer in self.layers)} units are in "
+                                                       f"use with {later} tasks to come"))
+        return found

@@ -34,7 +34,7 @@ from ..checks import Choice
 from ..data.scenarios import Split
 from .base import Method, MethodConfig, fresh_copy
 from .er import check_memory_holds_every_class, check_new_classes_every_task
-from .memory import Memory
+from .memory import Memory, Rehearsal
 
 
 class Classifier(Choice):
@@ -71,7 +71,7 @@ class ICaRLConfig(MethodConfig):
         return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1")]
 
 
-class ICaRL(Method):
+class ICaRL(Rehearsal, Method):
     name = "icarl"
     scenarios = frozenset({"class"})
     distributed_scenarios = frozenset({"class"})  # training is one fit(); herding runs the same on every rank

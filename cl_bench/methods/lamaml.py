@@ -29,6 +29,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ..checks import Choice
+from ..health import Check
 from .online import OnlineConfig, OnlineMethod, sgd_step
 from .parallel import BATCH_NORMS
 
@@ -80,9 +81,16 @@ class MixedNet(nn.Module):
         return self.heads.mixed(self.backbone(x), t)
 
 
+RATES_AT_ZERO = 0.5  # rates_at_zero trips when at least this share of the learned learning rates is at or below 0
+
+
 class LaMAML(OnlineMethod):
     name = "lamaml"
     Config = LaMAMLConfig
+    rates_at_zero = Check("lamaml.rates_at_zero", "half or more of the learned learning rates are at or below zero, "
+                                                  "which the relu clips to zero: those weights no longer learn",
+                          "lower method.outer_lr (the learning rates' own lr) or raise method.alpha_init")
+    health_checks = (*OnlineMethod.health_checks, rates_at_zero)
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
@@ -149,6 +157,15 @@ class LaMAML(OnlineMethod):
             grads = [g.clamp(-self.cfg.inner_clip, self.cfg.inner_clip) for g in grads]
         rate = F.relu if self.cfg.inner_relu else (lambda a: a)
         return [w - g * rate(a) for w, g, a in zip(fast, grads, self.alpha)]
+
+    def health(self, task):
+        found = super().health(task)
+        with torch.no_grad():  # one host sync per task
+            at_zero = float(sum((a <= 0).sum() for a in self.alpha)) / sum(a.numel() for a in self.alpha)
+        if at_zero >= RATES_AT_ZERO:
+            found.append(self.rates_at_zero.found(task.id, f"{at_zero:.0%} of the learned learning rates are at or "
+                                                           "below zero"))
+        return found
 
     def variant(self):
         """La-MAML's ablations go by their own names in its table: C-MAML (fixed α, synchronous) and Sync-La-MAML."""

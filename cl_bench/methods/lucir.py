@@ -53,7 +53,7 @@ from ..data.scenarios import Split
 from ..errors import UserError
 from .base import Method, MethodConfig, fresh_copy
 from .er import check_memory_holds_every_class, check_new_classes_every_task
-from .memory import Memory
+from .memory import Memory, Rehearsal
 
 
 class Budget(Choice):
@@ -135,7 +135,7 @@ class CosineHead(nn.Module):
         return self(features, None)
 
 
-class LUCIR(Method):
+class LUCIR(Rehearsal, Method):
     name = "lucir"
     scenarios = frozenset({"class"})
     # every phase is one fit(); imprinting and herding run the same on every rank

@@ -10,6 +10,7 @@ from typing import ClassVar
 import torch
 
 from ..checks import Choice
+from ..health import Check, Finding
 from ..nn import masked
 from .base import DecayOn, Method, MethodConfig
 
@@ -51,6 +52,12 @@ class PickingConfig(MaskedConfig):
                  f"a score above method.mask_threshold={self.mask_threshold}, or no weight is picked at the start")]
 
 
+PICKS_ALL = Check("masks.picks_all", "a task's picking mask keeps every earlier weight: it never learned to choose",
+                  "raise method.mask_lr or train longer (method.epochs); method.mask_threshold is the cut")
+PICKS_NONE = Check("masks.picks_none", "a task's picking mask drops every earlier weight",
+                   "lower method.mask_lr or raise method.mask_init above method.mask_threshold")
+
+
 class MaskedMethod(Method):
     """Base of the methods whose tasks own subsets of one network's weights."""
 
@@ -68,6 +75,12 @@ class MaskedMethod(Method):
         self.layers = masked.masked_layers(self.backbone)
         self.initial_shared = sum(layer.weight.numel() for layer in self.layers)
         self.register_buffer("sparsity", torch.zeros(info.num_tasks))  # share of its claimed weights each task released
+
+    # Health: a method whose tasks own weights names, with the keys that change them in it, the checks that a task
+    # owns none, kept all it claimed while tasks remain, or left none free for the tasks after it.
+    no_own_weights: ClassVar[Check | None] = None
+    hoarded: ClassVar[Check | None] = None
+    exhausted: ClassVar[Check | None] = None
 
     @classmethod
     def uses_picking(cls, cfg) -> bool:
@@ -192,6 +205,35 @@ class MaskedMethod(Method):
 
     def restore(self, snapshot: dict) -> None:
         self.load_state_dict(snapshot, strict=False)
+
+    # --- health -------------------------------------------------------------------------------------------
+    def health(self, task) -> list[Finding]:
+        t, later = task.id, self.info.num_tasks - 1 - task.id
+        owned = sum(int(layer.trainable(t).sum()) for layer in self.layers)
+        free = sum(int((layer.owner == 0).sum()) for layer in self.layers)
+        found = []
+        if self.no_own_weights is not None and owned == 0:
+            found.append(self.no_own_weights.found(t, "it owns none of the shared weights: the tasks before it left "
+                                                      "none free, so it learned only its biases, batch norms and head"))
+        if self.hoarded is not None and owned and later and float(self.sparsity[t]) == 0:
+            found.append(self.hoarded.found(t, f"it kept all {owned} weights it claimed, released none, with {later} "
+                                               f"tasks to come{self.why_hoarded(t)}"))
+        if self.exhausted is not None and owned and later and free == 0 and not self.can_grow():
+            found.append(self.exhausted.found(t, f"no shared weight is left free for the {later} tasks to come"))
+        if self.uses_picking(self.cfg) and t > 0:
+            density = self.picking_density(t)
+            if density >= 1.0 or density <= 0.0:
+                check = PICKS_ALL if density >= 1.0 else PICKS_NONE
+                found.append(check.found(t, f"its picking mask keeps {density:.0%} of the earlier tasks' weights"))
+        return found
+
+    def why_hoarded(self, task_id: int) -> str:
+        """What made the task keep every weight, after a colon, where the method knows."""
+        return ""
+
+    def can_grow(self) -> bool:
+        """Whether a later task can still widen the network (CPG)."""
+        return False
 
     # --- the contract -------------------------------------------------------------------------------------
     def mask_keys(self):

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import health
+
 
 class Memory(nn.Module):
     def __init__(self, size: int, input_shape, num_outputs: int, device, policy: str = "reservoir",
@@ -52,6 +54,13 @@ class Memory(nn.Module):
     def capacity(self) -> dict:
         """What the memory costs, for a method's capacity()."""
         return {"memory_size": self.size, "memory_bytes": sum(b.numel() * b.element_size() for b in self.buffers())}
+
+    def missing_classes(self, task_id: int, info) -> health.Finding | None:
+        """memory.classes_missing after task_id: the classes of the tasks seen with no stored sample (a host sync,
+        once per task)."""
+        stored = set(self.y[self.valid()].tolist())
+        seen = sorted({c for t in range(task_id + 1) for c in range(info.offsets[t], info.offsets[t] + info.sizes[t])})
+        return health.missing_classes(task_id, stored, seen, self.size)
 
     def filled(self) -> torch.Tensor:
         return torch.clamp(self.seen, max=self.size)
@@ -315,3 +324,12 @@ def herd(features: torch.Tensor, y: torch.Tensor, m: int):
         picked_sum += phi[every, best] * some_left[:, None]
         unavailable[every, best] = True
     return classes, torch.stack(picks, 1)
+
+
+class Rehearsal:
+    """Mixin, before Method, of the methods that keep a rehearsal memory in self.memory: its health check."""
+
+    health_checks = (health.MEMORY_CLASSES,)
+
+    def health(self, task) -> list[health.Finding]:
+        return [f for f in [self.memory.missing_classes(task.id, self.info)] if f is not None]

@@ -38,6 +38,7 @@ from torch import nn
 
 from ..backbones.resnet import BasicBlock
 from ..checks import Choice
+from ..health import Check
 from ..nn import calibrated
 from .base import Batch
 from .online import OnlineConfig, OnlineMethod, sgd_step, soft_kl
@@ -75,10 +76,18 @@ class NCCLConfig(OnlineConfig):
                 *((key, getattr(self, key) >= 0, "0 or more") for key in ("inner_clip", "gamma", "reg", "beta"))]
 
 
+INERT_CHANGE = 1e-6  # calibration_inert: no calibration entry moved by more than this share of its magnitude
+
+
 class NCCL(OnlineMethod):
     name = "nccl"
     Config = NCCLConfig
     soft_targets = True
+    calibration_inert = Check("nccl.calibration_inert", "the outer steps left every calibration parameter where "
+                                                        "the task found it (within a millionth of its magnitude)",
+                              "raise method.outer_lr, or method.outer_objective=paper (the seed's objective, the "
+                              "penalty alone, has a vanishing gradient)")
+    health_checks = (*OnlineMethod.health_checks, calibration_inert)
 
     def __init__(self, cfg, backbone, info, ctx):
         blocks = [m for m in backbone.modules() if isinstance(m, BasicBlock)]
@@ -92,6 +101,21 @@ class NCCL(OnlineMethod):
         calibrated.convert(self.heads, cfg.fcm_form)
         self.layers = calibrated.layers(self)
         self.base_params, self.calibration_params = calibrated.split_parameters(self)
+
+    def train_task(self, task):
+        start = [p.detach().clone() for p in self.calibration_params]
+        super().train_task(task)
+        with torch.no_grad():  # one host sync per task
+            self.calibration_change = max(float(((p - s).abs() / s.abs().clamp(min=1e-12)).max())
+                                          for p, s in zip(self.calibration_params, start))
+
+    def health(self, task):
+        found = super().health(task)
+        if task.id > 0 and self.calibration_change <= INERT_CHANGE:  # task 0 has no outer step
+            found.append(self.calibration_inert.found(
+                task.id, f"the largest relative change of a calibration parameter over the task was "
+                         f"{self.calibration_change:.2e}"))
+        return found
 
     def observe(self, batch, task, store):
         before = None

@@ -17,7 +17,7 @@ from ..errors import UserError
 from .base import Batch, Method, MethodConfig
 from .er import check_memory_holds_every_class
 from .loop import NonFiniteLoss
-from .memory import Memory
+from .memory import Memory, Rehearsal
 
 
 class OnlinePolicy(Choice):
@@ -52,7 +52,7 @@ class OnlineConfig(MethodConfig):
                                                                             "replay_batch_size"))]
 
 
-class OnlineMethod(Method):
+class OnlineMethod(Rehearsal, Method):
     """Subclasses implement glance(batch, task) -> detached loss; observe() may wrap the glances."""
 
     scenarios = frozenset({"task", "class"})

@@ -2,6 +2,7 @@
 free pool, retrain the survivors and freeze them as the task's own. Zero forgetting by construction."""
 from dataclasses import dataclass, field
 
+from ..health import Check
 from .masking import MaskedConfig, MaskedMethod
 
 
@@ -21,6 +22,13 @@ class PackNetConfig(MaskedConfig):
 class PackNet(MaskedMethod):
     name = "packnet"
     Config = PackNetConfig
+    no_own_weights = Check("packnet.no_own_weights", "a task owns no weight: the tasks before it left none free",
+                           "raise method.prune_ratio (the share each task releases) or learn fewer tasks")
+    hoarded = Check("packnet.hoarded", "a task released none of its weights with tasks to come",
+                    "set method.prune_ratio above 0")
+    exhausted = Check("packnet.exhausted", "no weight is left free for the tasks to come",
+                      "raise method.prune_ratio (the share each task releases) or learn fewer tasks")
+    health_checks = (no_own_weights, hoarded, exhausted)
 
     def train_task(self, task):
         self.begin_task(task.id)

@@ -3,7 +3,7 @@ binary picking mask over its weights (real-valued scores binarised with a straig
 its own biases, batch norms and head. Zero forgetting; each task costs one bit per weight."""
 from dataclasses import dataclass
 
-from .masking import MaskedMethod, PickingConfig
+from .masking import PICKS_ALL, PICKS_NONE, MaskedMethod, PickingConfig
 
 
 @dataclass
@@ -15,6 +15,7 @@ class Piggyback(MaskedMethod):
     name = "piggyback"
     Config = PiggybackConfig
     picking = True
+    health_checks = (PICKS_ALL, PICKS_NONE)  # later tasks own no weight by design: no capacity checks
 
     def train_task(self, task):
         self.begin_task(task.id)  # the first task claims every weight; later ones find none free
