@@ -118,10 +118,21 @@ def health_lines(runs: list[dict]) -> list[str]:
     for run in runs:
         tasks = defaultdict(list)
         for f in (run.get("health") or {}).get("findings", []):
-            tasks[f["check"]].append(str(f["task"]))
+            tasks[f["check"]].append(f["task"])
         if tasks:
-            lines.append(f"- {run['run_dir']}: " + "; ".join(f"{c} after task {', '.join(t)}" for c, t in tasks.items()))
+            lines.append(f"- {run['run_dir']}: " + "; ".join(f"{c} after task {spans(t)}" for c, t in tasks.items()))
     return lines
+
+
+def spans(numbers: list[int]) -> str:
+    """Ascending numbers with their runs shortened: [0, 2, 3, 4, 7] -> '0, 2-4, 7'."""
+    parts, start = [], 0
+    for i in range(1, len(numbers) + 1):
+        if i == len(numbers) or numbers[i] != numbers[i - 1] + 1:
+            first, last = numbers[start], numbers[i - 1]
+            parts.append(str(first) if first == last else f"{first}-{last}")
+            start = i
+    return ", ".join(parts)
 
 
 def _value(run: dict, column: str) -> float | None:

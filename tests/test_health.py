@@ -3,13 +3,14 @@ check is said where users look (console, train.log, events.jsonl, metrics.json, 
 the method does."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import cl_bench, train
 from test_resume import stop_after, without_timings
 
-from cl_bench import api, health, methods
+from cl_bench import api, health, methods, report
 from cl_bench.methods.masking import PICKS_NONE
 from cl_bench.methods.memory import Memory
 
@@ -64,6 +65,10 @@ def test_every_check_a_method_names_is_unique_and_says_what_to_change():
             "memory.classes_missing", "nccl.calibration_inert", "lamaml.rates_at_zero"} <= set(names)
 
 
+def test_the_reports_task_lists_shorten_runs_of_tasks():
+    assert report.spans([0, 2, 3, 4, 7]) == "0, 2-4, 7" and report.spans([5]) == "5"
+
+
 def test_the_memory_check_reads_the_classes_stored():
     info = type("Info", (), {"offsets": [0, 2], "sizes": [2, 2]})()
     memory = Memory(4, (1, 2, 2), 4, torch.device("cpu"))
@@ -95,6 +100,7 @@ def test_cpg_whose_phases_never_top_the_bar_is_said_to_hoard_and_leave_later_tas
     proc = cl_bench("report", str(run), "--no-plots")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "1/1 tripped" in proc.stdout and "cpg.hoarded after task 0; cpg.exhausted after task 0" in proc.stdout
+    assert "cpg.no_own_weights after task 1-2" in proc.stdout
     assert "cpg.exhausted cpg.hoarded cpg.no_own_weights |" in (run / "report.md").read_text()
 
 
@@ -204,3 +210,9 @@ def test_a_task_learned_to_chance(tmp_path):
     healthy = train(tmp_path / "healthy", "method=finetune", "scenario=task", "method.epochs=3", "dataset.num_tasks=5",
                     "checkpoint.enabled=false")
     assert "chance_level" not in tripped(healthy), healthy["acc"]
+
+
+def test_docs_health_lists_every_check():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "health.md").read_text()
+    names = {c.name for c in health.SHARED} | {c.name for m in methods.METHODS.values() for c in m.health_checks}
+    assert [n for n in sorted(names) if f"`{n}`" not in text] == []

@@ -116,3 +116,23 @@ def test_wandb_disabled_writes_nothing_and_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((run_dir / "metrics.json").read_text())["complete"]
     assert not list(run_dir.glob("wandb/offline-run-*")) and not (run_dir / "wandb" / "run_id").exists()
+
+
+def test_tripped_health_checks_are_alerts_and_summary_keys(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "logger=wandb", "method=packnet", "backbone=mlp",
+                    "backbone.hidden_sizes=[32,32]", "method.prune_ratio=0", "method.epochs=1",
+                    "method.retrain_epochs=1", "dataset.num_tasks=3", "checkpoint.enabled=false")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [run_file] = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    records = list(wandb_records(run_file))
+    summary = {}
+    for record in records:
+        if record.WhichOneof("record_type") == "summary":
+            summary.update(items(record.summary.update))
+    alerts = [r.alert for r in records if r.WhichOneof("record_type") == "alert"]
+    findings = json.loads((run_dir / "metrics.json").read_text())["health"]["findings"]
+    assert summary["health/tripped"] == len(findings) > 0
+    assert summary["health/checks"] == sorted({f["check"] for f in findings})
+    assert [a.title for a in alerts] == [f"{f['check']} (task {f['task']})" for f in findings]
+    assert all(a.level == "WARN" for a in alerts)

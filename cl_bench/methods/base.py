@@ -16,8 +16,8 @@ from .. import hardware
 from ..backbones.init import Init, initialise
 from ..checkpoint import SideStore
 from ..checks import Checked, Choice
-from ..health import Check, Finding
 from ..data.scenarios import Info, Task
+from ..health import Check, Finding
 from .heads import Heads
 from .loop import Batch, EpochLoop, ResumePoint
 

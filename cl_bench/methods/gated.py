@@ -414,8 +414,9 @@ class Gated(Method):
         found = []
         closed = [n for n, a in zip(self.layer_names, self.active[task.id].tolist()) if a == 0]
         if closed:
+            shown = ", ".join(closed[:4]) + (", ..." if len(closed) > 4 else "")
             found.append(self.path_closed.found(task.id, f"no gate fires in {len(closed)} of {len(self.layers)} "
-                                                         f"units ({', '.join(closed[:4])}{', ...' if len(closed) > 4 else ''})"))
+                                                         f"units ({shown})"))
         later = self.info.num_tasks - 1 - task.id
         if later and all(bool(layer.frozen.all()) for layer in self.layers):
             found.append(self.all_frozen.found(task.id, f"all {sum(layer.out_channels for layer in self.layers)} "
