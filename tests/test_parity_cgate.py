@@ -99,3 +99,20 @@ def test_patches_say_why_and_name_one_place_each():
     places = [(p.file, p.old) for p in cgate.PATCHES]
     assert len(set(places)) == len(places)
     assert all(p.why and p.old != p.new for p in cgate.PATCHES)
+
+
+def test_the_rows_task_norms_are_cgates_batch_norms():
+    """cgate builds nn.BatchNorm2d(num_channels, affine, track_running_stats) (src/freezable_layers.py:23), which
+    makes eps and momentum True, that is 1.0; the row's overrides give cl-bench's per-task norms the same, and
+    without them the backbone's stay."""
+    import torch
+
+    from cl_bench import api
+    reference = torch.nn.BatchNorm2d(8, True, True)
+    overrides = [o for o in cgate.ROWS["gated_task"].clbench if o.startswith("method.")]
+    small = ["dataset=split_digits", "backbone=convnet", "backbone.channels=[8,16]", "scenario=task"]
+    row = api.build(api.compose("method=gated", *small, *overrides)).method
+    default = api.build(api.compose("method=gated", *small)).method
+    for method, (eps, momentum) in ((row, (reference.eps, reference.momentum)), (default, (1e-5, 0.1))):
+        norms = [bn for norm in method.norms for bn in norm.bns]
+        assert norms and all(bn.eps == eps and bn.momentum == momentum for bn in norms)

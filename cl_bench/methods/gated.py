@@ -84,6 +84,11 @@ class GatedConfig(MethodConfig):
     gate_noise: GateNoise = GateNoise.logistic
     gate_hidden: int = 16  # hidden units of each gating module (with batch norm and ReLU)
     gate_open_bias: float | None = None  # None: gate logits from the default init (paper); a number: fc2's bias
+    # The per-task batch norms' eps and momentum; None: the backbone's (torch's 1e-5 and 0.1). lit-leo/cgate's are
+    # 1.0 and 1.0: src/freezable_layers.py:23 passes affine and track_running_stats positionally into eps and
+    # momentum (its parity row sets both; docs/parity.md measures the effect).
+    norm_eps: float | None = None
+    norm_momentum: float | None = None
     freeze_threshold: float = 0.0  # a kernel is frozen when its gate fires on more than this fraction of val
     memory_size: int = 500  # class scenario: C, the episodic memory's slots, shared equally by the tasks seen
     replay_batch_size: int = 0  # class scenario, joint: rehearsal samples per step; 0 means batch_size
@@ -108,6 +113,9 @@ class GatedConfig(MethodConfig):
                 ("grad_clip", self.grad_clip is None or self.grad_clip > 0, "null or a positive number"),
                 ("tau", self.tau > 0, "a positive number"), ("gate_hidden", self.gate_hidden >= 1, "at least 1"),
                 ("freeze_threshold", 0 <= self.freeze_threshold < 1, "a fraction in [0, 1)"),
+                ("norm_eps", self.norm_eps is None or self.norm_eps > 0, "null (the backbone's) or a positive number"),
+                ("norm_momentum", self.norm_momentum is None or 0 <= self.norm_momentum <= 1,
+                 "null (the backbone's) or a fraction in [0, 1]"),
                 ("memory_size", self.memory_size >= 1, "at least 1"),
                 ("replay_batch_size", self.replay_batch_size >= 0, "0 (batch_size) or more"),
                 ("task_classifier_hidden", self.task_classifier_hidden >= 1, "at least 1"),
@@ -150,6 +158,9 @@ class Gated(Method):
         super().__init__(cfg, backbone, info, ctx)
         self.layers = layers
         self.norms = gated.norms_of(backbone)
+        for bn in (bn for norm in self.norms for bn in norm.bns):
+            bn.eps = bn.eps if cfg.norm_eps is None else cfg.norm_eps
+            bn.momentum = bn.momentum if cfg.norm_momentum is None else cfg.norm_momentum
         self.routed = gated.routed(backbone)
         self.layer_names = [n for n, m in backbone.named_modules() if isinstance(m, gated.GatedUnit)]
         # A head per task in both scenarios: without a task id, the predicted task's head gives the class.

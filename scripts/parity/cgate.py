@@ -136,9 +136,10 @@ ROWS = {
                  "method.lr_milestones=[]", "method.optimizer=adam", "method.lr=0.001", "method.weight_decay=0.0",
                  "method.batch_size=64", "method.sparsity=0.1", "method.sparsity_warmup_epochs=1",
                  "method.grad_clip=1.0", "method.gate_hidden=16", "method.freeze_threshold=0.001",
-                 "method.gate_noise=gumbel"),
+                 "method.gate_noise=gumbel", "method.norm_eps=1.0", "method.norm_momentum=1.0"),
         reference=(f"EPOCHS_PER_TASK={CUT['epochs']}", "SPARSITY_PATIENCE_EPOCHS=0", "TRUNCATE_SIZE=None"),
-        note="cl-bench samples its gates with cgate's one Gumbel draw (method.gate_noise=gumbel)"),
+        note="cl-bench samples its gates with cgate's one Gumbel draw (method.gate_noise=gumbel) and gives its "
+             "per-task batch norms cgate's eps and momentum of 1 (method.norm_eps=1.0 method.norm_momentum=1.0)"),
 }
 
 # Run src/train.py as `make train` does, after setting the row's cfg values and the seed (cfg.py seeds 0 at import).
