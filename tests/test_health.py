@@ -163,6 +163,19 @@ def test_hat_attention_closed_everywhere(tmp_path):
     assert all(u == 0 for u in metrics["capacity"]["units_used_per_task"])
 
 
+def test_hat_with_every_unit_in_use_is_exhausted():
+    # Reached by training only over many tasks: the accumulated attention set so, every unit on.
+    exp = api.build(api.compose("method=hat", "backbone=mlp", "backbone.hidden_sizes=[8,8]", "dataset.num_tasks=3"))
+    method, task = exp.method, exp.tasks[0]
+    for layer in method.layers:
+        layer.embedding.data.fill_(1.0)  # every task's attention on
+    assert method.health(task) == []
+    for layer in method.layers:
+        layer.cumulative.fill_(1.0)
+    assert [f.check for f in method.health(task)] == ["hat.exhausted"]
+    assert method.health(exp.tasks[2]) == []  # the last task leaves nothing to come
+
+
 @pytest.mark.slow
 def test_gated_paths_closed_and_every_kernel_frozen(tmp_path):
     closed = train(tmp_path / "closed", *GATED, "method.gate_open_bias=-10")
