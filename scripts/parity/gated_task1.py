@@ -9,7 +9,12 @@ and task 1's test accuracy:
 - hard: evaluation's hard gates (logit > 0) in the training forward too;
 - open: task 1's gates held open (every gating module's fc2 bias 3, as method.gate_open_bias=3 for that task only).
 
-    python scripts/parity/gated_task1.py --data-root DIR [--seed 0] [--variants sampled hard open]
+--torch-norms trains with torch's batch-norm eps and momentum (1e-5, 0.1) instead of the row's cgate values (1, 1);
+--eval-batch-stats also scores task 1 with every backbone norm on the evaluated batch's own statistics, as against
+its running ones.
+
+    python scripts/parity/gated_task1.py --data-root DIR [--seed 0] [--variants sampled hard open] [--torch-norms]
+        [--eval-batch-stats]
 
 About 15 minutes a variant on one CPU thread here.
 """
@@ -54,14 +59,33 @@ def hard_route(modules, tasks, norm="train", hard=False):
     gated.route(modules, tasks, norm, True)
 
 
+def batch_statistics(norm: gated.TaskNorm, z: torch.Tensor) -> torch.Tensor:
+    """TaskNorm's evaluation forward with each task's rows normalised by their own batch statistics."""
+    n = z.shape[0] // len(norm.tasks)
+    return torch.cat([F.batch_norm(rows, None, None, norm.bns[t].weight, norm.bns[t].bias, True, 0.0, norm.bns[t].eps)
+                      for rows, t in zip(z.split(n), norm.tasks)])
+
+
+def evaluate_on_batch_statistics(method, scenario, task_id: int, ctx, batch: int):
+    running = gated.TaskNorm.forward
+    gated.TaskNorm.forward = lambda norm, z: running(norm, z) if norm.training else batch_statistics(norm, z)
+    try:
+        return train.evaluate(method, scenario, task_id, False, ctx, batch)
+    finally:
+        gated.TaskNorm.forward = running
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--torch-norms", action="store_true")
+    parser.add_argument("--eval-batch-stats", action="store_true")
     args = parser.parse_args()
     config.register()
-    cfg = config.compose([*ROWS["gated_task"].clbench, "dataset.num_tasks=2", "dataset.classes_per_task=2",
+    norms = ["method.norm_eps=null", "method.norm_momentum=null"] if args.torch_norms else []
+    cfg = config.compose([*ROWS["gated_task"].clbench, *norms, "dataset.num_tasks=2", "dataset.classes_per_task=2",
                           f"data.root={args.data_root}", f"seed={args.seed}", "hardware=cpu", "hardware.threads=1"])
     scenario, method, ctx = train.build(cfg, recorders.Recorders([]))
     first, second = scenario.tasks
@@ -87,6 +111,10 @@ def main() -> None:
         print(f"{variant}: steps (loss, train acc) {[s[:2] for s in log.steps]}; open gates, first units, first "
               f"step {log.steps[0][2]} last step {log.steps[-1][2]}; test accuracy task 0 {result.test[0]:.3f}, "
               f"task 1 {result.test[1]:.3f}", flush=True)
+        if args.eval_batch_stats:
+            result = evaluate_on_batch_statistics(method, scenario, second.id, ctx, cfg.data.eval_batch_size)
+            print(f"{variant}, scored on batch statistics: test accuracy task 0 {result.test[0]:.3f}, task 1 "
+                  f"{result.test[1]:.3f}", flush=True)
 
 
 if __name__ == "__main__":
