@@ -18,7 +18,7 @@ import torch
 from . import backbones, checkpoint, config, files, hardware, health, methods, metrics, recorders
 from .data import scenarios
 from .errors import UserError
-from .methods.loop import ResumePoint
+from .methods.loop import EpochEnd, ResumePoint
 from .shape import Shape
 
 SCHEMA = 1
@@ -207,14 +207,12 @@ def objective(record: dict, name: str) -> float:
 
 def within_task_saver(every: int, run_dir, method, results: "Results", ctx, guard, t0: float):
     """fit()'s epoch hook for checkpoint.every_epochs: a checkpoint within the task every `every` epochs."""
-    def save(task, phase: int, epoch: int, optimizer, side_optimizers=()) -> None:
-        if (epoch + 1) % every:
+    def save(end: EpochEnd) -> None:
+        if (end.epoch + 1) % every:
             return
         with guard():
-            checkpoint.save(run_dir, task.id, method, results.to_meta(), hardware.rng_state(ctx.generator, ctx.device),
-                            time.perf_counter() - t0,
-                            within={"phase": phase, "epoch": epoch, "optimizer": optimizer.state_dict(),
-                                    "side_optimizers": [o.state_dict() for o in side_optimizers]})
+            checkpoint.save(run_dir, end.task.id, method, results.to_meta(),
+                            hardware.rng_state(ctx.generator, ctx.device), time.perf_counter() - t0, within=end.state())
     return save
 
 

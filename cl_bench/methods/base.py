@@ -87,8 +87,7 @@ class Context:
     world_size: int = 1
     seed: int = 0  # the run's seed
     eval_batch_size: int = hardware.EVAL_BATCH  # samples per forward pass when only evaluating (data.eval_batch_size)
-    # Called by fit() after each epoch with (task, phase, epoch, optimizer, side optimizers): the run's
-    # within-task checkpoints.
+    # Called by fit() after each epoch with where the loop stands (loop.EpochEnd): the run decides on a checkpoint.
     epoch_done: Callable | None = None
     # Data-parallel: this rank's own augmentation stream (every rank draws the batch order, the replay draws and
     # the memory updates from `generator`, alike; each augments only its own shard, with this one).

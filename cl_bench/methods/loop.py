@@ -42,6 +42,22 @@ class LoopOptions:
     glances: int = 1  # optimiser steps on each batch, loss_fn called afresh for each
 
 
+@dataclass
+class EpochEnd:
+    """Where the loop stands after an epoch of a phase, handed to the run (Context.epoch_done), which decides whether
+    to checkpoint it: state() is what a within-task checkpoint keeps and ResumePoint restores."""
+
+    task: Task
+    phase: int  # the fit() call's index within the task
+    epoch: int  # the epoch just finished
+    optimizer: torch.optim.Optimizer
+    side_optimizers: tuple = ()
+
+    def state(self) -> dict:
+        return {"phase": self.phase, "epoch": self.epoch, "optimizer": self.optimizer.state_dict(),
+                "side_optimizers": [o.state_dict() for o in self.side_optimizers]}
+
+
 class EpochLoop:
     """The training half of Method: fit() and the helpers a method's own loops use (phases, shards, augmentation).
     It reads the method's cfg, ctx, info and heads, and its _phase and _resume_at (set by Method)."""
@@ -94,7 +110,7 @@ class EpochLoop:
             sched.step()
             self._epoch_done(task, epoch, total / max(steps * glances - skipped, 1), first_bad, skipped)
             if self.ctx.epoch_done is not None:
-                self.ctx.epoch_done(task, phase, epoch, opt, side_optimizers)
+                self.ctx.epoch_done(EpochEnd(task, phase, epoch, opt, side_optimizers))
             if after_epoch is not None and after_epoch(epoch):
                 break
         if self.ctx.world_size > 1:
