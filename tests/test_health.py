@@ -136,6 +136,12 @@ def test_packnet_that_releases_nothing(tmp_path):
     assert found["packnet.hoarded"] == [0] and found["packnet.exhausted"] == [0]
     assert found["packnet.no_own_weights"] == [1, 2] == [t for t, n in enumerate(
         metrics["capacity"]["params_owned_per_task"]) if n == 0]
+    # Next to none: task 0 releases two weights of 3072, which task 1 claims.
+    scant = train(tmp_path / "scant", "method=packnet", "backbone=mlp", "backbone.hidden_sizes=[32,32]",
+                  "method.prune_ratio=0.0005", "method.retrain_epochs=1", "method.epochs=1", "dataset.num_tasks=3",
+                  "checkpoint.enabled=false")
+    assert scant["capacity"]["params_owned_per_task"][1] == 2 and "packnet.no_own_weights" in tripped(scant)
+    assert 1 in tripped(scant)["packnet.no_own_weights"]
 
 
 @pytest.mark.slow

@@ -150,8 +150,8 @@ class CPG(MaskedMethod):
     Config = CPGConfig
     within_task_checkpoints = ("its phases choose among trained models by validation accuracy (growing, "
                                "compacting), so a task restarts from its beginning")
-    no_own_weights = Check("cpg.no_own_weights", "a task owns no weight: the tasks before it left none free and "
-                                                 "growth had reached method.max_multiplier", COMPACTING)
+    no_own_weights = Check("cpg.no_own_weights", "a task owns no weight, or next to none: the tasks before it left "
+                                                 "none free and growth had reached method.max_multiplier", COMPACTING)
     hoarded = Check("cpg.hoarded", "a task kept every weight it claimed with tasks to come: compacting released "
                                    "nothing", COMPACTING)
     exhausted = Check("cpg.exhausted", "no weight is left free, nor growth, for the tasks to come", COMPACTING)

@@ -52,6 +52,7 @@ class PickingConfig(MaskedConfig):
                  f"a score above method.mask_threshold={self.mask_threshold}, or no weight is picked at the start")]
 
 
+OWN_SHARE_MIN = 0.001  # no_own_weights: a task owning fewer than this share of the shared weights has next to none
 PICKS_ALL = Check("masks.picks_all", "a task's picking mask keeps every earlier weight: it never learned to choose",
                   "raise method.mask_lr or train longer (method.epochs); method.mask_threshold is the cut")
 PICKS_NONE = Check("masks.picks_none", "a task's picking mask drops every earlier weight",
@@ -212,9 +213,12 @@ class MaskedMethod(Method):
         owned = sum(int(layer.trainable(t).sum()) for layer in self.layers)
         free = sum(int((layer.owner == 0).sum()) for layer in self.layers)
         found = []
-        if self.no_own_weights is not None and owned == 0:
-            found.append(self.no_own_weights.found(t, "it owns none of the shared weights: the tasks before it left "
-                                                      "none free, so it learned only its biases, batch norms and head"))
+        shared = sum(layer.weight.numel() for layer in self.layers)
+        if self.no_own_weights is not None and owned < OWN_SHARE_MIN * shared:
+            found.append(self.no_own_weights.found(t, f"it owns {owned} of the {shared} shared weights (under "
+                                                      f"{OWN_SHARE_MIN:.1%}): the tasks before it left next to none "
+                                                      "free, so it learned little beyond its biases, batch norms and "
+                                                      "head"))
         if self.hoarded is not None and owned and later and float(self.sparsity[t]) == 0:
             found.append(self.hoarded.found(t, f"it kept all {owned} weights it claimed, released none, with {later} "
                                                f"tasks to come{self.why_hoarded(t)}"))

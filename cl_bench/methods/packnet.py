@@ -22,7 +22,8 @@ class PackNetConfig(MaskedConfig):
 class PackNet(MaskedMethod):
     name = "packnet"
     Config = PackNetConfig
-    no_own_weights = Check("packnet.no_own_weights", "a task owns no weight: the tasks before it left none free",
+    no_own_weights = Check("packnet.no_own_weights", "a task owns no weight, or next to none: the tasks before it "
+                                                     "left none free",
                            "raise method.prune_ratio (the share each task releases) or learn fewer tasks")
     hoarded = Check("packnet.hoarded", "a task released none of its weights with tasks to come",
                     "set method.prune_ratio above 0")
