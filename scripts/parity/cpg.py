@@ -99,6 +99,10 @@ FINDINGS = [
     " nothing else that differs. At 256 images and 3 epochs a task, task 0 ends at 48-69% on a 2-class problem on "
     "either side: the rows compare runs near chance, whose seed-to-seed spread (up to 3.4 points) is wider than the "
     "gap; a cut that learns, over more seeds, is what is left.",
+    "**PAE and PackNet: within a point at 8 seeds.** Over seeds 0-2 both rows were -1.06 (PAE [-4.73, +2.62], "
+    "PackNet [-8.16, +6.05]). Seeds 3-7 differ by +0.67, -0.50, -0.17, +1.83, -1.33 (PAE) and -1.00, +0.17, -0.33, "
+    "+0.17, +0.83 (PackNet), which bring the rows to -0.33 [-3.98, +3.31] and -0.42 [-3.87, +3.04]: the seed-to-seed "
+    "spread (3.1-3.7 points a side) was the gap.",
     "Matched point by point: VGG16-BN's widths and 512-4096-4096 classifier, its initialisation, batch 32, "
     "SGD-Nesterov 0.9 at 1e-2, picking masks Adam 5e-4 (init 0.01, threshold 5e-3), weight decay 4e-5 on owned conv "
     "and linear weights, compacting and refit learning rates 1e-3 / 1e-4, per-task normalisation from the task's "
