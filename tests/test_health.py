@@ -74,8 +74,8 @@ def test_the_memory_check_reads_the_classes_stored():
     memory = Memory(4, (1, 2, 2), 4, torch.device("cpu"))
     x = torch.zeros(4, 1, 2, 2, dtype=torch.uint8)
     memory.add(x, torch.tensor([0, 1, 2, 2]), torch.tensor([0, 0, 1, 1]))
-    assert memory.missing_classes(0, info) is None
-    finding = memory.missing_classes(1, info)
+    assert memory.missing_classes(0, info) == []
+    [finding] = memory.missing_classes(1, info)
     assert finding.check == "memory.classes_missing" and "1 of the 4 classes seen (3)" in finding.detail
 
 

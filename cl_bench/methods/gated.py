@@ -433,7 +433,7 @@ class Gated(Method):
             found.append(self.all_frozen.found(task.id, f"all {sum(layer.out_channels for layer in self.layers)} "
                                                         f"kernels are frozen with {later} tasks to come"))
         if self.info.scenario == "class":
-            found += [f for f in [self.memory.missing_classes(task.id, self.info)] if f is not None]
+            found += self.memory.missing_classes(task.id, self.info)
         return found
 
     # --- cost ---------------------------------------------------------------------------------------

@@ -55,12 +55,13 @@ class Memory(nn.Module):
         """What the memory costs, for a method's capacity()."""
         return {"memory_size": self.size, "memory_bytes": sum(b.numel() * b.element_size() for b in self.buffers())}
 
-    def missing_classes(self, task_id: int, info) -> health.Finding | None:
-        """memory.classes_missing after task_id: the classes of the tasks seen with no stored sample (a host sync,
-        once per task)."""
+    def missing_classes(self, task_id: int, info) -> list[health.Finding]:
+        """memory.classes_missing after task_id, if it trips: the classes of the tasks seen with no stored sample (a
+        host sync, once per task)."""
         stored = set(self.y[self.valid()].tolist())
         seen = sorted({c for t in range(task_id + 1) for c in range(info.offsets[t], info.offsets[t] + info.sizes[t])})
-        return health.missing_classes(task_id, stored, seen, self.size)
+        finding = health.missing_classes(task_id, stored, seen, self.size)
+        return [] if finding is None else [finding]
 
     def filled(self) -> torch.Tensor:
         return torch.clamp(self.seen, max=self.size)
@@ -332,4 +333,4 @@ class Rehearsal:
     health_checks = (health.MEMORY_CLASSES,)
 
     def health(self, task) -> list[health.Finding]:
-        return [f for f in [self.memory.missing_classes(task.id, self.info)] if f is not None]
+        return self.memory.missing_classes(task.id, self.info)
