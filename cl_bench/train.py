@@ -18,7 +18,7 @@ import torch
 from . import backbones, checkpoint, config, files, hardware, health, methods, metrics, recorders
 from .data import scenarios
 from .errors import UserError
-from .methods.loop import EpochEnd, ResumePoint
+from .methods.loop import ResumePoint
 from .shape import Shape
 
 SCHEMA = 1
@@ -113,14 +113,18 @@ def _run(cfg, run_dir, recorder, writer, guard) -> float:
         results, start, elapsed = resume(method, run_dir, tasks, ctx.generator, ctx.device, recorder)
     recorder.run_start(cfg, scenario.info, run_dir, start)
     t0 = time.perf_counter() - elapsed
-    if cfg.checkpoint.every_epochs and writer:
-        ctx.epoch_done = within_task_saver(cfg.checkpoint.every_epochs, run_dir, method, results, ctx, guard, t0)
+    every = cfg.checkpoint.every_epochs if writer else 0
     clock = Clock(ctx.shape)
     for task in tasks[start:]:
         recorder.task_start(task)
         clock.task_start(task.id)
         with profiled(run_dir if writer and cfg.profile_task == task.id else None, task.id, ctx.device):
-            method.learn(task)
+            for end in method.learning(task):  # the loop hands back each epoch's end: checkpoint there or go on
+                if every and (end.epoch + 1) % every == 0:
+                    with guard():
+                        checkpoint.save(run_dir, task.id, method, results.to_meta(),
+                                        hardware.rng_state(ctx.generator, ctx.device), time.perf_counter() - t0,
+                                        within=end.state())
         clock.lap("learn_s")
         results.add(evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
         clock.lap("eval_s")
@@ -203,17 +207,6 @@ def profiled(run_dir: Path | None, task_id: int, device: torch.device):
 def objective(record: dict, name: str) -> float:
     """What `cl-bench train` returns to Hydra's sweeper: validation accuracy unless a test objective is asked for."""
     return record[OBJECTIVES[name]]
-
-
-def within_task_saver(every: int, run_dir, method, results: "Results", ctx, guard, t0: float):
-    """fit()'s epoch hook for checkpoint.every_epochs: a checkpoint within the task every `every` epochs."""
-    def save(end: EpochEnd) -> None:
-        if (end.epoch + 1) % every:
-            return
-        with guard():
-            checkpoint.save(run_dir, end.task.id, method, results.to_meta(),
-                            hardware.rng_state(ctx.generator, ctx.device), time.perf_counter() - t0, within=end.state())
-    return save
 
 
 def restore(cfg, run_dir: Path, name: str | None = None):

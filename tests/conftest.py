@@ -89,6 +89,22 @@ SHORT = {
 }
 
 
+def run_phases(phases):
+    """Run a method's generator of training phases (train_task, or a helper it `yield from`s) to its end; its
+    return value (what the helper returns to `yield from`)."""
+    try:
+        while True:
+            next(phases)
+    except StopIteration as done:
+        return done.value
+
+
+def phase_returning(value=None):
+    """A stand-in for a training helper in a monkeypatch: a generator that trains nothing and returns value."""
+    return value
+    yield
+
+
 def quick_args(name: str, scenario: str) -> list[str]:
     """Overrides for a short in-process run of method `name`: two tasks of the embedded digits, one epoch (online
     methods: 40 samples per task), no logging or checkpoints."""

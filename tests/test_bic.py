@@ -103,7 +103,7 @@ def test_stage_1_trains_on_the_new_data_left_and_the_stored_exemplars(monkeypatc
     seen = []
     fit = method.fit
     monkeypatch.setattr(method, "fit", lambda task, loss_fn, data, **kw: (seen.append(data),
-                                                                          fit(task, loss_fn, data=data, **kw)))
+                                                                          fit(task, loss_fn, data=data, **kw))[1])
     method.learn(tasks[1])
     data = seen[0]
     old = data.y < 5

@@ -88,3 +88,9 @@ def test_no_function_of_the_package_runs_over_fifty_lines():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 50:
                 long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}")
     assert long == []
+
+
+def test_the_method_contract_stays_short():
+    """methods/base.py holds the contract a method author reads (issue 32): under 250 lines, the loop, the heads,
+    the context and data-parallel training live beside it."""
+    assert len((PACKAGE / "methods" / "base.py").read_text().splitlines()) < 250

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import cl_bench, contract_problems, train
+from conftest import cl_bench, contract_problems, phase_returning, train
 from test_online import build
 from torch import nn
 
@@ -92,8 +92,8 @@ def test_the_loss_of_a_later_task_sums_ce_less_forget_and_margin_ranking(monkeyp
     method.learn(tasks[1])
     before = copy.deepcopy(method.backbone)
     captured = {}
-    monkeypatch.setattr(method, "fit", lambda task, loss_fn, data, params: captured.update(
-        loss=loss_fn, data=data, params=params))
+    monkeypatch.setattr(method, "fit", lambda task, loss_fn, data, params: phase_returning(captured.update(
+        loss=loss_fn, data=data, params=params)))
     method.learn(tasks[2])
     data = captured["data"]
     assert len(data) == len(tasks[2].train) + 8 and (data.y < 4).sum() == 8  # 2 exemplars of each old class
@@ -146,7 +146,7 @@ def test_a_later_task_freezes_the_old_class_vectors_and_imprints_the_new_ones(mo
     off, _ = build(*TINY, "method.imprint=false")
     off.learn(tasks[0])
     drawn = off.heads.weights[1].detach().clone()
-    monkeypatch.setattr(off, "fit", lambda *a, **k: None)
+    monkeypatch.setattr(off, "fit", lambda *a, **k: phase_returning())
     off.learn(tasks[1])
     assert torch.equal(off.heads.weights[1], drawn)  # not imprinted: the initial draw
 
@@ -201,7 +201,7 @@ def test_balanced_finetuning_trains_the_class_vectors_alone_on_the_exemplars(mon
     def recording_fit(task, loss_fn, data, params, **kw):
         calls.append({"data": data, "params": params, "backbone": copy.deepcopy(method.backbone.state_dict()),
                       "sigma": float(method.heads.sigma.detach()), **kw})
-        fit(task, loss_fn, data=data, params=params, **kw)
+        return fit(task, loss_fn, data=data, params=params, **kw)
 
     monkeypatch.setattr(method, "fit", recording_fit)
     method.learn(tasks[1])

@@ -1,29 +1,40 @@
-"""Every method on every registered backbone: it builds, or it is refused in one line that names the capability
-the backbone lacks (backbones/base.py). Built on 3x32x32 inputs (every backbone takes them), in a scenario the
-method supports; training each pair is the per-method tests' work (debug=fast runs of each method in test_cli.py)."""
-from dataclasses import replace
+"""Every method on every registered backbone: it learns two tasks under debug=fast and scores them, or it is refused
+in one line that names the capability the backbone lacks (backbones/base.py).
 
+The pairs run on CIFAR-10's canonical files written here (random pixels: 3x32x32 inputs, which every backbone
+takes), in a scenario the method supports, with the backbones at small widths and shape=true on top of debug=fast,
+so that every phase a method runs (CPG's goal models, growth, each compacting target and refit) is one batch."""
+import math
+import pickle
+
+import numpy as np
 import pytest
-import torch
-from omegaconf import OmegaConf
 
-from cl_bench import backbones, methods
+from cl_bench import api, backbones, methods
 from cl_bench.backbones.base import Capability
-from cl_bench.config import DataConfig, DatasetConfig
-from cl_bench.data import scenarios
 from cl_bench.errors import UserError
-from cl_bench.recorders import Recorders
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-SHAPE = (3, 32, 32)
-SMALL = {"mlp": {"hidden_sizes": [16]}, "convnet": {"channels": [4, 4]}, "resnet18": {"nf": 4},
-         "resnet18_reduced": {"nf": 4}, "vgg16_bn": {"hidden": 8}, "pc_cnn": {"channels": 4}}
+SMALL = {"mlp": ["backbone.hidden_sizes=[16]"], "convnet": ["backbone.channels=[4,4]"], "resnet18": ["backbone.nf=4"],
+         "resnet18_reduced": ["backbone.nf=4"], "vgg16_bn": ["backbone.hidden=8", "backbone.width=0.0625"],
+         "pc_cnn": ["backbone.channels=4"]}
+# debug=fast trains one batch of method.batch_size samples per task: 8 here
+FAST = ["dataset=split_cifar10", "dataset.num_tasks=2", "debug=fast", "shape=true", "method.batch_size=8",
+        "dataset.val_samples_per_task=4", "logger=none"]
 
 
 @pytest.fixture(scope="module")
-def info():
-    dataset = OmegaConf.structured(DatasetConfig(name="split_digits", source="digits", num_tasks=5))
-    return scenarios.build(dataset, OmegaConf.structured(DataConfig()), "task", 0, torch.device("cpu")).info
+def cifar10(tmp_path_factory) -> str:
+    """cifar-10-batches-py as the official archive unpacks, 6 training and 4 test images per class."""
+    root = tmp_path_factory.mktemp("data")
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for name, per_class in [*((f"data_batch_{i}", 6) for i in range(1, 6)), ("test_batch", 4)]:
+        labels = np.repeat(np.arange(10), per_class)
+        images = rng.integers(0, 256, (len(labels), 3 * 32 * 32), dtype=np.uint8)
+        (folder / name).write_bytes(pickle.dumps({b"data": images, b"labels": labels.tolist()}))
+    return str(root)
 
 
 def test_every_backbone_is_small_here():
@@ -32,19 +43,20 @@ def test_every_backbone_is_small_here():
 
 @pytest.mark.parametrize("backbone", sorted(backbones.BACKBONES))
 @pytest.mark.parametrize("method", sorted(methods.METHODS))
-def test_each_pair_builds_or_names_the_missing_capability(method, backbone, info):
+def test_each_pair_learns_under_debug_fast_or_names_the_missing_capability(method, backbone, cifar10, tmp_path):
     cls = methods.get(method)
     scenario = "task" if "task" in cls.scenarios else "class"
-    net = backbones.build({"name": backbone, **SMALL[backbone]}, SHAPE)
-    cfg = OmegaConf.merge(OmegaConf.structured(cls.Config), {"name": method})
-    ctx = methods.Context(torch.device("cpu"), None, torch.Generator().manual_seed(0), Recorders([]))
-    needs = set(cls.needs) | ({Capability.final_relu_switch} if getattr(cfg, "remove_final_relu", False) else set())
-    missing = sorted(needs - set(type(net).capabilities))
+    args = [f"method={method}", f"backbone={backbone}", *SMALL[backbone], *FAST, f"scenario={scenario}",
+            f"data.root={cifar10}"]
+    needs = set(cls.needs) | ({Capability.final_relu_switch} if api.compose(*args).method.get("remove_final_relu")
+                              else set())
+    missing = sorted(needs - set(backbones.BACKBONES[backbone][0].capabilities))
     if missing:
-        with pytest.raises(UserError, match=rf"method={method}.* \(capability {missing[0]}\); .* use backbone="):
-            methods.build(cfg, net, replace(info, scenario=scenario, input_shape=SHAPE), ctx)
-    else:
-        built = methods.build(cfg, net, replace(info, scenario=scenario, input_shape=SHAPE), ctx)
-        assert isinstance(built, methods.Method)
-        if method != "independent":  # its networks are made task by task: none exists before the first
-            assert built(torch.zeros(2, *SHAPE), 0 if scenario == "task" else None).shape[0] == 2
+        with pytest.raises(UserError, match=rf"method={method}.* \(capability {missing[0]}\); .* use backbone=") as err:
+            api.run(tmp_path, *args)
+        assert "\n" not in str(err.value)
+        return
+    metrics = api.run(tmp_path, *args)
+    assert metrics["complete"] and len(metrics["acc"]) == 2
+    assert all(0 <= acc <= 1 and math.isfinite(acc) for acc in metrics["acc"][-1])
+    assert {phase["name"] for task in metrics["shape"]["tasks"] for phase in task["phases"]}, "no phase ran"

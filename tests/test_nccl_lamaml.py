@@ -33,7 +33,7 @@ def calibrated_weights(method):
 
 def test_penalty_reference_is_the_calibrated_weights_one_inner_step_old():
     method, tasks = build("method=nccl", "method.inner_steps=3")
-    method.train_task(tasks[0])
+    method.learn(tasks[0])
     method.train()
     at_start, seen = [], {}
     glance = method.glance
@@ -54,7 +54,7 @@ def test_penalty_reference_is_the_calibrated_weights_one_inner_step_old():
 def test_outer_step_descends_the_penalty_alone_in_the_seed_and_adds_beta_kl_in_the_paper(objective):
     method, tasks = build("method=nccl", "method.inner_steps=1", f"method.outer_objective={objective}",
                           "method.beta=3.0")
-    method.train_task(tasks[0])
+    method.learn(tasks[0])
     method.train()
     task = tasks[1]
     state = method.ctx.generator.get_state()
@@ -92,7 +92,7 @@ def test_glances_after_the_first_read_current_task_memory_once_enough_is_stored(
 
 def test_batch_and_memory_go_through_separate_forwards():
     method, tasks = build("method=nccl", "method.replay_batch_size=7")
-    method.train_task(tasks[0])
+    method.learn(tasks[0])
     sizes = []
     method.backbone.register_forward_pre_hook(lambda module, args: sizes.append(args[0].shape[0]))
     method.inner_loss(first_batch(method, tasks[1]), tasks[1])
@@ -194,7 +194,7 @@ def test_multi_pass_replays_the_stream_and_stores_it_once(method_name):
     calls = []
     observe = method.observe
     method.observe = lambda batch, task, store: calls.append(batch.y.shape[0]) or observe(batch, task, store)
-    method.train_task(tasks[0])
+    method.learn(tasks[0])
     assert sum(calls) == 2 * len(tasks[0].train)
     assert int(method.memory.seen) == len(tasks[0].train)
 
@@ -230,7 +230,7 @@ def test_agem_per_task_reference_is_the_mean_of_each_past_tasks_clipped_gradient
     method, tasks = build("method=agem", "method.memory_policy=ring", "method.memory_size=50",
                           "method.reference=per_task", "method.grad_clip_norm=0.5")
     for task in tasks[:3]:
-        method.train_task(task)
+        method.learn(task)
     method.train()
     valid = method.memory.valid()
     expected = []
@@ -261,7 +261,7 @@ def test_er_as_la_mamls_glances_clipping_and_replay_from_the_start(monkeypatch):
     sample = method.memory.sample
     method.memory.sample = lambda *a, **k: draws.append(1) or sample(*a, **k)
     before = snapshot(p for p in method.parameters() if p.requires_grad)
-    method.train_task(tasks[0])
+    method.learn(tasks[0])
     batches = -(-len(tasks[0].train) // 10)
     assert len(draws) == 2 * (batches - 1)  # every glance but those of the first batch (an empty memory)
     after = [p for p in method.parameters() if p.requires_grad]
@@ -271,7 +271,7 @@ def test_er_as_la_mamls_glances_clipping_and_replay_from_the_start(monkeypatch):
     draws.clear()
     sample = default.memory.sample_distinct  # the default draw (Mammoth's)
     default.memory.sample_distinct = lambda *a, **k: draws.append(1) or sample(*a, **k)
-    default.train_task(tasks[0])
+    default.learn(tasks[0])
     assert draws == []  # Mammoth's ER: no replay during task 0
 
 

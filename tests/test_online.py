@@ -82,7 +82,7 @@ def test_nccl_inner_step_moves_only_base_weights_and_outer_step_only_calibration
     # The paper's objective: its KL term moves the calibration visibly in one step (the seed's penalty alone is
     # second order in a single step's weight change, below float resolution at β = 1).
     method, tasks = build("method=nccl", "method.inner_steps=1", "method.outer_objective=paper")
-    method.train_task(tasks[0])  # fills the memory with soft targets
+    method.learn(tasks[0])  # fills the memory with soft targets
     method.train()
     task = tasks[1]
     raw, y, t = next(task.train.batches(10))
@@ -129,7 +129,7 @@ def test_stream_visits_every_sample_once_per_glance_cycle():
         return torch.zeros(())
 
     method.glance = glance
-    method.train_task(task)
+    method.learn(task)
     cycles = [seen[i: i + 3] for i in range(0, len(seen), 3)]
     assert len(cycles) == -(-n // 7)
     assert all(torch.equal(c[0], c[1]) and torch.equal(c[0], c[2]) for c in cycles)  # the same batch, 3 glances

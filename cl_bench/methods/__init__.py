@@ -4,8 +4,9 @@ from omegaconf import DictConfig, OmegaConf
 from .. import backbones
 from ..errors import UserError
 from .agem import AGEM
-from .base import Context, Method, MethodConfig
+from .base import Method, MethodConfig
 from .bic import BiC
+from .context import Context
 from .cpg import CPG
 from .der import DER, DERpp
 from .er import ER

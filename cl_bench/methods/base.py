@@ -1,9 +1,10 @@
 """The Method contract: what a method author implements (train_task) and what a run asks of every method (learn,
 predict, capacity, its state), with the loss helpers methods share. Training itself runs through the epoch loop it
-inherits (loop.py); heads are in heads.py, data-parallel training in parallel.py."""
+inherits (loop.py); what the run lends it is context.py, heads are in heads.py, data-parallel training in
+parallel.py."""
 import abc
 import copy
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -12,14 +13,13 @@ import torch.nn.functional as F
 from omegaconf import MISSING
 from torch import nn
 
-from .. import hardware
 from ..backbones.init import Init, initialise
-from ..checkpoint import SideStore
 from ..checks import Checked, Choice
 from ..data.scenarios import Info, Task
 from ..health import Check, Finding
+from .context import Context
 from .heads import Heads
-from .loop import Batch, EpochLoop, ResumePoint
+from .loop import Batch, EpochEnd, EpochLoop, ResumePoint
 
 
 class Optimizer(Choice):
@@ -75,39 +75,6 @@ class MethodConfig(Checked):
                 ("lr", self.lr > 0, "a positive number"), ("weight_decay", self.weight_decay >= 0, "0 or more")]
 
 
-@dataclass
-class Context:
-    """What the run lends a method: where to compute, in what precision, its random stream, its recorder."""
-
-    device: torch.device
-    amp_dtype: torch.dtype | None
-    generator: torch.Generator
-    recorder: object
-    rank: int = 0  # this process's place among world_size data-parallel processes
-    world_size: int = 1
-    seed: int = 0  # the run's seed
-    eval_batch_size: int = hardware.EVAL_BATCH  # samples per forward pass when only evaluating (data.eval_batch_size)
-    # Called by fit() after each epoch with where the loop stands (loop.EpochEnd): the run decides on a checkpoint.
-    epoch_done: Callable | None = None
-    # Data-parallel: this rank's own augmentation stream (every rank draws the batch order, the replay draws and
-    # the memory updates from `generator`, alike; each augments only its own shard, with this one).
-    shard_generator: torch.Generator | None = None
-    precision: str = "fp32"  # what the run computes in (hardware.Hardware.precision): bf16, tf32 or fp32
-    # debug=shape (cl_bench/shape.py): every phase cut to one epoch of one batch, and timed; None otherwise.
-    shape: object | None = None
-    # Where a method keeps state too large for its state dict (files in the run directory under train.run).
-    store: SideStore = field(default_factory=SideStore)
-    ran_on: dict = field(default_factory=dict)  # where the run ran (hardware.ran_on): metrics.json's, not a method's
-
-    @property
-    def augment_generator(self) -> torch.Generator:
-        return self.generator if self.shard_generator is None else self.shard_generator
-
-    def autocast(self):
-        return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
-                              enabled=self.amp_dtype is not None)
-
-
 class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
     """A continual learner. Subclasses set name, scenarios and Config, and implement train_task."""
 
@@ -138,21 +105,35 @@ class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
         self._phase = 0  # fit() calls made so far in the current task
         self._resume_at: ResumePoint | None = None
         self._phase_name = "train"  # what debug=shape's record calls fit()'s phases (phase_named)
+        self._fits_made = self._fits_run = 0  # fit() phases of the current task made, and run (fits_not_run)
 
     # --- the contract -------------------------------------------------------------------------------
     def learn(self, task: Task) -> None:
-        """All of one task's training, every phase it needs."""
+        """All of one task's training, every phase it needs (learning(), run through)."""
+        for _ in self.learning(task):
+            pass
+
+    def learning(self, task: Task) -> Iterator[EpochEnd]:
+        """All of one task's training, yielding where the loop stands after each epoch of each phase: the run
+        decides there whether to checkpoint (train.py)."""
         self.heads.seen = self.info.seen_outputs(task.id)
-        self._phase = 0
-        self.train_task(task)
+        self._phase = self._fits_made = self._fits_run = 0
+        phases = self.train_task(task)
+        if phases is not None:
+            yield from phases
+        if self.fits_not_run():
+            raise RuntimeError(f"{type(self).__name__}.train_task made {self.fits_not_run()} fit() phase(s) it did "
+                               "not run: fit() is a generator, call it as `yield from self.fit(...)`")
         if self._resume_at is not None:
             raise RuntimeError(f"task {task.id} ended before reaching phase {self._resume_at.phase} of its "
                                "within-task checkpoint: the method's phases are not reproducible")
         self.tasks_learned.fill_(task.id + 1)
 
     @abc.abstractmethod
-    def train_task(self, task: Task) -> None:
-        """Every phase of one task's training (the method's own procedure)."""
+    def train_task(self, task: Task) -> Iterator[EpochEnd] | None:
+        """Every phase of one task's training (the method's own procedure): a generator that runs each phase as
+        `yield from self.fit(...)`, passing the run each epoch's end. A method whose training is its own loop,
+        without fit(), may return None."""
 
     def forward(self, x: torch.Tensor, task_id: int | None) -> torch.Tensor:
         return self.heads(self.backbone(x), task_id)

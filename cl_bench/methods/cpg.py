@@ -191,15 +191,15 @@ class CPG(MaskedMethod):
         if len(task.val) == 0:
             raise UserError("cpg selects models on validation data: set data.val_fraction above 0, or "
                             "method.protocol=official to select on the test split as the official code does")
-        goal = self.task_goal(task)
+        goal = yield from self.task_goal(task)
         self.compacting_stop = self.compacting_criterion = self.refit_kept = None
         self.begin_task(task.id)
-        acc, exhausted = self.pick_and_grow(task, goal)
+        acc, exhausted = yield from self.pick_and_grow(task, goal)
         criterion = acc if goal is None else goal  # without a goal compacting may lose nothing
         if self.owns_weights(task.id):  # else nothing of its own to prune, nor a mask worth refitting
-            acc = self.compact(task, criterion, acc, exhausted)
+            acc = yield from self.compact(task, criterion, acc, exhausted)
             if self.picking_on(task.id) and self.cfg.retrain_picking:
-                acc = self.refit_picking(task, acc)
+                acc = yield from self.refit_picking(task, acc)
         self.goal[task.id], self.val_acc[task.id] = criterion, acc
         self.finish_task(task.id)
 
@@ -220,20 +220,20 @@ class CPG(MaskedMethod):
                 seen += target.shape[0]
             return F.cross_entropy(logits, target)
 
-        self.train_weights(task, epochs, lr, loss_fn=loss, **kwargs)
+        yield from self.train_weights(task, epochs, lr, loss_fn=loss, **kwargs)
         return int(hits) / max(seen, 1)
 
     def pick_and_train(self, task) -> tuple[float, float]:
         """(selection accuracy, last epoch's training accuracy)."""
         mask_lr = self.cfg.mask_lr if self.picking_on(task.id) else 0.0
-        train_acc = self.train_measured(task, self.cfg.epochs, self.cfg.lr, mask_lr=mask_lr)
+        train_acc = yield from self.train_measured(task, self.cfg.epochs, self.cfg.lr, mask_lr=mask_lr)
         return self.accuracy(task.val, task.id), train_acc
 
     def pick_and_grow(self, task, goal: float | None) -> tuple[float, bool]:
         """Steps 1 and 2: train; unless training accuracy tops the bar and the goal is met, restart wider while
         growth is allowed. Returns the selection accuracy and whether growth ran out short of the goal."""
         start = self.snapshot()
-        acc, train_acc = self.pick_and_train(task)
+        acc, train_acc = yield from self.pick_and_train(task)
         multiplier = float(self.param_multiplier)
         log.info(f"task {task.id}: goal {'none' if goal is None else f'{goal:.4f}'}; at {multiplier}x: selection acc "
                  f"{acc:.4f}, train acc {train_acc:.4f}")
@@ -244,7 +244,7 @@ class CPG(MaskedMethod):
             self.param_multiplier.fill_(multiplier)
             self.widen(multiplier, task.id)
             with self.phase_named(f"grow_{multiplier}x"):
-                acc, train_acc = self.pick_and_train(task)
+                acc, train_acc = yield from self.pick_and_train(task)
             log.info(f"task {task.id}: grown to {multiplier}x: selection acc {acc:.4f}, train acc {train_acc:.4f}")
         return acc, goal is not None and acc < goal
 
@@ -258,7 +258,7 @@ class CPG(MaskedMethod):
             if must is not None and sparsity >= must:
                 break
             with self.phase_named(f"prune_{target}"):
-                train_acc = self.gradual_prune(task, sparsity, target)
+                train_acc = yield from self.gradual_prune(task, sparsity, target)
             sparsity = target
             if train_acc <= self.cfg.train_acc_bar and not self.every_phase:  # the official script stops here
                 log.info(f"task {task.id}: sparsity {target}: train acc {train_acc:.4f}, compacting stops")
@@ -285,8 +285,11 @@ class CPG(MaskedMethod):
             self.release(task.id, target)
         # debug=shape's ramp of one batch never reaches the official grid (step k = 0): it prunes at once there
         if self.cfg.prune_timing == "immediate" or self.ctx.shape is not None:
-            return self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, milestones=[],
-                                       after_step=lambda step: self.prune_at_once(task, step, end, initial, target))
+            def at_once(step):
+                self.prune_at_once(task, step, end, initial, target)
+
+            return (yield from self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, milestones=[],
+                                                   after_step=at_once))
 
         def after_step(step):  # the official Manager.train: step k = step - 1 is done, then gradually_prune(k)
             k = step - 1
@@ -301,8 +304,8 @@ class CPG(MaskedMethod):
         for layer in self.layers:
             layer.free_compute = True
         try:
-            return self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, after_step=after_step,
-                                       after_epoch=after_epoch, milestones=[])
+            return (yield from self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr,
+                                                   after_step=after_step, after_epoch=after_epoch, milestones=[]))
         finally:  # after_epoch zeroed the last epoch's releases
             for layer in self.layers:
                 layer.free_compute = False
@@ -334,8 +337,8 @@ class CPG(MaskedMethod):
             return stale >= self.cfg.refit_patience
 
         with self.phase_named("refit"):
-            self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr, mask_lr=self.cfg.retrain_mask_lr,
-                               milestones=[], after_epoch=after_epoch)
+            yield from self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr,
+                                          mask_lr=self.cfg.retrain_mask_lr, milestones=[], after_epoch=after_epoch)
         self.restore(before if best is None else best)
         log.info(f"task {task.id}: picking refit " + ("kept nothing" if best is None else f"kept, {best_acc:.4f}"))
         if best is not None and best_acc < acc:
@@ -372,9 +375,9 @@ class CPG(MaskedMethod):
         goals = []
         for chain in range(self.cfg.goal_repeats):
             if source in ("independent", "all_max"):
-                goals.append(self.goal_model(task)[0])
+                goals.append((yield from self.goal_model(task))[0])
             if source in ("finetune", "all_max"):
-                goals.append(self.finetune_goal(task, chain))
+                goals.append((yield from self.finetune_goal(task, chain)))
         log.info(f"task {task.id}: {source} goal models' selection accuracies " + ", ".join(f"{g:.4f}" for g in goals))
         return max(goals)
 
@@ -388,7 +391,7 @@ class CPG(MaskedMethod):
             start = self.ctx.store.get(int(torch.randint(task.id, (1,), generator=g, device=g.device)),
                                        goal_net_name(chain))
             lr = self.cfg.finetune_goal_lr
-        acc, net = self.goal_model(task, start, lr)
+        acc, net = yield from self.goal_model(task, start, lr)
         if task.id + 1 < self.info.num_tasks:  # no task after the last draws from it
             self.ctx.store.put(task.id, goal_net_name(chain), flatten_state(net))
         return acc
@@ -431,8 +434,9 @@ class CPG(MaskedMethod):
 
         params = list(model.parameters())
         with self.phase_named("goal"):
-            self.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)), params=params,
-                     optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0), after_backward=decay)
+            yield from self.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)),
+                                params=params, optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0),
+                                after_backward=decay)
         model.eval()
         return self.accuracy(task.val, task.id, model), net
 

@@ -8,4 +8,4 @@ class Finetune(Method):
     distributed_scenarios = frozenset({"task", "class"})
 
     def train_task(self, task):
-        self.fit(task, lambda batch: self.loss(batch, task.id))
+        yield from self.fit(task, lambda batch: self.loss(batch, task.id))

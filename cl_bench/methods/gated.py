@@ -191,13 +191,13 @@ class Gated(Method):
     # --- training -----------------------------------------------------------------------------------
     def train_task(self, task):
         self.seen_tasks.append(task)
-        self._fit_path(task)
+        yield from self._fit_path(task)
         self._consolidate(task)
         if self.info.scenario == "class":
             if self.cfg.task_classifier_fit == "after_task":
-                self._fit_task_classifier(task, self.cfg.task_classifier_epochs)
+                yield from self._fit_task_classifier(task, self.cfg.task_classifier_epochs)
             elif self.cfg.task_classifier_refit_epochs:
-                self._fit_task_classifier(task, self.cfg.task_classifier_refit_epochs)
+                yield from self._fit_task_classifier(task, self.cfg.task_classifier_refit_epochs)
             if self.cfg.offline_bound_epochs:
                 self.offline_task_acc[task.id, : task.id + 1] = self._offline_bound(task.id + 1)
             self.memory.add_task(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
@@ -239,8 +239,8 @@ class Gated(Method):
             if self.cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
 
-        self.fit(task, loss, params=params, optimizer=optimizer, after_backward=after_backward,
-                 after_step=lambda _: self._restore_frozen())
+        yield from self.fit(task, loss, params=params, optimizer=optimizer, after_backward=after_backward,
+                            after_step=lambda _: self._restore_frozen())
 
     def _classifier_lr(self) -> float:
         return self.cfg.lr if self.cfg.task_classifier_lr is None else self.cfg.task_classifier_lr
@@ -334,8 +334,8 @@ class Gated(Method):
 
         params = list(self.task_classifier.parameters())
         with self.phase_named("task_classifier"):
-            self.fit(task, loss, data=data, params=params, epochs=epochs,
-                     optimizer=self.make_optimizer(params, lr=self._classifier_lr(), weight_decay=0.0))
+            yield from self.fit(task, loss, data=data, params=params, epochs=epochs,
+                                optimizer=self.make_optimizer(params, lr=self._classifier_lr(), weight_decay=0.0))
 
     # --- class scenario: the diagnostic upper bound of task prediction (offline_bound_epochs) ---------------
     def _offline_bound(self, count: int) -> torch.Tensor:

@@ -1,8 +1,12 @@
 """The epoch loop every method trains through (fit), its phases under debug=shape, a task resumed from within,
 and the training batch: what Method (methods/base.py) inherits to train, apart from the contract a method author
-implements. Data-parallel training's own pieces are in parallel.py."""
+implements. Data-parallel training's own pieces are in parallel.py.
+
+fit() is a generator: it yields an EpochEnd after every epoch, and a method's train_task passes them on
+(`yield from self.fit(...)`), so that the run (train.py) holds control at each epoch's end and decides there
+whether to checkpoint; nothing in the loop calls up into the run."""
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -44,8 +48,8 @@ class LoopOptions:
 
 @dataclass
 class EpochEnd:
-    """Where the loop stands after an epoch of a phase, handed to the run (Context.epoch_done), which decides whether
-    to checkpoint it: state() is what a within-task checkpoint keeps and ResumePoint restores."""
+    """Where the loop stands after an epoch of a phase, yielded by fit() to the run, which decides whether to
+    checkpoint it: state() is what a within-task checkpoint keeps and ResumePoint restores."""
 
     task: Task
     phase: int  # the fit() call's index within the task
@@ -74,13 +78,22 @@ class EpochLoop:
             return torch.optim.Adam(params, lr=lr, weight_decay=wd)
         return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
 
-    def fit(self, task: Task, loss_fn, **options) -> None:
-        """One phase of the task through the epoch loop (_fit), named by phase_named in debug=shape's record;
-        options: LoopOptions' fields."""
-        with self.phase(self._phase_name):
-            self._fit(task, loss_fn, LoopOptions(**options))
+    def fit(self, task: Task, loss_fn, **options) -> Iterator[EpochEnd]:
+        """One phase of the task through the epoch loop (_fit), yielding each epoch's end; named by phase_named in
+        debug=shape's record; options: LoopOptions' fields. It runs only as it is iterated: `yield from` it."""
+        self._fits_made += 1
+        return self._phase_run(task, loss_fn, LoopOptions(**options), self._phase_name)
 
-    def _fit(self, task: Task, loss_fn, options: LoopOptions) -> None:
+    def _phase_run(self, task: Task, loss_fn, options: LoopOptions, name: str) -> Iterator[EpochEnd]:
+        self._fits_run += 1
+        with self.phase(name):
+            yield from self._fit(task, loss_fn, options)
+
+    def fits_not_run(self) -> int:
+        """fit() phases made in this task that never ran: a train_task that called fit() without `yield from`."""
+        return self._fits_made - self._fits_run
+
+    def _fit(self, task: Task, loss_fn, options: LoopOptions) -> Iterator[EpochEnd]:
         """The common epoch loop: on-device shuffled batches, one optimiser and lr schedule (×lr_gamma at the
         milestones), and the loss accumulated on the device and read once per epoch (no host sync per step)."""
         data, params, optimizer, milestones = options.data, options.params, options.optimizer, options.milestones
@@ -109,8 +122,7 @@ class EpochLoop:
                                                     options.after_backward, options.after_step)
             sched.step()
             self._epoch_done(task, epoch, total / max(steps * glances - skipped, 1), first_bad, skipped)
-            if self.ctx.epoch_done is not None:
-                self.ctx.epoch_done(EpochEnd(task, phase, epoch, opt, side_optimizers))
+            yield EpochEnd(task, phase, epoch, opt, side_optimizers)
             if after_epoch is not None and after_epoch(epoch):
                 break
         if self.ctx.world_size > 1:

@@ -170,12 +170,12 @@ class LUCIR(Rehearsal, Method):
         # the old classes' weight vectors are left out: frozen
         params = [*self.backbone.parameters(), self.heads.sigma, self.heads.weights[task.id]]
         if task.id == 0:
-            self.fit(task, lambda batch: self.loss(batch, task.id), data=data, params=params)
+            yield from self.fit(task, lambda batch: self.loss(batch, task.id), data=data, params=params)
         else:
             teacher = fresh_copy(self.backbone).eval().requires_grad_(False)
             if self.cfg.imprint:
                 self.imprint(task)
-            self.fit(task, self.incremental_loss(task, teacher), data=data, params=params)
+            yield from self.fit(task, self.incremental_loss(task, teacher), data=data, params=params)
         if self._resume_at is not None:
             # Resuming within the finetuning phase: the phase above was skipped, and the saved state holds this
             # task's exemplars and the backbone they were herded with (the finetuning leaves it unchanged).
@@ -187,7 +187,7 @@ class LUCIR(Rehearsal, Method):
             self.memory.add_herding(task.train.x, task.train.y, task.train.t, self.features(task.train.x),
                                     per_class=per_class)
         if self.cfg.balanced_finetune and task.id > 0:
-            self.balanced_finetune(task)
+            yield from self.balanced_finetune(task)
 
     def incremental_loss(self, task, teacher):
         old_classes = self.info.seen_outputs(task.id - 1)
@@ -219,8 +219,9 @@ class LUCIR(Rehearsal, Method):
 
         self._features_frozen = True
         try:
-            self.fit(task, loss, data=Split(*self.memory.stored()), params=params, epochs=cfg.finetune_epochs,
-                     optimizer=self.make_optimizer(params, lr=cfg.finetune_lr), milestones=cfg.finetune_milestones)
+            yield from self.fit(task, loss, data=Split(*self.memory.stored()), params=params,
+                                epochs=cfg.finetune_epochs, optimizer=self.make_optimizer(params, lr=cfg.finetune_lr),
+                                milestones=cfg.finetune_milestones)
         finally:
             self._features_frozen = False
 

@@ -174,11 +174,11 @@ class MaskedMethod(Method):
             if after_step is not None:
                 after_step(batch.step + 1)
 
-        self.fit(task, loss_fn or (lambda batch: self.loss(batch, task.id)), params=params, epochs=epochs,
-                 optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0),
-                 after_backward=lambda: self.protect(task.id), after_step=on_step,
-                 side_optimizers=(mask_opt,) if mask_opt is not None else (), milestones=milestones,
-                 after_epoch=after_epoch)
+        yield from self.fit(task, loss_fn or (lambda batch: self.loss(batch, task.id)), params=params, epochs=epochs,
+                            optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0),
+                            after_backward=lambda: self.protect(task.id), after_step=on_step,
+                            side_optimizers=(mask_opt,) if mask_opt is not None else (), milestones=milestones,
+                            after_epoch=after_epoch)
 
     def mask_lr_at(self, epoch: int, base: float, stop: bool = True) -> float:
         """The picking masks' step schedule: ×mask_lr_gamma at each milestone, and 0 from mask_lr_stop on

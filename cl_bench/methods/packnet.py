@@ -33,8 +33,8 @@ class PackNet(MaskedMethod):
 
     def train_task(self, task):
         self.begin_task(task.id)
-        self.train_weights(task, self.cfg.epochs, self.cfg.lr)
+        yield from self.train_weights(task, self.cfg.epochs, self.cfg.lr)
         self.release(task.id, self.cfg.prune_ratio)
-        self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr,
-                           milestones=self.cfg.retrain_lr_milestones)
+        yield from self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr,
+                                      milestones=self.cfg.retrain_lr_milestones)
         self.finish_task(task.id)
