@@ -1,8 +1,11 @@
 import json
 import math
+import multiprocessing
 import os
 import subprocess
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 
 import pytest
@@ -24,11 +27,60 @@ def real_data(*parts: str) -> Path:
     return path
 
 
-def cl_bench(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
-    """Run the real `cl-bench` entry point in a fresh process."""
+def cl_bench(*args, cwd=None, timeout=600, fresh=False) -> subprocess.CompletedProcess:
+    """Run the real `cl-bench` entry point in a process of its own: forked from the server below, or, with fresh=True
+    and for what relies on the interpreter's exit handlers (sweeps' launchers, W&B) or on another torch thread count
+    at import, a fresh interpreter."""
     env = {**os.environ, "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "cl_bench", *args], cwd=cwd or ROOT, env=env, text=True,
-                          capture_output=True, timeout=timeout)
+    exits = {"-m", "--multirun", "logger=wandb"} & set(args) or any(a.startswith("logger.mode=") for a in args)
+    if fresh or exits or env.get("OMP_NUM_THREADS") != "1":
+        return subprocess.run([sys.executable, "-m", "cl_bench", *args], cwd=cwd or ROOT, env=env, text=True,
+                              capture_output=True, timeout=timeout)
+    return forked(args, env, cwd, timeout)
+
+
+# The whole runs of train() start in a process of their own, forked from a server that imported the package once
+# (multiprocessing's forkserver, whose server runs nothing else): each run is as isolated as `cl-bench train` in a
+# fresh interpreter, without paying the 2-3 s of importing torch, Hydra and cl_bench again. The server starts on
+# first use, with the environment of then.
+FORKSERVER = multiprocessing.get_context("forkserver")
+FORKSERVER.set_forkserver_preload(["cl_bench.cli", "cl_bench.app", "cl_bench.train"])
+
+
+def _forked_cli(argv: list[str], env: dict, cwd: str, out: str, err: str) -> None:
+    """In the forked process: the command line as the console script runs it, its output into the files named."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path in ((1, out), (2, err)):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    sys.argv = ["cl-bench", *argv]
+    from cl_bench import cli
+    try:
+        code = cli.main()
+    except SystemExit as stop:
+        code = stop.code
+    except BaseException:
+        traceback.print_exc()  # as the interpreter would, for an error that escaped
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def forked(args, env: dict, cwd, timeout) -> subprocess.CompletedProcess:
+    """The command line in a process forked from the server, as subprocess.run(capture_output=True) returns it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+        child = FORKSERVER.Process(target=_forked_cli, args=(list(args), env, str(cwd or ROOT), out, err))
+        child.start()
+        child.join(timeout)
+        if child.exitcode is None:
+            child.kill()
+            child.join()
+            raise subprocess.TimeoutExpired(["cl-bench", *args], timeout)
+        return subprocess.CompletedProcess(["cl-bench", *args], child.exitcode, Path(out).read_text(),
+                                           Path(err).read_text())
 
 
 def train(run_dir: Path, *overrides, check=True) -> dict:
