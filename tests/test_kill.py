@@ -29,7 +29,10 @@ def without_timings(m):
 def test_random_sigkills_lose_nothing(tmp_path, method):
     overrides = [*CASES[method], "logger=none"]
     began = time.monotonic()
-    whole = train(tmp_path / "whole", *overrides)
+    # In a fresh interpreter, as the killed runs start (train() forks from a server that has imported already)
+    proc = cl_bench("train", f"hydra.run.dir={tmp_path / 'whole'}", "checkpoint.keep=all", *overrides, fresh=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
     # Kill moments are drawn as shares of the uninterrupted run's own duration, so that the first kill lands
     # while the run is alive however fast or loaded the machine is (a fixed 1-6 s window missed whole runs on an
     # idle machine): start-up, training, evaluation or a checkpoint write.

@@ -122,7 +122,7 @@ class CosineHead(nn.Module):
         self.weights = nn.ParameterList(nn.Parameter(torch.empty(n, feature_dim).uniform_(-bound, bound))
                                         for n in info.sizes)
         self.sigma = nn.Parameter(torch.ones(1))
-        self.seen = info.seen_outputs(0)  # outputs in use: set by Method.learn and on load
+        self.seen = info.seen_outputs(0)  # outputs in use: set by Method.learning and on load
 
     def cosine(self, features: torch.Tensor) -> torch.Tensor:
         weight = F.normalize(torch.cat(list(self.weights)), dim=1)
