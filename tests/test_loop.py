@@ -49,3 +49,21 @@ def test_a_fit_never_run_is_refused_not_skipped():
     with pytest.raises(RuntimeError, match=r"made 1 fit\(\) phase\(s\) it did not run.*yield from self.fit"):
         method.learn(exp.tasks[0])
     assert all(torch.equal(a, b) for a, b in zip(before, method.parameters()))  # nothing trained
+
+
+class ForgetfulHelper(Finetune):
+    """The same slip one level up: a helper that yields from fit(), called without `yield from`."""
+
+    def train_task(self, task):
+        self.phase_one(task)
+        yield from ()
+
+    def phase_one(self, task):
+        yield from self.fit(task, lambda batch: self.loss(batch, task.id))
+
+
+def test_a_training_helper_never_run_is_refused_too():
+    exp = experiment("method=finetune")
+    method = ForgetfulHelper(exp.method.cfg, exp.method.backbone, exp.info, exp.ctx)
+    with pytest.raises(RuntimeError, match=r"made 0 fit\(\) phase\(s\) it did not run and ran 0"):
+        method.learn(exp.tasks[0])

@@ -121,9 +121,10 @@ class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
         phases = self.train_task(task)
         if phases is not None:
             yield from phases
-        if self.fits_not_run():
+        if self.fits_not_run() or (phases is not None and not self._fits_run):  # a helper not `yield from`-ed
             raise RuntimeError(f"{type(self).__name__}.train_task made {self.fits_not_run()} fit() phase(s) it did "
-                               "not run: fit() is a generator, call it as `yield from self.fit(...)`")
+                               f"not run and ran {self._fits_run}: fit(), and a helper that calls it, is a "
+                               "generator: call it as `yield from self.fit(...)`")
         if self._resume_at is not None:
             raise RuntimeError(f"task {task.id} ended before reaching phase {self._resume_at.phase} of its "
                                "within-task checkpoint: the method's phases are not reproducible")
