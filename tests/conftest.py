@@ -39,7 +39,7 @@ def cl_bench(*args, cwd=None, timeout=600, fresh=False) -> subprocess.CompletedP
     return forked(args, env, cwd, timeout)
 
 
-# The whole runs of train() start in a process of their own, forked from a server that imported the package once
+# cl_bench() and train() start a run in a process of its own, forked from a server that imported the package once
 # (multiprocessing's forkserver, whose server runs nothing else): each run is as isolated as `cl-bench train` in a
 # fresh interpreter, without paying the 2-3 s of importing torch, Hydra and cl_bench again. The server starts on
 # first use, with the environment of then.
