@@ -184,8 +184,10 @@ repro-smoke: $(VENV_STAMP)  ## all three, CPU-sized on the embedded digits: minu
 	    logger=none hardware.threads=1 hydra.sweep.dir=$(REPRO)/repro-smoke/online
 	$(CL) report $(REPRO)/repro-smoke
 
-# --- parity with the authors' code (docs/parity.md): each reference's rows, 3 seeds a side, from a checkout of the
-# reference that you cloned at the pinned commit (REF=DIR; scripts/parity/<name>.py names the commit and its patches).
+# --- parity with the authors' code (docs/parity.md): each reference's rows over their seed plans (scripts/parity/
+# plans.py: fixed from a pilot before the runs), from a checkout of the reference that you cloned at the pinned commit
+# (REF=DIR; scripts/parity/<name>.py names the commit and its patches). PILOT=1 reruns the pilot's seeds, DIAG=NAME
+# one of the reference's diagnostics.
 # DATA=DIR is cl-bench's data.root (MNIST/raw, cifar-10-batches-py); PYREF is the interpreter that runs the reference
 # (make parity-env: a venv over .venv's packages with the references' own requirements added).
 PARITY_REFS := cpg mammoth hat lamaml cgate
@@ -193,16 +195,15 @@ PARITY_REFS := cpg mammoth hat lamaml cgate
 PARITY_REQUIREMENTS := kornia onedrivedownloader ftfy regex six timm==0.9.8 open_clip_torch ipdb tensorboardX \
     pytorch_lightning
 PYREF ?= $(if $(wildcard .venv-parity/bin/python),.venv-parity/bin/python,$(PY))
-comma := ,
 .PHONY: parity parity-env parity-summary $(addprefix parity-,$(PARITY_REFS))
 
-parity:  ## make parity-NAME REF=DIR DATA=DIR [ROWS=..] [SEEDS=0,1,2], NAME one of: cpg mammoth hat lamaml cgate
+parity:  ## make parity-NAME REF=DIR DATA=DIR [ROWS=..] [PILOT=1] [DIAG=name], NAME one of: cpg mammoth hat lamaml cgate
 	@echo "make parity-NAME REF=DIR DATA=DIR, NAME one of: $(PARITY_REFS); then make parity-summary"
 
 $(addprefix parity-,$(PARITY_REFS)): parity-%: $(VENV_STAMP)
 	@test -n "$(REF)" || { echo "make: pass REF=DIR, a checkout of the reference (scripts/parity/$*.py says which)"; exit 2; }
-	$(PY) scripts/parity/$*.py --ref $(REF) --python $(PYREF) --seeds $(subst $(comma), ,$(SEEDS)) \
-	    $(if $(DATA),--data-root $(DATA)) $(if $(ROWS),--rows $(ROWS))
+	$(PY) scripts/parity/$*.py --ref $(REF) --python $(PYREF) $(if $(DATA),--data-root $(DATA)) \
+	    $(if $(ROWS),--rows $(ROWS)) $(if $(PILOT),--pilot) $(if $(DIAG),--diagnostic $(DIAG))
 
 parity-env: $(VENV_STAMP)  ## .venv-parity: .venv's packages (through a .pth file) plus the references' own requirements
 	python3 -m venv .venv-parity

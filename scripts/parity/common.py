@@ -22,6 +22,7 @@ import argparse
 import fcntl
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -30,8 +31,19 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from parity import plans
+
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "outputs" / "parity"
+
+
+# What a patch to the reference's copy touches, from the least to the most consequential. docs/parity.md lists each
+# patch under its class, so a reader sees at once which patches change what the reference learns.
+ENVIRONMENT = "environment"  # runs on this CPU and this torch: devices, threads, removed APIs, loader workers
+DATA_IO = "data I/O"  # reads the split the harness wrote, writes what the harness parses; no change to training
+ARCHITECTURE = "architecture"  # the network made the same on both sides (a cut or a diagnostic's variant)
+LEARNING = "control flow/learning"  # changes which phases run, what is saved or kept, or the loss
+PATCH_KINDS = (ENVIRONMENT, DATA_IO, ARCHITECTURE, LEARNING)
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,11 @@ class Patch:
     old: str
     new: str
     why: str
+    kind: str  # one of PATCH_KINDS
+
+    def __post_init__(self):
+        if self.kind not in PATCH_KINDS:
+            raise ValueError(f"patch of {self.file}: kind {self.kind!r} is not one of {PATCH_KINDS}")
 
 
 @dataclass(frozen=True)
@@ -53,6 +70,7 @@ class Row:
     clbench: tuple[str, ...]  # cl-bench overrides (the seed is added per run)
     reference: tuple[str, ...] = ()  # the reference's own arguments for this row (its runner adds data and seed)
     note: str = ""
+    differs: str = ""  # set when the two sides run different algorithms by design: what differs (not parity)
 
 
 @dataclass
@@ -63,6 +81,20 @@ class Outcome:
     matrix: list[list[float]] = field(default_factory=list)  # acc[i][j]: task j after task i, where printed
 
 
+@dataclass(frozen=True)
+class Diagnostic:
+    """A run that tests a cause beside a row: one side changed (cl-bench overrides, or extra patches to the
+    reference), the other side's records of the same seeds the comparison. Its records go to the diagnostics
+    section of docs/parity.json and render under the row."""
+
+    row: str
+    side: str  # the side that changes: "cl-bench" or "reference"
+    what: str  # the cause it tests, in words
+    seeds: tuple[int, ...]
+    clbench: tuple[str, ...] = ()  # overrides added to the row's (side cl-bench)
+    patches: tuple[Patch, ...] = ()  # patches added to the row's (side reference)
+
+
 @dataclass
 class Record:
     reference: str  # the reference module's NAME
@@ -71,9 +103,11 @@ class Record:
     seed: int
     ra: float
     matrix: list[list[float]]
-    seconds: float
+    seconds: float  # wall time of the run
     commit: str  # the reference's commit or cl-bench's
     command: str
+    provenance: dict = field(default_factory=dict)  # see provenance(); empty in records made before it existed
+    diagnostic: str = ""  # the Diagnostic's name, for a diagnostic run
 
 
 def clbench_overrides(row: Row, seed: int, data_root: str | None = None) -> list[str]:
@@ -96,6 +130,50 @@ def scenario(overrides: list[str]):
 def git_commit(folder: Path) -> str:
     out = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True)
     return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def git_dirty(folder: Path) -> bool:
+    """Whether the checkout has changes to tracked files (untracked files, such as outputs, do not count)."""
+    out = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                         capture_output=True, text=True)
+    return out.returncode != 0 or bool(out.stdout.strip())
+
+
+VERSIONS = ("import sys, numpy, torch; print(sys.version.split()[0], numpy.__version__, torch.__version__)")
+
+
+def versions(python: str) -> dict:
+    """Python, numpy and torch as the given interpreter has them (each side's own: the reference may run on
+    another environment than cl-bench)."""
+    out = subprocess.run([python, "-c", VERSIONS], capture_output=True, text=True, env=one_thread_env())
+    if out.returncode != 0:
+        return {"python": "unknown", "numpy": "unknown", "torch": "unknown"}
+    py, np_version, torch_version = out.stdout.split()
+    return {"python": py, "numpy": np_version, "torch": torch_version}
+
+
+def cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    names = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")]
+    return names[0] if names else platform.processor() or "unknown"
+
+
+def provenance(ref: Path | None, python: str) -> dict:
+    """What one run was made with, read as it starts (not once per runner: the tree may change between runs):
+    cl-bench's commit and whether its tree had uncommitted changes, the reference checkout's commit, the side's
+    interpreter's versions, the machine's CPU and the threads each side trains on, the date."""
+    return {"clbench_commit": git_commit(ROOT), "clbench_dirty": git_dirty(ROOT),
+            "reference_commit": git_commit(ref) if ref else "", **versions(python), "cpu": cpu_model(),
+            "threads": int(one_thread_env()["OMP_NUM_THREADS"]), "host_cpus": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+# What a record must carry for its row to be unflagged in docs/parity.md.
+PROVENANCE_KEYS = ("clbench_commit", "clbench_dirty", "reference_commit", "python", "numpy", "torch", "cpu",
+                   "threads", "date")
 
 
 def patched_copy(ref: Path, pinned: str, patches: list[Patch], work: Path, allow_other_commit: bool = False) -> Path:
@@ -158,7 +236,8 @@ def run_clbench(row: Row, seed: int, run_dir: Path, data_root: str | None = None
 
 
 def save(record: Record, out: Path) -> Path:
-    path = out / record.reference / record.row / f"{record.side}-seed{record.seed}.json"
+    stem = f"{record.diagnostic}-" if record.diagnostic else ""
+    path = out / record.reference / record.row / f"{stem}{record.side}-seed{record.seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(record), indent=1))
@@ -173,26 +252,55 @@ def timed(fn, *args) -> tuple[Outcome, float]:
 
 
 def main(reference) -> None:
-    """`python scripts/parity/<reference>.py --ref DIR [--rows R ...] [--seeds 0 1 2]`: both sides, every seed."""
+    """`python scripts/parity/<reference>.py --ref DIR [--rows R ...]`: both sides over each row's seed plan
+    (scripts/parity/plans.py); `--pilot` reruns the pilot's seeds instead, `--diagnostic NAME` one of the
+    reference's DIAGNOSTICS over its own seeds."""
     args = arguments(reference).parse_args()
     work = args.work / reference.NAME
     lock = hold(work, reference.NAME)  # noqa: F841  held until the runner exits
+    if args.diagnostic:
+        return run_diagnostic(reference, args, work)
     copy = None
     if args.side != "cl-bench":
         copy = patched_copy(args.ref.resolve(), reference.PINNED, reference.PATCHES, work, args.any_commit)
-    commits = {"reference": git_commit(args.ref), "cl-bench": git_commit(ROOT)}
     for name in args.rows:
-        for seed in args.seeds:
+        seeds = plans.seeds(reference.NAME, name, pilot=args.pilot)
+        for seed in seeds:
             if args.side != "cl-bench":
-                outcome, seconds, command = reference_side(reference, copy, name, seed, work, args)
-                report(save(Record(reference.NAME, name, "reference", seed, outcome.ra, outcome.matrix, seconds,
-                                   commits["reference"], command), args.out), outcome, seconds)
+                run_reference_side(reference, copy, name, seed, work, args)
             if args.side != "reference":
-                row = reference.ROWS[name]
-                outcome, seconds = timed(run_clbench, row, seed, work / "runs" / name / f"seed{seed}", args.data_root)
-                command = "cl-bench train " + " ".join(clbench_overrides(row, seed))
-                report(save(Record(reference.NAME, name, "cl-bench", seed, outcome.ra, outcome.matrix, seconds,
-                                   commits["cl-bench"], command), args.out), outcome, seconds)
+                run_clbench_side(reference, reference.ROWS[name], name, seed, work, args)
+
+
+def run_reference_side(reference, copy: Path, name: str, seed: int, work: Path, args, diagnostic: str = "") -> None:
+    origin = provenance(args.ref.resolve(), args.python)
+    outcome, seconds, command = reference_side(reference, copy, name, seed, work, args)
+    report(save(Record(reference.NAME, name, "reference", seed, outcome.ra, outcome.matrix, seconds,
+                       origin["reference_commit"], command, origin, diagnostic), args.out), outcome, seconds)
+
+
+def run_clbench_side(reference, row: Row, name: str, seed: int, work: Path, args, diagnostic: str = "") -> None:
+    origin = provenance(args.ref.resolve() if args.ref else None, sys.executable)
+    folder = work / "runs" / name / (f"{diagnostic}-seed{seed}" if diagnostic else f"seed{seed}")
+    outcome, seconds = timed(run_clbench, row, seed, folder, args.data_root)
+    command = "cl-bench train " + " ".join(clbench_overrides(row, seed))
+    report(save(Record(reference.NAME, name, "cl-bench", seed, outcome.ra, outcome.matrix, seconds,
+                       origin["clbench_commit"], command, origin, diagnostic), args.out), outcome, seconds)
+
+
+def run_diagnostic(reference, args, work: Path) -> None:
+    """One diagnostic's changed side over its seeds; the other side's records of those seeds are the row's."""
+    diagnostic = reference.DIAGNOSTICS[args.diagnostic]
+    row = reference.ROWS[diagnostic.row]
+    if diagnostic.side == "cl-bench":
+        changed = Row(row.method, row.setting, (*row.clbench, *diagnostic.clbench), row.reference, row.note)
+        for seed in diagnostic.seeds:
+            run_clbench_side(reference, changed, diagnostic.row, seed, work, args, args.diagnostic)
+        return
+    copy = patched_copy(args.ref.resolve(), reference.PINNED, [*reference.PATCHES, *diagnostic.patches], work,
+                        args.any_commit)
+    for seed in diagnostic.seeds:
+        run_reference_side(reference, copy, diagnostic.row, seed, work, args, args.diagnostic)
 
 
 def hold(work: Path, name: str):
@@ -213,8 +321,7 @@ def hold(work: Path, name: str):
 def reference_arguments(reference, description: str) -> argparse.ArgumentParser:
     """What running the reference needs: its checkout, the seeds, the work folder, the data and the interpreter."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--ref", type=Path, required=True, help=f"a checkout of {reference.REPO}")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--ref", type=Path, help=f"a checkout of {reference.REPO} (needed unless --side cl-bench)")
     parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "parity-work")
     parser.add_argument("--data-root", help="cl-bench's data.root: where the datasets' canonical files are")
     parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the reference")
@@ -226,6 +333,9 @@ def arguments(reference) -> argparse.ArgumentParser:
     parser = reference_arguments(reference, f"parity of cl-bench with {reference.REPO}")
     parser.add_argument("--rows", nargs="+", choices=sorted(reference.ROWS), default=list(reference.ROWS))
     parser.add_argument("--side", choices=("both", "reference", "cl-bench"), default="both")
+    parser.add_argument("--pilot", action="store_true", help="rerun the pilot's seeds instead of the plan's")
+    parser.add_argument("--diagnostic", choices=sorted(getattr(reference, "DIAGNOSTICS", {})),
+                        help="run one of the reference's diagnostics (its side, its seeds) instead of the rows")
     parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")
     return parser
 

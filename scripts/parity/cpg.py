@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import Outcome, Patch, Row  # noqa: E402
+from parity.common import DATA_IO, ENVIRONMENT, LEARNING, Outcome, Patch, Row  # noqa: E402
 
 NAME = "cpg"
 REPO = "ivclab/CPG"
@@ -147,36 +147,37 @@ VAL_LOADER_END = ("    return torch.utils.data.DataLoader(val_dataset,\n"
 PATCHES = [
     Patch("utils/__init__.py", "import torch\n", "import torch\n" + CPU_SHIM,
           "the scripts call .cuda() and torch.load without map_location; torch >= 2.6 loads weights only, and their "
-          "checkpoints hold dicts of tensors and parameters (all code paths import utils first)"),
+          "checkpoints hold dicts of tensors and parameters (all code paths import utils first)", ENVIRONMENT),
     Patch("utils/cifar100_config.py", "    'vehicles_2': [0.2730, 0.2693, 0.2874],\n}\n",
           "    'vehicles_2': [0.2730, 0.2693, 0.2874],\n}\n" + STATS_SHIM,
-          "normalise the written tasks with their own statistics: the loaders look up mean/std by task name"),
+          "normalise the written tasks with their own statistics: the loaders look up mean/std by task name", DATA_IO),
     Patch("utils/cifar100_dataset.py", "def cifar100_train_loader(dataset_name, train_batch_size, num_workers=4,",
           "def cifar100_train_loader(dataset_name, train_batch_size, num_workers=0,",
-          "one CPU thread per side: no loader worker processes (same transforms, drawn in the main process)"),
+          "one CPU thread per side: no loader worker processes (same transforms, drawn in the main process)",
+          ENVIRONMENT),
     Patch("utils/cifar100_dataset.py", "def cifar100_val_loader(dataset_name, val_batch_size, num_workers=4,",
           "def cifar100_val_loader(dataset_name, val_batch_size, num_workers=0,",
-          "one CPU thread per side: no loader worker processes"),
+          "one CPU thread per side: no loader worker processes", ENVIRONMENT),
     Patch("utils/cifar100_dataset.py", VAL_LOADER_END,
           VAL_LOADER_END + "\n\ncifar100_train_loader_two_class = cifar100_train_loader\n"
                            "cifar100_val_loader_two_class = cifar100_val_loader\n",
           "CPG's main calls *_two_class loaders for 2-class tasks, which the repository never defines; the "
-          "ImageFolder loaders serve any class count"),
+          "ImageFolder loaders serve any class count", DATA_IO),
     Patch("CPG_cifar100_main_normal.py", "    if avg_train_acc > 0.95:\n        manager.save_checkpoint",
           f"    if avg_train_acc > {BAR_READ.format(0.95)}:\n        manager.save_checkpoint",
-          "the cut's bar (see the module docstring); the scripts' 0.95 when unset"),
+          "the cut's bar (see the module docstring); the scripts' 0.95 when unset", LEARNING),
     Patch("CPG_cifar100_main_normal.py", "if avg_train_acc > 0.95 and avg_val_acc >= baseline_acc:",
           f"if avg_train_acc > {BAR_READ.format(0.95)} and avg_val_acc >= baseline_acc:",
-          "the cut's bar for growth"),
+          "the cut's bar for growth", LEARNING),
     Patch("CPG_cifar100_main_normal.py", "            if avg_train_acc > 0.95:\n                json_data[",
           f"            if avg_train_acc > {BAR_READ.format(0.95)}:\n                json_data[",
-          "the cut's bar for compacting"),
+          "the cut's bar for compacting", LEARNING),
     Patch("packnet_cifar100_main_normal.py", "        if avg_train_acc > 0.97:\n",
           f"        if avg_train_acc > {BAR_READ.format(0.97)}:\n",
-          "the cut's bar: below it the pruned model is not saved and the next task starts from nothing"),
+          "the cut's bar: below it the pruned model is not saved and the next task starts from nothing", LEARNING),
     Patch("packnet_cifar100_main_normal.py", "    if args.num_classes == 5:\n",
           "    if args.num_classes in (2, 5):\n",
-          "2-class tasks: the 5-class ImageFolder loaders serve any class count"),
+          "2-class tasks: the 5-class ImageFolder loaders serve any class count", DATA_IO),
 ]
 
 

@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import Outcome, Patch, Row  # noqa: E402
+from parity.common import DATA_IO, ENVIRONMENT, Outcome, Patch, Row  # noqa: E402
 
 NAME = "hat"
 REPO = "joansj/hat"
@@ -55,7 +55,7 @@ READ = f"""
 def reading(file: str, get: str) -> Patch:
     return Patch(file, get, READER + get + READ,
                  "read the tasks the parity harness wrote (cl-bench's train/validation/test split) instead of "
-                 "downloading MNIST; HAT's own MNIST loaders validate on a copy of the training set")
+                 "downloading MNIST; HAT's own MNIST loaders validate on a copy of the training set", DATA_IO)
 
 
 PATCHES = [
@@ -63,9 +63,11 @@ PATCHES = [
           "else:  # parity harness: run on the CPU, every .cuda() a no-op\n"
           "    torch.Tensor.cuda=lambda self,*args,**kwargs: self\n"
           "    torch.nn.Module.cuda=lambda self,*args,**kwargs: self",
-          "train on the CPU: the reference exits without CUDA and moves every tensor and the net with .cuda()"),
+          "train on the CPU: the reference exits without CUDA and moves every tensor and the net with .cuda()",
+          ENVIRONMENT),
     Patch("src/approaches/hat.py", "    def eval(self,t,x,y):", "    @torch.no_grad()\n    def eval(self,t,x,y):",
-          "volatile=True (no autograd graph in evaluation) is gone from PyTorch; no_grad is what it meant"),
+          "volatile=True (no autograd graph in evaluation) is gone from PyTorch; no_grad is what it meant",
+          ENVIRONMENT),
     reading("src/dataloaders/mnist2.py", "def get(seed=0,fixed_order=False,pc_valid=0):"),
     reading("src/dataloaders/pmnist.py", "def get(seed=0, fixed_order=False, pc_valid=0):"),
 ]

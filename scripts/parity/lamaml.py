@@ -18,7 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import Outcome, Patch, Row  # noqa: E402
+from parity.common import LEARNING, Outcome, Patch, Row  # noqa: E402
 
 NAME = "lamaml"
 REPO = "montrealrobotics/La-MAML"
@@ -33,7 +33,8 @@ PATCHES: list[Patch] = [
           "        if not self.is_cifar:\n            return 0, int(self.nc_per_task)\n"
           "        offset1 = task * self.nc_per_task\n",
           "ER crashes at MNIST task 1 (IndexError: target out of bounds): its loss slices the shared 10-way output "
-          "at task * 10; on MNIST every task owns all outputs, as model/agem.py's compute_offsets already says"),
+          "at task * 10; on MNIST every task owns all outputs, as model/agem.py's compute_offsets already says",
+          LEARNING),
 ]
 
 # run_experiments.sh's $ROT / $PERM: the 2 x 100 MLP, 1000 samples per task, one evaluation per task start.

@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import Outcome, Patch, Row  # noqa: E402
+from parity.common import ENVIRONMENT, Diagnostic, Outcome, Patch, Row  # noqa: E402
 
 NAME = "mammoth"
 REPO = "aimagelab/mammoth"
@@ -29,14 +29,15 @@ PINNED = "e75a491c69fd729edeb01431afb753d9157d9a81"
 PATCHES = [
     Patch("main.py", "torch.set_num_threads(2)", "torch.set_num_threads(1)",
           "main.py fixes torch at two threads whatever OMP_NUM_THREADS says; each side trains on one thread so "
-          "that the seconds compare like for like"),
+          "that the seconds compare like for like", ENVIRONMENT),
     # Mammoth imports every dataset module twice over (to register them, and to list the names the parser
     # offers); seq_8vision downloads a CLIP model as it is imported (no network here: minutes of retries, then a
     # crash) and others need optional packages. These rows need seq-mnist alone.
     Patch("datasets/__init__.py", "if file.endswith('.py') and file != '__init__.py':", "if file == 'seq_mnist.py':",
-          "register seq-mnist only: importing the other datasets downloads models or needs optional packages"),
+          "register seq-mnist only: importing the other datasets downloads models or needs optional packages",
+          ENVIRONMENT),
     Patch("datasets/__init__.py", "if not model.find('__') > -1 and 'py' in model]", "if model == 'seq_mnist.py']",
-          "list seq-mnist only, for the same reason"),
+          "list seq-mnist only, for the same reason", ENVIRONMENT),
 ]
 
 # MNIST's files as torchvision names them; torchvision's MNIST looks in <root>/MNIST/raw and Mammoth passes
@@ -99,6 +100,24 @@ def _rows_at(memory: int) -> dict[str, Row]:
 
 
 ROWS: dict[str, Row] = {**_rows_at(200), **_rows_at(500)}
+
+# Runs that test a cause the findings below name: cl-bench with one option changed, against the row's Mammoth
+# records of the same seeds (`make parity-mammoth DIAG=NAME`).
+DIAGNOSTICS: dict[str, Diagnostic] = {
+    **{f"er_replacement_{m}": Diagnostic(f"er_{m}", "cl-bench", "ER's replay batch drawn with replacement (La-MAML's "
+                                         "eralg4), not Mammoth's distinct draw", tuple(range(24)),
+                                         ("method.replay_draw=replacement",)) for m in (200, 500)},
+    **{f"gdumb_reservoir_{m}": Diagnostic(f"gdumb_{m}", "cl-bench", "GDumb's memory as Mammoth's reservoir, not the "
+                                          "paper's greedy class-balanced sampler", tuple(range(6)),
+                                          ("method.sampler=reservoir",)) for m in (200, 500)},
+    "er_ace_seen_200": Diagnostic("er_ace_200", "cl-bench", "ER-ACE's cross-entropy over the seen classes only (the "
+                                  "rule before the fix), not Mammoth's all ten", (0, 1, 2),
+                                  ("method.ce_outputs=seen",)),
+    "agem_memory_40": Diagnostic("agem_200", "cl-bench", "A-GEM's reservoir cut to 40 slots, about Mammoth's one batch "
+                                 "of 10 a task", (0, 1, 2), ("method.memory_size=40",)),
+    "er_pytorch_init_200": Diagnostic("er_200", "cl-bench", "the MLP drawn with PyTorch's default initialisation, not "
+                                      "Mammoth's Xavier-uniform", (0, 1, 2), ("backbone.init=pytorch",)),
+}
 
 
 FINDINGS = [

@@ -1,0 +1,92 @@
+"""Each parity row's seed plan, fixed before its runs, and the rule that made it.
+
+A row's verdict (docs/parity.md) is the TOST equivalence test at MARGIN points of RA on the paired difference
+(cl_bench/stats.py). Its plan is the number of fresh seeds that gives that test 80% power for a truly equal pair,
+computed from the paired sd of the row's pilot (the seeds run before the plan existed: 0 .. pilot - 1), at least
+MIN_SEEDS, and capped at CPU_HOURS of this project's CPU (both sides, one thread each, one after the other, at the
+pilot's mean seconds a seed). A capped row says so in the table, with the n that 80% power needs.
+
+The plan's seeds are FIRST_SEED, FIRST_SEED + 1, ... : none of them is a pilot seed, so the pilot (reported apart)
+never enters the verdict, and nothing here changes after a look at the plan's results. `make parity-NAME` runs
+exactly these seeds (scripts/parity/common.py main). A pilot that grew seed by seed while its row looked far off is
+marked after_look: its pilot interval is not a 95% interval, which is why it only sets the plan.
+
+tests/test_parity_summary.py recomputes every plan from docs/parity.json's pilot records.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MARGIN = 1.0  # points of RA: the equivalence margin of every row
+MIN_SEEDS = 3
+CPU_HOURS = 6.0
+FIRST_SEED = 100
+
+
+@dataclass(frozen=True)
+class Plan:
+    pilot: int  # the pilot's seeds: 0 .. pilot - 1, both sides
+    pilot_sd: float  # the pilot's paired sd (cl-bench - reference), points, to 2 decimals
+    pair_seconds: int  # the pilot's mean seconds of one seed, both sides together
+    needed: int  # seeds for 80% power at +-MARGIN with that sd (cl_bench.stats.seeds_for_power)
+    n: int  # the plan: max(needed, MIN_SEEDS), capped at CPU_HOURS
+    after_look: bool = False  # the pilot was extended after a look at its results
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(range(FIRST_SEED, FIRST_SEED + self.n))
+
+    @property
+    def pilot_seeds(self) -> tuple[int, ...]:
+        return tuple(range(self.pilot))
+
+    @property
+    def capped(self) -> bool:
+        return self.n < self.needed
+
+
+def planned(sd: float, pair_seconds: float) -> tuple[int, int]:
+    """(needed, n) for a pilot's paired sd and seconds a seed: the rule above."""
+    from cl_bench.stats import seeds_for_power
+    needed = seeds_for_power(sd, MARGIN)
+    return needed, min(max(needed, MIN_SEEDS), int(CPU_HOURS * 3600 // pair_seconds))
+
+
+# Fixed on 2026-12-04 from the 332 pilot runs in docs/parity.json (commit ba63915), before any plan seed ran.
+PLANS: dict[tuple[str, str], Plan] = {
+    ("cpg", "cpg"): Plan(pilot=8, pilot_sd=3.3, pair_seconds=1536, needed=95, n=14, after_look=True),
+    ("cpg", "packnet"): Plan(pilot=8, pilot_sd=1.57, pair_seconds=576, needed=23, n=23, after_look=True),
+    ("cpg", "pae"): Plan(pilot=8, pilot_sd=1.44, pair_seconds=899, needed=20, n=20, after_look=True),
+    ("mammoth", "agem_200"): Plan(pilot=6, pilot_sd=4.22, pair_seconds=191, needed=155, n=113, after_look=True),
+    ("mammoth", "agem_500"): Plan(pilot=6, pilot_sd=2.94, pair_seconds=63, needed=76, n=76, after_look=True),
+    ("mammoth", "der_200"): Plan(pilot=3, pilot_sd=0.84, pair_seconds=40, needed=8, n=8),
+    ("mammoth", "der_500"): Plan(pilot=3, pilot_sd=1.31, pair_seconds=64, needed=17, n=17),
+    ("mammoth", "derpp_200"): Plan(pilot=12, pilot_sd=1.86, pair_seconds=141, needed=32, n=32, after_look=True),
+    ("mammoth", "derpp_500"): Plan(pilot=3, pilot_sd=1.21, pair_seconds=58, needed=15, n=15),
+    ("mammoth", "er_200"): Plan(pilot=24, pilot_sd=1.91, pair_seconds=57, needed=33, n=33, after_look=True),
+    ("mammoth", "er_500"): Plan(pilot=24, pilot_sd=2.85, pair_seconds=33, needed=72, n=72, after_look=True),
+    ("mammoth", "er_ace_200"): Plan(pilot=6, pilot_sd=2.01, pair_seconds=162, needed=37, n=37, after_look=True),
+    ("mammoth", "er_ace_500"): Plan(pilot=3, pilot_sd=1.96, pair_seconds=52, needed=35, n=35),
+    ("mammoth", "gdumb_200"): Plan(pilot=6, pilot_sd=1.05, pair_seconds=79, needed=12, n=12, after_look=True),
+    ("mammoth", "gdumb_500"): Plan(pilot=6, pilot_sd=0.94, pair_seconds=170, needed=10, n=10, after_look=True),
+    ("mammoth", "icarl_200"): Plan(pilot=3, pilot_sd=0.77, pair_seconds=36, needed=7, n=7),
+    ("mammoth", "icarl_500"): Plan(pilot=10, pilot_sd=0.93, pair_seconds=110, needed=10, n=10, after_look=True),
+    ("hat", "hat_mnist2"): Plan(pilot=3, pilot_sd=0.07, pair_seconds=1687, needed=2, n=3),
+    ("hat", "hat_pmnist"): Plan(pilot=3, pilot_sd=0.33, pair_seconds=1139, needed=3, n=3),
+    ("lamaml", "agem_permutations"): Plan(pilot=3, pilot_sd=3.84, pair_seconds=583, needed=128, n=37),
+    ("lamaml", "agem_rotations"): Plan(pilot=3, pilot_sd=4.03, pair_seconds=614, needed=141, n=35),
+    ("lamaml", "er_permutations"): Plan(pilot=3, pilot_sd=1.07, pair_seconds=85, needed=12, n=12),
+    ("lamaml", "er_rotations"): Plan(pilot=3, pilot_sd=2.76, pair_seconds=43, needed=67, n=67),
+    ("lamaml", "lamaml_permutations"): Plan(pilot=3, pilot_sd=1.09, pair_seconds=1483, needed=12, n=12),
+    ("lamaml", "lamaml_rotations"): Plan(pilot=3, pilot_sd=3.29, pair_seconds=255, needed=95, n=84),
+    ("cgate", "gated_task"): Plan(pilot=3, pilot_sd=3.03, pair_seconds=1224, needed=81, n=17),
+}
+
+
+def seeds(reference: str, row: str, pilot: bool = False) -> tuple[int, ...]:
+    """The seeds `make parity-NAME` runs for a row: its plan's (or, with pilot, its pilot's)."""
+    plan = PLANS.get((reference, row))
+    if plan is None:
+        raise SystemExit(f"row {reference}/{row} has no seed plan: add one to scripts/parity/plans.py from a pilot "
+                         "(its rule is in that file's docstring)")
+    return plan.pilot_seeds if pilot else plan.seeds
