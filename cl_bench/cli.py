@@ -12,8 +12,9 @@ USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) a
        cl-bench train resume=RUN_DIR          continue an interrupted run from its last checkpoint
        cl-bench train -sc install=bash        shell completion (eval "$(cl-bench train -sc install=bash)")
        cl-bench eval RUN_DIR [--checkpoint task_003]   re-evaluate a checkpoint, write eval.json
-       cl-bench report PATH... [--out DIR] [--rank]  mean ± std [95% CI] over seeds (report.md, report.csv),
-                                                 plots; --rank orders each setting's methods by RA
+       cl-bench report PATH... [--out DIR] [--rank [--margin 1]]  mean ± std [95% CI] over seeds (report.md,
+                                                 report.csv), plots; --rank orders each setting's methods by RA and
+                                                 says A > B, A ≈ B within the margin or undetermined, paired by seed
        cl-bench list                          methods, datasets, backbones and paper settings
        cl-bench data prepare cifar10 --from SRC --root DIR   CIFAR-10's canonical files from an archive,
                                               an image folder or an .npz of encoded images
@@ -88,7 +89,11 @@ def report(args: list[str]) -> int:
                                             p.add_argument("--out", type=Path, help="default: the first PATH"),
                                             p.add_argument("--no-plots", action="store_true"),
                                             p.add_argument("--rank", action="store_true",
-                                                           help="order the methods of each setting by RA"),
+                                                           help="order the methods of each setting by RA, with "
+                                                                "paired verdicts over the seeds both ran"),
+                                            p.add_argument("--margin", type=float, default=1.0,
+                                                           help="--rank's equivalence margin in points of RA "
+                                                                "(default 1)"),
                                             p.add_argument("--wide", action="store_true",
                                                            help="every column in the printed table, not only "
                                                                 "those that differ between rows")))
@@ -99,7 +104,8 @@ def report(args: list[str]) -> int:
         from .checks import require_extra
         require_extra("matplotlib", "plots", "cl-bench report's plots", ", or pass --no-plots")
     from . import report as report_module
-    if not report_module.report(opts.paths, opts.out, plots=not opts.no_plots, rank=opts.rank, wide=opts.wide):
+    if not report_module.report(opts.paths, opts.out, plots=not opts.no_plots, rank=opts.rank, wide=opts.wide,
+                                margin=opts.margin):
         raise UserError(f"no complete run (metrics.json) under {', '.join(map(str, opts.paths))}")
     return 0
 

@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .console import rich_console
+from .errors import UserError
 from .files import write_text_atomic
 
 GROUP = ("method", "dataset", "tasks", "scenario", "backbone", "memory", "protocol", "ran_on")  # official-protocol
@@ -83,6 +84,7 @@ def summarise(runs: list[dict]) -> list[dict]:
         members = groups[key]
         row = dict(zip(GROUP, key))
         row["seeds"] = len(members)
+        row["ra_by_seed"] = ra_by_seed(members)  # for --rank's paired differences; not a column
         row["objective"] = ",".join(sorted({r.get("objective", "unrecorded") for r in members}))
         row.update(health_of(members))
         for column in COLUMNS:
@@ -370,31 +372,92 @@ def _save(plt, fig, path: Path) -> Path:
 
 
 RANKED_WITHIN = ("dataset", "tasks", "scenario", "protocol")  # --rank orders the methods of each such group
+MARGIN = 1.0  # points of RA: --margin's default, the equivalence margin docs/parity.md uses
+LABELLED = ("backbone", "ran_on")  # named beside a method where they differ within a ranked group (memory: always)
+RANK_TITLE = ("RA % ranked, best first (mean ± std [95% CI] over runs). Between neighbours, and for every pair below "
+              "them, the paired difference over the seeds both ran (cl_bench/stats.py, as docs/parity.md): "
+              "'A > B (+d [95% CI], n seeds)' where the 95% interval of A - B lies wholly above the margin M, 'A ≈ B "
+              "within M points' where its 90% interval lies inside ±M, 'A ? B undetermined' where neither: more "
+              "seeds would tell; '<' in a group's line where the seeds both ran reverse the order of the means. "
+              "Margin M: {} of RA (--margin).")
 
 
-def ranking_lines(rows: list[dict]) -> list[str]:
-    """Per dataset × tasks × scenario × protocol, the rows by RA, best first, each with its 95% interval; between two
-    neighbours '>' where the lower one's interval lies wholly below the upper one's, '≈' where they overlap (or
-    a row has one seed and no interval)."""
+def ra_by_seed(runs: list[dict]) -> dict[int, float]:
+    """A row's RA in points per seed (metrics.json's seed); a seed run twice in one row (the same run in two
+    directories) counts once, at the mean of its runs. Runs that record no seed cannot be paired and are left out."""
+    by_seed = defaultdict(list)
+    for run in runs:
+        if run.get("seed") is not None and run.get("avg_acc") is not None:
+            by_seed[run["seed"]].append(100 * run["avg_acc"])
+    return {seed: sum(v) / len(v) for seed, v in by_seed.items()}
+
+
+def points(margin: float) -> str:
+    return f"{margin:g} point" + ("" if margin == 1 else "s")
+
+
+def compared(a: dict, b: dict, margin: float) -> tuple[str, str]:
+    """The symbol between rows a and b (a ranked above b) and the line that says why: the paired difference a - b
+    over their shared seeds and its verdict at `margin` points of RA."""
+    from .stats import DIFFERENT, EQUIVALENT, paired
+    d = paired(a["ra_by_seed"], b["ra_by_seed"])
+    if d.n < 2:
+        shared = "no shared seeds" if d.n == 0 else "1 shared seed"
+        return "?", f"{a['label']} ? {b['label']}: {shared}, no paired comparison (it needs 2)"
+    verdict = d.verdict(margin)
+    if verdict == EQUIVALENT:
+        return "≈", (f"{a['label']} ≈ {b['label']} within {points(margin)} ({d.mean:+.2f}, 90% CI [{d.ci90[0]:+.2f}, "
+                     f"{d.ci90[1]:+.2f}], {d.n} seeds)")
+    if verdict == DIFFERENT:  # the paired mean decides who is ahead: over shared seeds it can reverse the order
+        ahead, behind, sign, symbol = (a, b, 1, ">") if d.mean > 0 else (b, a, -1, "<")
+        low, high = sorted((sign * d.ci95[0], sign * d.ci95[1]))
+        return symbol, (f"{ahead['label']} > {behind['label']} ({sign * d.mean:+.2f} [{low:+.2f}, {high:+.2f}], "
+                        f"{d.n} seeds)")
+    return "?", (f"{a['label']} ? {b['label']} undetermined ({d.n} seeds; {d.mean:+.2f} [{d.ci95[0]:+.2f}, "
+                 f"{d.ci95[1]:+.2f}])")
+
+
+def labelled(members: list[dict]) -> list[dict]:
+    """The group's rows, best RA first, each with the label the ranking names it by: the method, its memory where
+    it keeps one, and its backbone and hardware where those differ within the group (never two rows under one name).
+    """
+    differ = [k for k in LABELLED if len({r[k] for r in members}) > 1]
+    out = []
+    for row in sorted(members, key=lambda r: -r["avg_acc"]):
+        extra = [f"memory {row['memory']}"] * bool(row["memory"]) + [f"{k.replace('_', ' ')} {row[k]}" for k in differ]
+        out.append({**row, "label": row["method"] + (f" ({', '.join(extra)})" if extra else "")})
+    return out
+
+
+def ranking_lines(rows: list[dict], margin: float = MARGIN, every_pair: bool = True) -> list[str]:
+    """Per dataset × tasks × scenario × protocol: one line with the rows by RA, best first, each with its 95%
+    interval, and between neighbours the symbol of their paired verdict (compared); below it a line per neighbouring
+    pair, and with every_pair one for each other pair (A ≈ B and B ≈ C do not make A ≈ C)."""
     groups = defaultdict(list)
     for row in rows:
         groups[tuple(row[k] for k in RANKED_WITHIN)].append(row)
     lines = []
     for key, members in sorted(groups.items()):
-        members = sorted(members, key=lambda r: -r["avg_acc"])
-        text = ""
-        for upper, lower in zip([None, *members], members):
-            if upper is not None:
-                apart = upper["avg_acc"] - upper["avg_acc_ci95"] > lower["avg_acc"] + lower["avg_acc_ci95"]
-                text += " > " if apart else " ≈ "
-            label = lower["method"] + (f" (memory {lower['memory']})" if lower["memory"] else "")
-            text += f"{label} {fmt(lower, 'avg_acc')}"
+        members = labelled(members)
+        text, why = f"{members[0]['label']} {fmt(members[0], 'avg_acc')}", []
+        for upper, lower in zip(members, members[1:]):
+            symbol, line = compared(upper, lower, margin)
+            text += f" {symbol} {lower['label']} {fmt(lower, 'avg_acc')}"
+            why.append(f"  - {line}")
+        if every_pair and len(members) > 2:
+            why += [f"  - {compared(members[i], members[j], margin)[1]}"
+                    for i in range(len(members)) for j in range(i + 2, len(members))]
         lines.append(f"{' · '.join(str(k) for k in key)}, n={'/'.join(str(r['seeds']) for r in members)}: {text}")
+        lines += why
     return lines
 
 
 def report(paths: list[Path], out: Path | None = None, plots: bool = True, rank: bool = False,
-           wide: bool = False) -> list[dict]:
+           wide: bool = False, margin: float = MARGIN) -> list[dict]:
+    """report.md, report.csv and the printed table over the runs under paths; rank: ranking.md, methods ordered
+    by RA with paired verdicts at `margin` points of RA (a positive number; cl-bench report --margin)."""
+    if not (margin > 0 and math.isfinite(margin)):  # before any work, --rank or not: a margin of 0 tells nothing
+        raise UserError(f"--margin must be a positive number of RA points, not {margin:g}")
     runs = find_runs(paths)
     rows = summarise(runs)
     incomplete = [r for r in runs if not r["complete"]]
@@ -404,10 +467,14 @@ def report(paths: list[Path], out: Path | None = None, plots: bool = True, rank:
     write_tables(rows, incomplete, sweeps, out, unhealthy)
     print_table(rows, incomplete, sweeps, out, wide, unhealthy)
     if rank and rows:
-        lines = ["RA % ranked, best first (mean ± std [95% CI]; '>' the intervals are apart, '≈' they overlap):",
-                 *ranking_lines(rows)]
-        print("\n".join(lines))
-        write_text_atomic(out / "ranking.md", "\n\n".join(lines) + "\n")
+        title = RANK_TITLE.format(points(margin))
+        every = ranking_lines(rows, margin)  # a group's pairs as a list under its line, groups a paragraph apart
+        write_text_atomic(out / "ranking.md", title + "".join(("\n" if line.startswith("  - ") else "\n\n") + line
+                                                              for line in every) + "\n")
+        neighbours = ranking_lines(rows, margin, every_pair=False)  # the console keeps to neighbours
+        print("\n".join([title, *neighbours]))
+        if len(neighbours) < len(every):
+            print(f"every pair: {out}/ranking.md")
     if plots:
         plot_all(runs, out)
     return rows
