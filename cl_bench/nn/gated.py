@@ -117,6 +117,7 @@ class GatedUnit(nn.Module):
         self.last_gates: torch.Tensor | None = None  # gates of the last forward, rows as the input's
         self.out_pixels = 0  # H×W of the last output, for FLOP counts
         self.anchor: list[torch.Tensor] = []  # the kernels' weights when the current task started
+        self._task_index: dict[tuple, torch.Tensor] = {}  # see task_index
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.body(x)
@@ -132,7 +133,7 @@ class GatedUnit(nn.Module):
     def _stacked_gates(self, x: torch.Tensor) -> torch.Tensor:
         """Evaluation of every routed path's gates at once: per-row gate weights gathered by task, a hard
         threshold at logit 0, kernels a learned task may not use switched off."""
-        tasks = torch.tensor(self.tasks, device=x.device)
+        tasks = self.task_index(x.device)
         gates = [self.gates[t] for t in self.tasks]
         pooled = x.mean((2, 3)).view(len(self.tasks), x.shape[0] // len(self.tasks), -1)
         h = torch.einsum("tnc,tkc->tnk", pooled, _stack(gates, "fc1.weight")) + _stack(gates, "fc1.bias")[:, None]
@@ -140,6 +141,16 @@ class GatedUnit(nn.Module):
         h = F.relu(h * scale[:, None] + shift[:, None])
         logits = torch.einsum("tnk,tok->tno", h, _stack(gates, "fc2.weight")) + _stack(gates, "fc2.bias")[:, None]
         return ((logits > 0) & self.usable[tasks][:, None, :]).reshape(x.shape[0], -1)
+
+    def task_index(self, device: torch.device) -> torch.Tensor:
+        """The routed tasks as an index tensor on device, built the first time this task list is routed and kept:
+        made afresh it would be a blocking host-to-device copy in every unit at every stacked forward (each step of
+        the class scenario's task loss). The lists routed are few (one task, or the first k)."""
+        key = (tuple(self.tasks), device)
+        index = self._task_index.get(key)
+        if index is None:
+            index = self._task_index[key] = torch.tensor(self.tasks, device=device)
+        return index
 
     # --- freezing -----------------------------------------------------------------------------------
     def kernel_params(self) -> list[torch.Tensor]:
