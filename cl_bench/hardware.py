@@ -1,7 +1,11 @@
 """Device, precision and backend switches from the hardware config."""
+import contextlib
 import os
 import random
+import re
 import socket
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -160,11 +164,52 @@ def _setup(cfg, device: torch.device | None = None, fp32: bool = False) -> Hardw
         torch.backends.cudnn.benchmark = not cfg.deterministic
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
+    # warn_only: an op with no deterministic kernel (on CUDA, AdaptiveAvgPool2d's backward in resnet, vgg and
+    # convnet, kthvalue in cpg) warns instead of stopping the run; watch_nondeterminism records which ran. Set both
+    # ways, every run, as TF32 above: a multirun's earlier job in this process must not leave it on.
+    torch.use_deterministic_algorithms(cfg.deterministic, warn_only=True)
     # TF32 touches only what runs in fp32 on a GPU; the CPU computes in fp32 (bf16 autocast aside)
     precision = "bf16" if bf16 else "tf32" if tf32 and on_gpu else "fp32"
     return Hardware(device, torch.bfloat16 if bf16 else None, channels_last, precision=precision,
                     threads=threads, threads_reason=reason)
+
+
+# What torch warns (UserWarning) when an op without a deterministic implementation runs under
+# use_deterministic_algorithms(True, warn_only=True), from at::Context::alertNotDeterministic: "<op> does not have a
+# deterministic implementation, but you set 'torch.use_deterministic_algorithms(True, warn_only=True)'. ..."
+NONDETERMINISTIC = re.compile(r"(.+?) does not have a deterministic implementation")
+
+
+def nondeterministic_op(message) -> str | None:
+    """The op a torch warning names as having no deterministic implementation, or None for any other warning."""
+    found = NONDETERMINISTIC.match(str(message))
+    return found.group(1) if found else None
+
+
+@contextlib.contextmanager
+def watch_nondeterminism(report: Callable[[str], None]) -> Iterator[list[str]]:
+    """Within it, torch's warnings that an op ran without a deterministic implementation (hardware.deterministic
+    on a device that lacks one) are collected: yields the list of those ops, in the order they first ran, and
+    reports each op once (a warning line of the run: console, train.log, events.jsonl) in place of torch's own
+    warning, which would otherwise repeat at every step. Every other warning is shown as before."""
+    ops: list[str] = []
+    with warnings.catch_warnings():
+        show = warnings.showwarning
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            op = nondeterministic_op(message)
+            if op is None:
+                return show(message, category, filename, lineno, file, line)
+            if op not in ops:
+                ops.append(op)
+                report(f"hardware.deterministic: {op} has no deterministic implementation here and ran anyway, so "
+                       f"this run may not repeat bit for bit (metrics.json ran_on.nondeterministic_ops)")
+
+        warnings.showwarning = showwarning
+        # "always": every occurrence reaches showwarning, whatever filters the user set ("ignore" would hide the op
+        # from the record, "error" stop the run)
+        warnings.filterwarnings("always", message=NONDETERMINISTIC.pattern, category=UserWarning)
+        yield ops
 
 
 def default_threads() -> tuple[int | None, str]:

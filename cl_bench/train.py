@@ -91,9 +91,9 @@ def run(cfg, run_dir: Path) -> float:
     accuracy by default, see OBJECTIVES): what Hydra's sweepers optimise."""
     writer = hardware.rank() == 0  # under torchrun, rank 0 alone prints and writes
     recorder = recorders.build(cfg, run_dir) if writer else recorders.Recorders([])
-    with graceful_stop() as guard:
+    with graceful_stop() as guard, hardware.watch_nondeterminism(recorder.warning) as nondeterministic:
         try:
-            return _run(cfg, run_dir, recorder, writer, guard)
+            return _run(cfg, run_dir, recorder, writer, guard, nondeterministic)
         except Interrupted as stop:
             recorder.warning(f"stopped by {stop}; the last complete checkpoint is intact")
             raise
@@ -101,9 +101,11 @@ def run(cfg, run_dir: Path) -> float:
             recorder.close()
 
 
-def _run(cfg, run_dir, recorder, writer, guard) -> float:
+def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str]) -> float:
     """The task loop proper: build, resume, then learn, evaluate, record and checkpoint each task."""
     scenario, method, ctx = build(cfg, recorder, run_dir)
+    if cfg.hardware.deterministic:  # the ops that ran without a deterministic kernel so far (hardware.watch_...)
+        ctx.ran_on["nondeterministic_ops"] = nondeterministic
     tasks, batch = scenario.tasks, ctx.eval_batch_size
     results, start, elapsed = Results.empty(cfg.scenario), 0, 0.0
     random_init = accuracy_on_test(method, scenario, tasks, ctx, batch) if cfg.eval_future else None

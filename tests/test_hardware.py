@@ -1,6 +1,10 @@
 """hardware.*: switches that must do what they say."""
+import json
+import warnings
+
 import pytest
 import torch
+from conftest import quick_args
 from omegaconf import OmegaConf
 from torch import nn
 
@@ -10,16 +14,73 @@ from cl_bench.methods.base import fresh_copy
 from cl_bench.recorders import Recorders
 
 
-def test_deterministic_turns_on_pytorchs_deterministic_algorithms():
+def test_deterministic_turns_on_pytorchs_deterministic_algorithms_warning_only():
+    """warn_only: on CUDA resnet, vgg and convnet (AdaptiveAvgPool2d's backward) and cpg (kthvalue) have no
+    deterministic kernel, and would otherwise stop at their first step. The next run in the process (a multirun's
+    job) without the flag turns it off again."""
     config.register()
     cfg = OmegaConf.structured(config.HardwareConfig(device="cpu", deterministic=True))
     try:
         hardware.setup(cfg)
         assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+        hardware.setup(OmegaConf.structured(config.HardwareConfig(device="cpu")))
+        assert not torch.are_deterministic_algorithms_enabled()
     finally:
         torch.use_deterministic_algorithms(False)
-    hardware.setup(OmegaConf.structured(config.HardwareConfig(device="cpu")))
-    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def put_without_accumulate() -> None:
+    """An op with no deterministic implementation on the CPU too (torch.Tensor.put_ with accumulate=False): under
+    use_deterministic_algorithms(True, warn_only=True) torch itself warns, as on CUDA for the ops of the runs."""
+    torch.zeros(3).put_(torch.tensor([0]), torch.ones(1))
+
+
+def test_torchs_nondeterminism_warnings_are_recorded_once_per_op_and_other_warnings_still_shown():
+    lines = []
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with warnings.catch_warnings(record=True) as shown:
+            warnings.simplefilter("always")
+            with hardware.watch_nondeterminism(lines.append) as ops:
+                for _ in range(3):  # every step of a run
+                    put_without_accumulate()
+                warnings.warn("something else", UserWarning, stacklevel=1)
+            put_without_accumulate()  # the watch is over: torch's own warning again
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert ops == ["put_"]
+    assert len(lines) == 1 and lines[0].startswith("hardware.deterministic: put_ has no deterministic implementation")
+    assert [str(w.message).split(" does not")[0] for w in shown] == ["something else", "put_"]
+
+
+def test_the_op_is_read_from_torchs_message():
+    """CUDA's messages (no GPU here), written as at::Context::alertNotDeterministic words them: the caller's name,
+    which may hold spaces, then " does not have a deterministic implementation, but you set ..."."""
+    tail = (" does not have a deterministic implementation, but you set 'torch.use_deterministic_algorithms(True, "
+            "warn_only=True)'. You can file an issue at https://github.com/pytorch/pytorch/issues to help us "
+            "prioritize adding deterministic support for this operation. (Triggered internally at "
+            "/__w/pytorch/pytorch/aten/src/ATen/Context.cpp:186.)")
+    for op in ("adaptive_avg_pool2d_backward_cuda", "kthvalue CUDA"):
+        assert hardware.nondeterministic_op(UserWarning(op + tail)) == op
+    assert hardware.nondeterministic_op(UserWarning("TypedStorage is deprecated")) is None
+
+
+@pytest.mark.slow
+def test_a_deterministic_run_records_the_nondeterministic_ops_it_ran(monkeypatch, run_dir, caplog):
+    """metrics.json's ran_on.nondeterministic_ops and one warning line (train.log under `cl-bench train`, here the
+    cl_bench logger): an op without a deterministic kernel at every evaluation, put_ standing in for CUDA's."""
+    evaluate = train_module.evaluate
+    monkeypatch.setattr(train_module, "evaluate", lambda *a: (put_without_accumulate(), evaluate(*a))[1])
+    config.register()
+    run_dir.mkdir()
+    try:
+        train_module.run(config.compose([*quick_args("finetune", "task"), "hardware.deterministic=true"]), run_dir)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert json.loads((run_dir / "metrics.json").read_text())["ran_on"]["nondeterministic_ops"] == ["put_"]
+    said = [r.getMessage() for r in caplog.records if "no deterministic implementation" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("hardware.deterministic: put_") and "nondeterministic_ops" in said[0]
 
 
 def test_compile_compiles_the_backbone_in_place():
