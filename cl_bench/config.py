@@ -32,6 +32,20 @@ class Kind(Choice):
     rotated = "rotated"  # one rotation per task, every class in each
 
 
+# What each dataset.kind reads of the dataset config (cl_bench/data/scenarios.py; test_dataset_keys.py records the
+# reads of each): a key outside its kind's set, set away from its default or given on the command line, would be
+# silently ignored, so DatasetConfig refuses it in one line (DatasetConfig.refuse_unread).
+KIND_COMMON = frozenset({"name", "source", "kind", "num_tasks", "path", "image_size", "samples_per_task",
+                         "test_samples_per_task", "val_samples_per_task", "augment", "brightness_jitter", "normalize"})
+KIND_READS = {
+    "split": KIND_COMMON | {"classes_per_task", "class_order", "task_classes"},
+    "superclass": KIND_COMMON,  # num_tasks: the first num_tasks superclasses, in the order of their labels
+    "permuted": KIND_COMMON,
+    "rotated": KIND_COMMON | {"rotation"},
+}
+SUPERCLASSES = {"cifar100": 20}  # the sources with coarse labels (dataset.kind=superclass), and how many
+
+
 class Rotation(Choice):
     """How dataset.kind=rotated picks and applies each task's angle."""
 
@@ -132,8 +146,27 @@ class DatasetConfig(Checked):
                   for key in ("samples_per_task", "test_samples_per_task", "val_samples_per_task")),
                 ("brightness_jitter", self.brightness_jitter == 0 or (self.augment and 0 < self.brightness_jitter < 1),
                  "0, or a strength in (0, 1) with dataset.augment=true"),
-                ("rotation", self.kind == "rotated" or self.rotation == "gem",
-                 "gem: it is read only by dataset.kind=rotated")]
+                ("kind", self.kind != "superclass" or self.source in SUPERCLASSES,
+                 f"split, permuted or rotated: superclass needs coarse labels, which only "
+                 f"{', '.join(SUPERCLASSES)} has"),
+                ("num_tasks", self.kind != "superclass" or self.num_tasks <= SUPERCLASSES.get(self.source, 0),
+                 f"1 to {SUPERCLASSES.get(self.source)} with dataset.kind=superclass: one task per superclass")]
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.refuse_unread()
+
+    def refuse_unread(self, given: set[str] = frozenset()) -> None:
+        """A key that dataset.kind does not read (KIND_READS), set away from its default or named in `given` (the
+        keys set on the command line), is refused: it would change nothing."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for key in sorted(set(defaults) - KIND_READS[str(self.kind)]):
+            value = getattr(self, key)
+            if key in given or value != defaults[key]:
+                readers = " or ".join(k for k, keys in KIND_READS.items() if key in keys)
+                shown = "null" if value is None else value.value if isinstance(value, Choice) else value
+                raise UserError(f"dataset.{key}={shown} is not read by dataset.kind={self.kind}, which would ignore "
+                                f"it: drop it; it is read only by dataset.kind={readers}")
 
 
 @dataclass
@@ -274,11 +307,20 @@ def validate(cfg):
     from omegaconf.errors import InterpolationResolutionError
     try:
         _reject_added_keys(cfg)
-        Config(**{f.name: OmegaConf.to_object(cfg[f.name]) if OmegaConf.is_config(cfg[f.name]) else cfg[f.name]
-                  for f in dataclasses.fields(Config)})  # Hydra's own node, when composed in, aside
+        built = Config(**{f.name: OmegaConf.to_object(cfg[f.name]) if OmegaConf.is_config(cfg[f.name])
+                          else cfg[f.name] for f in dataclasses.fields(Config)})  # Hydra's own node, if any, aside
+        built.dataset.refuse_unread(given_keys(cfg, "dataset."))
     except InterpolationResolutionError as e:  # e.g. a setting's resolver said what is wrong
         raise UserError(describe(e)) from None
     return cfg
+
+
+def given_keys(cfg, prefix: str) -> set[str]:
+    """The keys under prefix that the command line sets, as Hydra recorded its overrides in cfg (none where cfg
+    holds no Hydra node: the compose API's configs, whose explicit keys only their values show)."""
+    overrides = OmegaConf.select(cfg, "hydra.overrides.task", default=None) or []
+    keys = (o.partition("=")[0].lstrip("+~") for o in overrides)
+    return {k.removeprefix(prefix).split(".")[0] for k in keys if k.startswith(prefix)}
 
 
 def check_within_task_checkpoints(checkpoint: CheckpointConfig, method) -> None:

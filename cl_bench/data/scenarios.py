@@ -109,7 +109,7 @@ def build(dataset_cfg, data_cfg, scenario: str, seed: int, device: torch.device,
     if kind == "split":
         task_classes, shared_labels = _class_split(src, dataset_cfg, rng), False
     elif kind == "superclass":
-        task_classes, shared_labels = _superclasses(src), False
+        task_classes, shared_labels = _superclasses(src, dataset_cfg.num_tasks), False
     elif kind in ("permuted", "rotated"):
         labels = _labels_present(src.train_y)
         task_classes, shared_labels = [labels] * dataset_cfg.num_tasks, True
@@ -152,11 +152,16 @@ def _check_known(cfg, given: list[int], classes: list[int], key: str) -> None:
         raise UserError(f"{key} names {what}: use distinct ids among {classes[0]}..{classes[-1]}")
 
 
-def _superclasses(src) -> list[list[int]]:
+def _superclasses(src, num_tasks: int) -> list[list[int]]:
+    """The fine classes of the first num_tasks superclasses, a task each, in the order of the coarse labels."""
     if src.train_coarse is None:
         raise UserError(f"dataset.kind=superclass needs coarse labels, which {src.name} does not have")
     fine, coarse = src.train_y, src.train_coarse
-    return [_labels_present(fine[coarse == c]) for c in _labels_present(coarse)]
+    superclasses = _labels_present(coarse)
+    if num_tasks > len(superclasses):
+        raise UserError(f"dataset.num_tasks={num_tasks}: {src.name} has {len(superclasses)} superclasses, one task "
+                        f"each; lower dataset.num_tasks")
+    return [_labels_present(fine[coarse == c]) for c in superclasses[:num_tasks]]
 
 
 def _offsets(task_classes, shared: bool) -> list[int]:
