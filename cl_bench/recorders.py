@@ -2,6 +2,7 @@
 models: they receive numbers and the metrics record that train.py assembles."""
 import json
 import secrets
+import sys
 import time
 from pathlib import Path
 
@@ -168,6 +169,17 @@ class ConsoleRecorder(Recorder):
         self.progress.stop()
 
 
+class StderrWarnings(Recorder):
+    """Without the console (logger=none): warnings, a run's health findings among them, still reach stderr, one line
+    each, as Python's warnings do whatever the logging; progress and tables stay silent."""
+
+    def warning(self, message):
+        print(f"cl-bench: warning: {message}", file=sys.stderr, flush=True)
+
+    def health(self, finding):
+        self.warning(finding.line())
+
+
 class LogRecorder(Recorder):
     """The run's story in Python logging: under `cl-bench train` Hydra sends it to train.log in the run
     directory, where a failed run's traceback lands too (app.task)."""
@@ -266,8 +278,7 @@ def run_name(cfg) -> str:
 
 def build(cfg, run_dir: Path) -> Recorders:
     recorders = [JSONRecorder(run_dir), LogRecorder()]
-    if cfg.logger.console:
-        recorders.append(ConsoleRecorder())
+    recorders.append(ConsoleRecorder() if cfg.logger.console else StderrWarnings())
     if cfg.logger.wandb:
         recorders.append(WandbRecorder(cfg, run_dir))
     return Recorders(recorders)

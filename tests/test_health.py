@@ -235,3 +235,17 @@ def test_docs_health_lists_every_check():
     text = (Path(__file__).resolve().parents[1] / "docs" / "health.md").read_text()
     names = {c.name for c in health.SHARED} | {c.name for m in methods.METHODS.values() for c in m.health_checks}
     assert [n for n in sorted(names) if f"`{n}`" not in text] == []
+
+
+@pytest.mark.slow
+def test_a_health_warning_reaches_stderr_under_logger_none(tmp_path):
+    """logger=none silences progress and tables, not a run that degenerated: each finding is a line on stderr."""
+    run = tmp_path / "run"
+    proc = cl_bench("train", f"hydra.run.dir={run}", "logger=none", "method=finetune", "scenario=task",
+                    "method.lr=1e-12", "method.epochs=1", "dataset.num_tasks=2", "checkpoint.enabled=false")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    findings = [health.Finding(**f) for f in json.loads((run / "metrics.json").read_text())["health"]["findings"]]
+    assert findings and [f.check for f in findings][0] == "chance_level"
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("cl-bench: warning: health: ")]
+    assert warned == [f"cl-bench: warning: {f.line()}" for f in findings]
+    assert "task 1/2" not in proc.stderr and "avg_acc" not in proc.stdout + proc.stderr  # no progress, no table
