@@ -1,22 +1,23 @@
 """scripts/gpu_check.sh, the prepared GPU run, on the CPU at tiny sizes (--cpu): it prepares CIFAR-10 from an
-archive written here, runs every method through its multiruns and writes the table; and its sanity check."""
+archive written here, runs every method through its multiruns and writes the table; its sanity check; and its
+refusal, without --cpu, of a machine where CUDA is not usable."""
 import io
 import json
 import pickle
 import subprocess
 import sys
 import tarfile
+import time
 
 import numpy as np
 import pytest
+import torch
 from conftest import ROOT
 
 from cl_bench.methods import METHODS
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench  # noqa: E402
-
-pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
 
 def cifar_archive(path, per_class_train: int, per_class_test: int) -> None:
@@ -38,6 +39,7 @@ def cifar_archive(path, per_class_train: int, per_class_test: int) -> None:
             tar.addfile(info, io.BytesIO(blob))
 
 
+@pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 def test_gpu_check_on_the_cpu_runs_every_method_under_debug_fast(tmp_path):
     """--cpu is debug=fast (two tasks of one batch each, one epoch, no checkpoints): this is also the one test
     that runs every method that way, in seconds each."""
@@ -65,6 +67,29 @@ def test_gpu_check_refuses_a_missing_source_in_one_line(tmp_path):
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "nothing")], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "does not exist" in proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a usable GPU: the script would run the whole check")
+def test_gpu_check_refuses_a_machine_without_cuda_in_one_line_writing_nothing(tmp_path):
+    """Without --cpu, where CUDA is not usable: a non-zero exit in seconds (torch's import), one line naming the
+    problem, before any data is prepared or any table written (here or in the repository's docs/)."""
+    cifar_archive(tmp_path / "cifar-10-python.tar.gz", per_class_train=1, per_class_test=1)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "benchmarks.json").write_text('{"gpu": "earlier"}')
+    repo_docs = {p: p.read_bytes() for p in (ROOT / "docs").glob("benchmarks.*")}
+    start = time.monotonic()
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "cifar-10-python.tar.gz"), "--docs",
+                           str(docs), "--runs", str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert time.monotonic() - start < 30  # seconds (2 here), not the minutes of preparing and running
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("gpu_check: CUDA is not usable here (")
+    assert "torch.cuda.is_available() is False" in proc.stderr and "--cpu" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cifar-10-python.tar.gz", "docs"]
+    assert [p.name for p in docs.iterdir()] == ["benchmarks.json"]
+    assert (docs / "benchmarks.json").read_text() == '{"gpu": "earlier"}'
+    assert {p: p.read_bytes() for p in (ROOT / "docs").glob("benchmarks.*")} == repo_docs
 
 
 def test_the_sanity_check_flags_nan_incomplete_and_chance_runs():
