@@ -1,6 +1,8 @@
-"""The parity summary's arithmetic and its table, on records written here (no reference checkout needed)."""
+"""The parity instrument: the paired arithmetic and the equivalence verdict against hand values, the seed plans
+against their pilots, provenance flags, diagnostics, and docs/parity.md against the document its records make."""
 import json
-import math
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -10,50 +12,180 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from parity import summary  # noqa: E402
-from parity.common import Patch, Record, Row, hold, save  # noqa: E402
+from parity import plans, summary  # noqa: E402
+from parity.common import ENVIRONMENT, LEARNING, PROVENANCE_KEYS, Diagnostic, Patch, Record, Row, hold, save  # noqa: E402
 
-pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+from cl_bench import stats  # noqa: E402
 
-
-def test_difference_ci_is_welchs_interval():
-    # equal sizes and variances: Welch's df is 2(n - 1) = 4, t(0.975, 4) = 2.7764 from the tables
-    ours, theirs = [0.80, 0.82, 0.84], [0.78, 0.80, 0.82]
-    diff, lo, hi = summary.difference_ci(ours, theirs)
-    half = 2.7764 * math.sqrt(2 * 0.02 ** 2 / 3)
-    assert diff == pytest.approx(0.02)
-    assert (lo, hi) == pytest.approx((0.02 - half, 0.02 + half), abs=1e-4)
+DOC, RECORDS = ROOT / "docs" / "parity.md", ROOT / "docs" / "parity.json"
 
 
-def test_difference_ci_unequal_variances():
-    # s1 = 1 (n=3), s2 = 3 (n=5): v1 = 1/3, v2 = 9/5; df = (v1+v2)^2 / (v1^2/2 + v2^2/4) = 5.2580;
-    # t(0.975, 5.2580) = 2.5331 (scipy.stats.t.ppf, checked against the tables' 2.571 at 5 and 2.447 at 6)
-    ours, theirs = [1.0, 2.0, 3.0], [0.0, -3.0, 3.0, 3.0, -3.0]
-    diff, lo, hi = summary.difference_ci(ours, theirs)
-    se = math.sqrt(1 / 3 + 9 / 5)
-    assert diff == pytest.approx(2.0)
-    assert hi - diff == pytest.approx(2.5331 * se, abs=1e-3)
-    assert diff - lo == pytest.approx(hi - diff)
+# --- the arithmetic, against hand values ---------------------------------------------------------------------------
+def test_paired_difference_and_its_intervals_by_hand():
+    # differences 1, 2, 3: mean 2, sd 1, n 3; t(0.975, 2) = 4.3027 and t(0.95, 2) = 2.9200 from the tables, so the
+    # 95% interval is 2 +- 4.3027 / sqrt(3) = 2 +- 2.4842 and the 90% one 2 +- 1.6859
+    p = stats.paired({0: 11.0, 1: 12.0, 2: 13.0, 7: 50.0}, {0: 10.0, 1: 10.0, 2: 10.0, 8: 0.0})
+    assert (p.mean, p.sd, p.n) == pytest.approx((2.0, 1.0, 3))
+    assert p.ci95 == pytest.approx((2 - 2.4842, 2 + 2.4842), abs=1e-3)
+    assert p.ci90 == pytest.approx((2 - 1.6859, 2 + 1.6859), abs=1e-3)
+    assert p.verdict(1.0) == stats.UNDETERMINED  # 90% not inside +-1, 95% not wholly outside
 
 
-def test_one_seed_has_no_interval_and_equal_runs_a_point():
-    assert math.isnan(summary.difference_ci([0.5], [0.4, 0.6])[1])
-    assert summary.difference_ci([0.5, 0.5], [0.4, 0.4]) == pytest.approx((0.1, 0.1, 0.1))
+def test_verdicts_equivalent_different_and_the_margin():
+    # differences 0.1, -0.1, 0.2, 0, -0.2: mean 0, sd 0.1581; t(0.95, 4) = 2.1318: 90% interval +-0.1508, inside +-1
+    close = stats.paired(dict(enumerate([0.1, -0.1, 0.2, 0.0, -0.2])), dict.fromkeys(range(5), 0.0))
+    assert close.ci90[1] == pytest.approx(0.1508, abs=1e-3)
+    assert close.verdict(1.0) == stats.EQUIVALENT
+    assert close.verdict(0.1) == stats.UNDETERMINED  # a tighter margin than the interval
+    # differences 3, 3.5, 4, 3.2: mean 3.425, sd 0.4349; t(0.975, 3) = 3.1824: 95% interval [2.733, 4.117], above +1
+    far = stats.paired(dict(enumerate([3.0, 3.5, 4.0, 3.2])), dict.fromkeys(range(4), 0.0))
+    assert far.ci95[0] == pytest.approx(3.425 - 3.1824 * 0.4349 / 2, abs=1e-3)
+    assert far.verdict(1.0) == stats.DIFFERENT
+    assert far.verdict(3.5) == stats.UNDETERMINED  # 90% [2.913, 3.937] not inside, 95% not wholly outside
+    assert far.verdict(4.0) == stats.EQUIVALENT  # a margin wider than the gap: equivalent at that margin
+    assert stats.paired({0: 1.0}, {0: 0.0}).verdict(1.0) == stats.UNDETERMINED  # one seed tells nothing
 
 
-def test_gap_needs_a_cause_beyond_a_point_or_when_the_interval_excludes_zero():
-    assert not summary.needs_cause((0.5, -1.0, 2.0))
-    assert summary.needs_cause((1.5, -1.0, 4.0))
-    assert summary.needs_cause((0.4, 0.1, 0.7))
+def test_seeds_for_power_by_hand():
+    # the smallest n with t(0.95, n-1) + t(0.90, n-1) <= margin sqrt(n) / sd; at sd 1, margin 1: n = 10 gives
+    # 1.8331 + 1.3830 = 3.216 > 3.162, n = 11 gives 1.8125 + 1.3722 = 3.185 <= 3.317
+    assert stats.seeds_for_power(1.0, 1.0) == 11
+    assert stats.seeds_for_power(2.0, 2.0) == 11  # only sd / margin matters
+    assert stats.seeds_for_power(0.0, 1.0) == 2
+    assert stats.seeds_for_power(50.0, 1.0, most=100) == 101  # beyond reach
 
 
-def reference():
-    return SimpleNamespace(NAME="toy", REPO="someone/toy", PINNED="0123456789abcdef", PATCHES=[
-        Patch("main.py", "a", "b", "runs on the CPU")], ROWS={"m_1": Row("M", "toy setting", ("method=m",), ("--m",))})
+# --- the plans ----------------------------------------------------------------------------------------------------
+def committed() -> list[dict]:
+    return summary.load(RECORDS)
 
 
-def record(side, seed, ra, seconds=10.0):
-    return Record("toy", "m_1", side, seed, ra, [[ra]], seconds, "c0ffee" * 4, "cmd")
+@pytest.mark.parametrize("name", summary.REFERENCES)
+def test_every_row_has_a_plan_recomputed_from_its_pilot_records(name):
+    """The plan written in plans.py is the rule applied to the pilot's records: nothing in it was tuned after."""
+    import importlib
+    module = importlib.import_module(f"parity.{name}")
+    records = committed()
+    for row in module.ROWS:
+        plan = plans.PLANS[(module.NAME, row)]
+        pilot = summary.compare(summary.row_records(records, module, row), set(plan.pilot_seeds))
+        assert pilot["paired"].n == plan.pilot, row
+        assert round(pilot["paired"].sd, 2) == pytest.approx(plan.pilot_sd), row
+        seconds = sum(sum(s) / len(s) for s in pilot["seconds"].values())
+        assert round(seconds) == plan.pair_seconds, row
+        assert plans.planned(plan.pilot_sd, plan.pair_seconds) == (plan.needed, plan.n), row
+        assert not set(plan.seeds) & set(plan.pilot_seeds)
+
+
+def test_a_row_without_a_plan_is_refused_in_one_line():
+    with pytest.raises(SystemExit, match="no seed plan: add one to scripts/parity/plans.py"):
+        plans.seeds("toy", "m_1")
+
+
+def test_make_parity_runs_the_plan_not_chosen_seeds():
+    def runner_line(*extra):
+        out = subprocess.run(["make", "-n", "parity-cpg", "REF=/src/CPG", "DATA=/data", "ROWS=cpg pae", *extra],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.replace("\\\n", " ")
+        return next(line for line in out.splitlines() if line.startswith(".venv/bin/python scripts/parity/cpg.py"))
+    line = runner_line()
+    assert "--ref /src/CPG" in line and "--data-root /data" in line and "--rows cpg pae" in line
+    assert "--seeds" not in line and "--pilot" not in line and "--diagnostic" not in line
+    assert "--pilot" in runner_line("PILOT=1")
+    assert "--diagnostic cifar_stem" in runner_line("DIAG=cifar_stem")
+    missing = subprocess.run(["make", "parity-hat"], cwd=ROOT, capture_output=True, text=True)
+    assert missing.returncode != 0 and "pass REF=DIR" in missing.stdout + missing.stderr
+
+
+# --- the document, on toy records ---------------------------------------------------------------------------------
+TOY_PLAN = plans.Plan(pilot=3, pilot_sd=1.0, pair_seconds=30, needed=11, n=4, after_look=True)
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    monkeypatch.setitem(plans.PLANS, ("toy", "m_1"), TOY_PLAN)
+    diag = Diagnostic("m_1", "cl-bench", "another option", (0, 1, 2), ("method.x=1",))
+    return SimpleNamespace(NAME="toy", REPO="someone/toy", PINNED="0123456789abcdef", SOURCE="authors",
+                           TORCH="Written for torch 1.0.", DATA="MNIST/raw", DIAGNOSTICS={"other": diag},
+                           PATCHES=[Patch("main.py", "a", "b", "runs on the CPU", ENVIRONMENT),
+                                    Patch("train.py", "c", "d", "saves below the bar", LEARNING)],
+                           ROWS={"m_1": Row("M", "toy setting", ("method=m",), ("--m",))})
+
+
+def record(side, seed, ra, seconds=10.0, provenance=None, diagnostic=""):
+    full = {key: "x" for key in PROVENANCE_KEYS} | {"clbench_dirty": False}
+    return vars(Record("toy", "m_1", side, seed, ra, [[ra]], seconds, "c0ffee" * 4, "cmd",
+                       full if provenance is None else provenance, diagnostic))
+
+
+def pilot_records():
+    return [*(record("reference", s, ra, 20.0) for s, ra in enumerate((0.80, 0.82, 0.84))),
+            *(record("cl-bench", s, ra, provenance={}) for s, ra in enumerate((0.70, 0.73, 0.74)))]
+
+
+def row_line(text):
+    return next(line for line in text.splitlines() if line.startswith("| M |"))
+
+
+def test_a_pilot_row_shows_both_sides_the_paired_difference_and_says_it_is_a_pilot(toy):
+    line = row_line(summary.document([toy], pilot_records()))
+    # differences -10, -9, -10: mean -9.667, sd 0.5774; t(0.975, 2) = 4.3027: half 1.4343
+    assert "82.00 ± 2.00 (n=3)" in line and "72.33 ± 2.08 (n=3)" in line
+    assert "-9.67 [-11.10, -8.23]" in line
+    assert "pilot only, extended after a look: different" in line
+    assert "plan 4, capped (80% power needs 11): 0 run; pilot 3" in line
+    assert "| 20 / 10 |" in line and "3 without provenance" in line
+
+
+def test_a_plan_run_in_full_gives_the_verdict_and_the_pilot_is_reported_apart(toy):
+    plan = [record(side, 100 + i, ra) for i in range(4) for side, ra in (("reference", 0.80 + i / 1000),
+                                                                         ("cl-bench", 0.80 + i / 1000 + 0.001))]
+    text = summary.document([toy], pilot_records() + plan)
+    line = row_line(text)
+    assert "+0.10 [+0.10, +0.10]" in line and "**equivalent**" in line and "plan 4, capped" in line
+    assert "4 run" in line and "| complete |" in line
+    assert "Pilot, seeds 0-2 (extended after a look: not a 95% interval)" in text
+    assert "paired -9.67 [-11.10, -8.23]" in text
+    partial = row_line(summary.document([toy], pilot_records() + plan[:-2]))
+    assert "pilot only" in partial and "3 run" in partial  # a plan cut short never decides the row
+
+
+def test_dirty_trees_are_flagged(toy):
+    dirty = {key: "x" for key in PROVENANCE_KEYS} | {"clbench_dirty": True}
+    records = [*(record("reference", s, 0.8) for s in range(3)), *(record("cl-bench", s, 0.8, provenance=dirty)
+                                                                  for s in range(3))]
+    assert "3 from a dirty tree" in row_line(summary.document([toy], records))
+
+
+def test_a_diagnostic_renders_under_its_row_against_the_other_sides_same_seeds(toy):
+    diag = [record("cl-bench", s, ra, diagnostic="other") for s, ra in enumerate((0.82, 0.84, 0.86))]
+    text = summary.document([toy], pilot_records() + diag)
+    line = next(line for line in text.splitlines() if line.startswith("- Diagnostic `other`"))
+    assert "(another option; cl-bench changed, seeds 0-2)" in line
+    assert "cl-bench 84.00 ± 2.00 (n=3) against the row's reference 82.00 ± 2.00 (n=3)" in line
+    assert "+2.00 [+2.00, +2.00], different" in line
+    assert "make parity-toy REF=DIR DATA=DATA_ROOT DIAG=other" in text
+    assert row_line(text).count("(n=3)") == 2  # the diagnostic stays out of the row
+
+
+def test_patches_are_listed_by_class_and_sections_by_source(toy):
+    text = summary.document([toy], [])
+    assert "- environment: `main.py`: runs on the CPU" in text
+    assert "- control flow/learning: `train.py`: saves below the bar" in text
+    assert "### The method's authors' code" in text and "### An independent" not in text
+    assert "| not run | not run | – | not run |" in row_line(text)
+    with pytest.raises(ValueError, match="kind 'cpu' is not one of"):
+        Patch("main.py", "a", "b", "why", "cpu")
+
+
+def test_records_accumulate_newer_runs_replace_older(tmp_path):
+    committed_json = tmp_path / "parity.json"
+    committed_json.write_text(json.dumps({"runs": [record("reference", 0, 0.5), record("reference", 1, 0.6)],
+                                          "diagnostics": []}))
+    save(Record(**record("reference", 0, 0.7)), tmp_path / "records")
+    save(Record(**record("cl-bench", 0, 0.9, diagnostic="other")), tmp_path / "records")
+    rows = summary.merged(tmp_path / "records", committed_json)
+    assert [(r["seed"], r["ra"], r["diagnostic"]) for r in rows] == [(0, 0.7, ""), (1, 0.6, ""), (0, 0.9, "other")]
+    assert [len(v) for v in summary.sections(rows).values()] == [2, 1]
 
 
 def test_a_second_runner_in_the_same_work_folder_is_refused(tmp_path):
@@ -65,50 +197,55 @@ def test_a_second_runner_in_the_same_work_folder_is_refused(tmp_path):
     hold(tmp_path / "cpg", "cpg").close()  # free again once the first has ended
 
 
-def test_records_accumulate_newer_runs_replace_older(tmp_path):
-    committed = tmp_path / "parity.json"
-    committed.write_text(json.dumps([vars(record("reference", 0, 0.5)), vars(record("reference", 1, 0.6))]))
-    save(record("reference", 0, 0.7), tmp_path / "records")
-    rows = summary.merged(tmp_path / "records", committed)
-    assert [(r["seed"], r["ra"]) for r in rows] == [(0, 0.7), (1, 0.6)]
+# --- the committed document ---------------------------------------------------------------------------------------
+def test_docs_parity_md_is_the_document_its_records_make():
+    assert DOC.read_text() == summary.document(summary.modules(), committed())
 
 
-def test_document_shows_both_sides_and_the_difference():
-    records = [vars(record("reference", s, ra, 20.0)) for s, ra in enumerate((0.80, 0.82, 0.84))]
-    records += [vars(record("cl-bench", s, ra)) for s, ra in enumerate((0.70, 0.72, 0.74))]
-    text = summary.document([reference()], records)
-    line = next(line for line in text.splitlines() if line.startswith("| M |"))
-    half = 2.7764 * math.sqrt(2 * 2.0 ** 2 / 3)
-    assert "82.00 ± 2.00 (n=3)" in line and "72.00 ± 2.00 (n=3)" in line
-    assert f"-10.00 [{-10 - half:+.2f}, {-10 + half:+.2f}] †" in line
-    assert "| 20 / 10 |" in line
-    assert "`main.py`: runs on the CPU" in text and "make parity-toy REF=DIR" in text
+NUMBER = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,3}(?![\d])")
 
 
-def test_a_row_not_run_says_so():
-    text = summary.document([reference()], [])
-    assert "| not run | not run | – |" in text
+def figures(module, records: list[dict]) -> set[str]:
+    """Every number the document can quote from a reference's records, as it prints them: each run's RA in points,
+    and each mean, sd and interval bound the summary renders for its rows, pilots and diagnostics (not per-task
+    accuracies: at two places they would cover nearly every number below 1, so a test of them could not fail)."""
+    mine = [r for r in records if r["reference"] == module.NAME]
+    text = summary.document([module], mine)
+    rendered = [line for line in text.splitlines() if line.startswith(("| ", "Pilot, seeds", "- Diagnostic"))]
+    return {f"{100 * r['ra']:.2f}" for r in mine} | {n.lstrip("+-") for n in NUMBER.findall("\n".join(rendered))}
+
+
+def quoted(module) -> list[str]:
+    prose = [*getattr(module, "FINDINGS", []), *(r.note for r in module.ROWS.values()),
+             *(r.differs for r in module.ROWS.values())]
+    return [n.lstrip("+-") for text in prose for n in NUMBER.findall(text)]
+
+
+@pytest.mark.parametrize("name", summary.REFERENCES)
+def test_every_number_the_findings_quote_is_in_a_record(name):
+    """A figure in the prose (two or three decimals) is one the records give: no number without its runs."""
+    import importlib
+    module = importlib.import_module(f"parity.{name}")
+    known = figures(module, committed())
+    assert [n for n in quoted(module) if n not in known] == []
+
+
+def test_committed_records_are_sections_of_runs_and_diagnostics():
+    data = json.loads(RECORDS.read_text())
+    assert set(data) == {"runs", "diagnostics"}
+    assert all(not r.get("diagnostic") for r in data["runs"]) and all(r["diagnostic"] for r in data["diagnostics"])
 
 
 @pytest.mark.parametrize("name", summary.REFERENCES)
 def test_every_rows_overrides_compose_and_validate(name):
-    """A misspelt override in a row fails here, in seconds, not after the reference's hour."""
+    """A misspelt override in a row or a diagnostic fails here, in seconds, not after the reference's hour."""
     import importlib
 
     from cl_bench import config
     config.register()
     module = importlib.import_module(f"parity.{name}")
-    assert module.ROWS and len(module.PINNED) == 40
+    assert module.ROWS and len(module.PINNED) == 40 and module.SOURCE in summary.SOURCES
     for row in module.ROWS.values():
         config.validate(config.compose([*row.clbench, "seed=0"]))
-
-
-def test_make_parity_target_runs_the_runner_with_the_users_arguments():
-    import subprocess
-    out = subprocess.run(["make", "-n", "parity-cpg", "REF=/src/CPG", "DATA=/data", "SEEDS=0,1", "ROWS=cpg pae"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.replace("\\\n", " ")
-    line = next(line for line in out.splitlines() if line.startswith(".venv/bin/python scripts/parity/cpg.py"))
-    assert "--ref /src/CPG" in line and "--seeds 0 1" in line and "--data-root /data" in line
-    assert "--rows cpg pae" in line
-    missing = subprocess.run(["make", "parity-hat"], cwd=ROOT, capture_output=True, text=True)
-    assert missing.returncode != 0 and "pass REF=DIR" in missing.stdout + missing.stderr
+    for diag in getattr(module, "DIAGNOSTICS", {}).values():
+        config.validate(config.compose([*module.ROWS[diag.row].clbench, *diag.clbench, "seed=0"]))

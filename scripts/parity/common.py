@@ -3,17 +3,25 @@
 A parity row trains one method twice on the same samples: through the authors' code (the reference, a checkout the
 user cloned at its pinned commit) and through cl-bench. cl-bench builds the scenario (its own split, from its seed);
 the reference's runner writes that split in the reference's own input format, so both sides train and test on
-exactly the same images. The reference runs from a copy of its checkout with the runner's listed patches applied
-(each the smallest change that makes it run on a CPU or read the written files; never its learning code). Every
-run leaves one JSON record; scripts/parity/summary.py turns the records into docs/parity.md.
+exactly the same images. The reference runs from a copy of its checkout with the runner's listed patches applied,
+each the smallest change that does its job and each classed by what it touches (PATCH_KINDS): most make the reference
+run here (environment) or read the written files (data I/O); a few change its control flow or loss (CPG's
+training-accuracy bars, La-MAML's ER output offsets) or its network (a diagnostic's stem), and docs/parity.md lists
+them under those classes. Each row runs the seeds of its plan (scripts/parity/plans.py), fixed before the runs.
+Every run leaves one JSON record with its provenance; scripts/parity/summary.py turns the records into
+docs/parity.md.
 
 A reference module (scripts/parity/<reference>.py) defines:
   NAME, REPO, PINNED: its name, GitHub repository and the commit the patches were written against
+  SOURCE: whose code it is for its rows ("authors", "baseline" or "reimplementation"; summary.SOURCES)
+  TORCH: the torch the reference was written for, and what it runs on here
+  DATA: what DATA_ROOT (cl-bench's data.root) must hold for its rows
   PATCHES: list[Patch]
   ROWS: dict of row name -> Row
   write_tasks(scenario, row, folder) -> None: the split in the reference's input format
   run_reference(copy, row, seed, data, python) -> Outcome: train the reference once, parse what it prints
   FINDINGS (optional): list[str], the differences its runs found and what became of each (docs/parity.md)
+  DIAGNOSTICS (optional): dict of name -> Diagnostic, runs that test a cause beside a row
 and calls common.main(sys.modules[__name__]).
 """
 from __future__ import annotations
@@ -71,6 +79,7 @@ class Row:
     reference: tuple[str, ...] = ()  # the reference's own arguments for this row (its runner adds data and seed)
     note: str = ""
     differs: str = ""  # set when the two sides run different algorithms by design: what differs (not parity)
+    source: str = ""  # where the reference's code for this row comes from, when not the module's SOURCE
 
 
 @dataclass

@@ -25,6 +25,9 @@ from parity.common import ENVIRONMENT, Diagnostic, Outcome, Patch, Row  # noqa: 
 NAME = "mammoth"
 REPO = "aimagelab/mammoth"
 PINNED = "e75a491c69fd729edeb01431afb753d9157d9a81"
+SOURCE = "baseline"  # Mammoth is DER's authors' framework: DER and DER++ are the authors' (their rows say so)
+TORCH = ("Written for torch >= 2.1.0 (its requirements.txt).")
+DATA = "MNIST/raw (MNIST's four idx files, gzipped or not)"
 
 PATCHES = [
     Patch("main.py", "torch.set_num_threads(2)", "torch.set_num_threads(1)",
@@ -72,13 +75,17 @@ def _rows_at(memory: int) -> dict[str, Row]:
     return {
         f"er_{memory}": Row("ER", SETTING.format(memory), ("method=er", *cl), _best("er", memory)),
         f"agem_{memory}": Row("A-GEM", SETTING.format(memory), ("method=agem", *cl, *same_replay),
-                              _best("agem", memory),
-                              "Mammoth replays 10 (its minibatch_size is forced to batch_size); Mammoth's A-GEM "
-                              "stores only one batch (10 samples) per task, cl-bench a reservoir"),
+                              _best("agem", memory), "Mammoth replays 10 (its minibatch_size is forced to batch_size)",
+                              differs="Mammoth's A-GEM stores one batch (10 samples) a task whatever the "
+                              "buffer, so its reference gradient comes from at most 40 samples; cl-bench's keeps a "
+                              "reservoir of the whole buffer, and no cl-bench option stores Mammoth's (the diagnostic "
+                              "agem_memory_40 is the nearest)"),
         f"der_{memory}": Row("DER", SETTING.format(memory), ("method=der", *cl, *same_replay),
-                             _best("der", memory), "replay batch 10 on both sides (Mammoth forces it)"),
+                             _best("der", memory), "replay batch 10 on both sides (Mammoth forces it)",
+                             source="authors"),
         f"derpp_{memory}": Row("DER++", SETTING.format(memory), ("method=derpp", *cl, *same_replay),
-                               _best("derpp", memory), "replay batch 10 on both sides (Mammoth forces it)"),
+                               _best("derpp", memory), "replay batch 10 on both sides (Mammoth forces it)",
+                               source="authors"),
         f"er_ace_{memory}": Row("ER-ACE", SETTING.format(memory), ("method=er_ace", *cl),
                                 _mammoth_args("er_ace", memory, "--lr=0.1", "--batch_size=10", "--minibatch_size=10",
                                               "--n_epochs=1", "--task_free=1"),
@@ -121,20 +128,18 @@ DIAGNOSTICS: dict[str, Diagnostic] = {
 
 
 FINDINGS = [
-    "**ER at 24 seeds: within a point; its replay draw now Mammoth's.** At 12 seeds cl-bench's ER at buffer 200 "
-    "was 1.36 points under Mammoth (79.11 against 80.47, interval [-2.64, -0.08]). One difference was found: "
-    "Mammoth's buffer.get_data draws a replay batch of distinct samples (np.random.choice, replace=False), "
-    "cl-bench drew with replacement; `method.replay_draw=distinct` is now ER's default (La-MAML's ER settings keep "
-    "`replacement`, as its eralg4 getBatch draws). Both draws were then run over seeds 0-23 against the reference's "
-    "24: at buffer 200 distinct -0.40 [-1.21, +0.41] (the row), with replacement -0.46 [-1.32, +0.39]; at 500 "
-    "distinct -0.94 [-2.06, +0.18] (the row), with replacement -0.05 [-1.02, +0.93]. So the draw moves ER by less "
-    "than the seeds do, and the 12-seed gap was mostly chance: with the distinct draw, seeds 0-11 differ by "
-    "-0.78 and seeds 12-23 by -0.02.",
+    "**Which rows are whose.** Mammoth is the DER authors' framework, so the DER and DER++ rows are the authors' "
+    "code; ER, iCaRL, GDumb and ER-ACE are Mammoth's implementations of other papers' methods, and A-GEM there keeps "
+    "a different memory (not the same algorithm, below).",
+    "**ER's replay draw now Mammoth's.** Mammoth's buffer.get_data draws a replay batch of distinct samples "
+    "(np.random.choice, replace=False), cl-bench drew with replacement; `method.replay_draw=distinct` is now ER's "
+    "default (La-MAML's ER settings keep `replacement`, as its eralg4 getBatch draws). The diagnostics "
+    "`er_replacement_200` and `er_replacement_500` run the former draw over the pilot's 24 seeds.",
     "**Fixed in cl-bench: the MLP's initialisation.** Mammoth draws every linear layer of its MNIST MLP, the "
     "classifier's too, Xavier-uniform with zero biases (backbone/MNISTMLP.py reset_parameters, backbone/__init__.py "
     "xavier); cl-bench drew PyTorch's default. The DER paper's MNIST settings now compose `backbone=mammoth_mlp` "
-    "(`backbone.init=xavier_uniform`), and a method's heads are drawn as its backbone's layers. ER, buffer 200, "
-    "seeds 0-2: 77.54 ± 2.01 with PyTorch's draw (78.02, 75.33, 79.26), the table's row with Xavier's.",
+    "(`backbone.init=xavier_uniform`), and a method's heads are drawn as its backbone's layers. The diagnostic "
+    "`er_pytorch_init_200` runs PyTorch's draw.",
     "**Fixed in cl-bench: ER replays from the first task.** Mammoth's ER (models/er.py observe) replays as soon as "
     "its buffer holds a sample; the DER paper's ER settings (`setting/er_split_mnist.yaml`, "
     "`er_permuted_mnist.yaml`) now set `method.replay_in_first_task=true`.",
@@ -142,49 +147,35 @@ FINDINGS = [
     "whenever batch_size is given, which its best arguments always do, so the best arguments' 128 never applies: "
     "A-GEM, DER and DER++ replay 10. The rows set `method.replay_batch_size=10`; the settings keep the published "
     "best arguments, which the DER paper ran before this override existed.",
-    "**Mammoth's defect, named: A-GEM's memory.** models/agem.py end_task stores the first batch of the task's "
+    "**Mammoth's A-GEM is not the same algorithm.** models/agem.py end_task stores the first batch of the task's "
     "loader, 10 samples, whatever the buffer size, so its reference gradient comes from at most 40 samples; "
-    "cl-bench's A-GEM keeps the whole buffer. No override makes cl-bench do Mammoth's; the nearest, cl-bench's "
-    "reservoir cut to 40 slots (about Mammoth's 10 a task; `method.memory_size=40`), seeds 0-2: 35.57, 30.80, "
-    "27.31 (31.23 ± 4.15), against 37.93 at 200 and 38.58 at 500: the memory's size moves cl-bench's A-GEM by "
-    "several points, so these rows compare different memories, not the same method.",
+    "cl-bench's A-GEM keeps the whole buffer, as A-GEM's paper does. No override makes cl-bench do Mammoth's; the "
+    "nearest, the diagnostic `agem_memory_40`, cuts cl-bench's reservoir to 40 slots. Mammoth's A-GEM scores the "
+    "same at buffer 200 and 500, as one batch per task is all it keeps.",
     "**Mammoth's current iCaRL, matched by the row.** Its binary cross-entropy reads all 10 outputs, its class "
     "means add flipped exemplars always, and its own weight decay (--opt_wd, default 1e-5) is no longer reached by "
     "the best arguments' optim_wd=0: the row runs cl-bench with `method.loss_outputs=all method.mean_flips=always` "
-    "and Mammoth with `--opt_wd=0`.",
+    "and Mammoth with `--opt_wd=0`. A point-by-point read found no difference that grows with the buffer: both train "
+    "each task on its samples plus the whole memory, distil the previous network's sigmoid outputs per batch, herd "
+    "buffer // classes seen exemplars per class from the task's training split, cut old classes to their first "
+    "picks, and classify by the nearest mean of normalised features with flips.",
     "**Fixed in cl-bench: ER-ACE's outputs.** AML's and Mammoth's ER-ACE have a 10-way head from the start: the "
     "incoming mask keeps the future tasks' outputs and the memory's cross-entropy reads all ten; cl-bench's read "
-    "only the seen tasks' outputs. `method.ce_outputs=all` is now ER-ACE's default (`seen` keeps the former rule). "
-    "Buffer 200, seeds 0-2: 85.61 ± 1.95 with `seen` (86.16, 83.44, 87.23), the table's row with `all`.",
-    "**More seeds at buffer 200.** Online one-epoch runs spread by 0.4-5.8 points a seed on either side; seeds 3-5 "
-    "were added to the rows then over a point apart (ER, A-GEM, DER++, ER-ACE, GDumb). A-GEM (-0.67) and ER-ACE "
-    "(+0.63) came within a point; ER (-1.49 [-4.15, +1.17]) spans 0. A-GEM's difference has a named cause besides "
-    "(its memory, above): Mammoth's A-GEM scores the same at buffer 200 and 500, as one batch per task is all it "
-    "keeps, which is also why A-GEM at 500 is the row most apart.",
-    "**iCaRL at buffer 500: within a point over ten seeds.** Seeds 0-4 put cl-bench 1.33 points under Mammoth "
-    "(interval [-2.28, -0.38]); seeds 5-9 differ by -0.39 to +0.49, and over the ten the row is -0.70, its interval "
-    "[-1.36, -0.04] just short of 0: among 26 rows one interval that misses 0 is what chance gives at 95%. A point-"
-    "by-point read found no difference that grows with the buffer: both train each task on its samples plus the whole"
-    " memory (1,064-1,147 steps a task at 500 on both sides), distil the previous network's sigmoid outputs per "
-    "batch, herd buffer // classes seen exemplars per class (250, 125, 83, 62, 50) from the task's training split, "
-    "cut old classes to their first picks, and classify by the nearest mean of normalised features with flips.",
-    "**DER++ at buffer 200: seed noise, measured.** Over seeds 0-5 cl-bench was 1.63 points above Mammoth, "
-    "interval [+0.44, +2.82]; seeds 6-11 added to both sides differ by -0.03 on average (per seed -2.62 to +2.05), "
-    "and over the twelve the row is within a point, its interval spanning 0 (table). A point-by-point read found "
-    "nothing else: the best arguments (lr 0.03, alpha 0.2, beta 1.0, batch 10, the replay batch forced to 10), two "
-    "independent draws without replacement (the alpha batch first), cross-entropy over all ten outputs, replay "
-    "from the stream's second step, logits stored from the step's own forward after its optimiser step, the "
-    "reservoir's index arithmetic, one optimiser per task, the Xavier MLP. What differs is only which random "
-    "streams are drawn: Mammoth reseeds each task's loader with the run's seed and draws its reservoir and replay "
-    "from numpy, cl-bench draws all three from one torch generator.",
+    "only the seen tasks' outputs. `method.ce_outputs=all` is now ER-ACE's default (`seen` keeps the former rule, "
+    "the diagnostic `er_ace_seen_200`). The ER-ACE-500 pilot was run before this fix (its records name a commit "
+    "that predates it), which is why its row is rerun to its plan at a commit after it.",
+    "**DER++: what differs is which random streams are drawn.** A point-by-point read found nothing else: the best "
+    "arguments (lr 3e-2, alpha 1/5, beta 1, batch 10, the replay batch forced to 10), two independent draws without "
+    "replacement (the alpha batch first), cross-entropy over all ten outputs, replay from the stream's second step, "
+    "logits stored from the step's own forward after its optimiser step, the reservoir's index arithmetic, one "
+    "optimiser per task, the Xavier MLP. Mammoth reseeds each task's loader with the run's seed and draws its "
+    "reservoir and replay from numpy, cl-bench draws all three from one torch generator.",
     "**GDumb and ER-ACE have no seq-mnist best arguments in Mammoth**: both sides run cl-bench's values. Mammoth's "
-    "GDumb always mixes CutMix in (cutmix_alpha 1.0, probability 0.5) and clips no gradient (the row sets "
+    "GDumb always mixes CutMix in (alpha 1, probability one half) and clips no gradient (the row sets "
     "`method.regularization=cutmix method.clip_norm=1e9`). Its buffer is a reservoir where GDumb's paper (and "
-    "cl-bench by default) balance classes greedily: named, and measured with `method.sampler=reservoir` (Mammoth's "
-    "memory, an option now), seeds 0-5: buffer 200 79.59 ± 1.53 and 500 87.30 ± 0.74 against Mammoth's 79.00 and "
-    "87.05, so the greedy memory is what puts the rows' cl-bench side up to a point above. Mammoth's ER-ACE runs "
-    "with `--task_free=1` "
-    "(cl-bench's default); its mask also spans the classes of future tasks (a 10-way head from the start).",
+    "cl-bench by default) balance classes greedily: named, and measured by the diagnostics `gdumb_reservoir_200` "
+    "and `gdumb_reservoir_500` (`method.sampler=reservoir`, Mammoth's memory). Mammoth's ER-ACE runs with "
+    "`--task_free=1` (cl-bench's default).",
 ]
 
 

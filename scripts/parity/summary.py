@@ -1,143 +1,283 @@
-"""docs/parity.md from the parity records: per row, both sides' RA over seeds and their difference with a 95% CI.
+"""docs/parity.md from the parity records: per row, both sides' RA, the paired difference and its equivalence verdict.
 
     python scripts/parity/summary.py [--records outputs/parity] [--json docs/parity.json] [--doc docs/parity.md]
 
-Records accumulate: those under --records (one JSON per run, written by the runners) replace the entries of the
-same reference, row, side and seed in --json, which keeps every run the table was made from (committed, so the doc
-can be rebuilt and checked without rerunning anything).
+Records accumulate: those under --records (one JSON per run, written by the runners) replace the entries of the same
+reference, row, side, seed and diagnostic in --json, which keeps every run the document was made from (committed, so
+the document is rebuilt and checked without rerunning anything: tests/test_parity_summary.py does). --json holds two
+sections: "runs" (the rows' pilot and plan seeds) and "diagnostics" (runs that test a cause, rendered under their row).
+
+The arithmetic is cl_bench/stats.py's, the one `cl-bench report --rank` uses: the difference is taken seed by seed
+(the same seed writes the same split for both sides), with Student's t intervals, and the verdict is TOST at
+plans.MARGIN points. A row's verdict comes from its plan's seeds once they have all run (scripts/parity/plans.py);
+until then from its pilot, said so in the row, and a pilot extended after a look is marked.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import json
-import math
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from parity.common import RECORDS, ROOT  # noqa: E402  (scripts/ is not a package: the path first)
+from parity import plans  # noqa: E402  (scripts/ is not a package: the path first)
+from parity.common import PATCH_KINDS, PROVENANCE_KEYS, RECORDS, ROOT  # noqa: E402
 
-from cl_bench.report import mean_std  # noqa: E402  (mean and sample sd, as cl-bench's reports compute them)
+from cl_bench import stats  # noqa: E402
 
 REFERENCES = ("cpg", "mammoth", "hat", "lamaml", "cgate")  # the runner modules, in the doc's order
 SIDES = ("reference", "cl-bench")
-GAP = 1.0  # points of RA: a larger difference, or a CI that excludes 0, needs its cause named
+# Where a row's reference comes from, the doc's sections in order (a module's SOURCE, or a row's own `source`).
+SOURCES = {
+    "authors": "The method's authors' code",
+    "baseline": "A published implementation by others (the framework or paper that ran it as a baseline)",
+    "reimplementation": "An independent re-implementation (not the authors')",
+    "different": "Not the same algorithm: each side as its code has it, shown for what differs, not as parity",
+}
 
 
-def difference_ci(ours: list[float], theirs: list[float]) -> tuple[float, float, float]:
-    """mean(ours) - mean(theirs) and Welch's 95% interval of it (unequal variances, Welch-Satterthwaite df)."""
-    from scipy.stats import t
-    (m1, s1), (m2, s2) = mean_std(ours), mean_std(theirs)
-    diff = m1 - m2
-    if len(ours) < 2 or len(theirs) < 2:
-        return diff, math.nan, math.nan
-    v1, v2 = s1 ** 2 / len(ours), s2 ** 2 / len(theirs)
-    se = math.sqrt(v1 + v2)
-    if se == 0:
-        return diff, diff, diff
-    df = (v1 + v2) ** 2 / (v1 ** 2 / (len(ours) - 1) + v2 ** 2 / (len(theirs) - 1))
-    half = float(t.ppf(0.975, df)) * se
-    return diff, diff - half, diff + half
-
-
+# --- the records --------------------------------------------------------------------------------------------------
 def key(record: dict) -> tuple:
-    return record["reference"], record["row"], record["side"], record["seed"]
+    return record["reference"], record["row"], record.get("diagnostic", ""), record["side"], record["seed"]
+
+
+def load(json_path: Path) -> list[dict]:
+    """Every record in a docs/parity.json, runs and diagnostics together (a record's diagnostic tells them apart);
+    a file from before the sections existed is a plain list of runs."""
+    if not json_path.is_file():
+        return []
+    data = json.loads(json_path.read_text())
+    return data if isinstance(data, list) else [*data["runs"], *data["diagnostics"]]
 
 
 def merged(records_dir: Path, json_path: Path) -> list[dict]:
     """The committed records with the runners' newer ones in their place."""
-    records = {key(r): r for r in (json.loads(json_path.read_text()) if json_path.is_file() else [])}
+    records = {key(r): r for r in load(json_path)}
     for path in sorted(records_dir.glob("*/*/*.json")) if records_dir.is_dir() else []:
         record = json.loads(path.read_text())
         records[key(record)] = record
     return [records[k] for k in sorted(records)]
 
 
-def row_stats(records: list[dict]) -> dict:
-    """Per side: RA values in points and mean seconds; the difference and its CI in points."""
-    sides = {side: [r for r in records if r["side"] == side] for side in SIDES}
-    stats = {side: {"ra": [100 * r["ra"] for r in rs], "seconds": [r["seconds"] for r in rs]}
-             for side, rs in sides.items()}
-    ours, theirs = stats["cl-bench"]["ra"], stats["reference"]["ra"]
-    stats["diff"] = difference_ci(ours, theirs) if ours and theirs else (math.nan,) * 3
-    return stats
+def sections(records: list[dict]) -> dict:
+    return {"runs": [r for r in records if not r.get("diagnostic")],
+            "diagnostics": [r for r in records if r.get("diagnostic")]}
 
 
-def needs_cause(diff: tuple[float, float, float]) -> bool:
-    d, lo, hi = diff
-    return abs(d) > GAP or (not math.isnan(lo) and (lo > 0 or hi < 0))
+# --- one row's figures --------------------------------------------------------------------------------------------
+def by_seed(records: list[dict], side: str, seeds=None) -> dict[int, float]:
+    """RA in points by seed for one side, optionally only the given seeds."""
+    return {r["seed"]: 100 * r["ra"] for r in records if r["side"] == side and (seeds is None or r["seed"] in seeds)}
 
 
-def fmt_side(side: dict) -> str:
-    if not side["ra"]:
+def compare(records: list[dict], seeds) -> dict:
+    """Both sides' RA over the given seeds and their paired difference (cl-bench - reference)."""
+    ref, ours = by_seed(records, "reference", seeds), by_seed(records, "cl-bench", seeds)
+    return {"reference": ref, "cl-bench": ours, "paired": stats.paired(ours, ref),
+            "seconds": {side: [r["seconds"] for r in records if r["side"] == side and r["seed"] in (seeds or ())]
+                        for side in SIDES}}
+
+
+def basis(records: list[dict], plan: plans.Plan) -> tuple[str, dict]:
+    """What a row's verdict rests on: its plan's seeds when all of them have run on both sides, else its pilot's."""
+    planned = compare(records, set(plan.seeds))
+    if planned["paired"].n == plan.n:
+        return "plan", planned
+    return "pilot", compare(records, set(plan.pilot_seeds))
+
+
+def unproven(records: list[dict]) -> tuple[int, int]:
+    """How many records lack a provenance key, and how many were made from a tree with uncommitted changes."""
+    missing = sum(1 for r in records if any(k not in r.get("provenance", {}) for k in PROVENANCE_KEYS))
+    dirty = sum(1 for r in records if r.get("provenance", {}).get("clbench_dirty"))
+    return missing, dirty
+
+
+# --- cells --------------------------------------------------------------------------------------------------------
+def fmt_side(values: dict[int, float]) -> str:
+    if not values:
         return "not run"
-    mean, sd = mean_std(side["ra"])
-    return f"{mean:.2f} ± {sd:.2f} (n={len(side['ra'])})"
+    mean, sd = stats.mean_sd(list(values.values()))
+    return f"{mean:.2f} ± {sd:.2f} (n={len(values)})"
 
 
-def fmt_diff(diff: tuple[float, float, float]) -> str:
-    d, lo, hi = diff
-    if math.isnan(d):
+def fmt_paired(p: stats.Paired) -> str:
+    if p.n == 0:
         return "–"
-    interval = "" if math.isnan(lo) else f" [{lo:+.2f}, {hi:+.2f}]"
-    return f"{d:+.2f}{interval}" + (" †" if needs_cause(diff) else "")
+    if p.n < 2:
+        return f"{p.mean:+.2f}"
+    return f"{p.mean:+.2f} [{p.ci95[0]:+.2f}, {p.ci95[1]:+.2f}]"
 
 
-def fmt_seconds(stats: dict) -> str:
-    return " / ".join(f"{sum(s) / len(s):.0f}" if s else "–" for s in (stats[side]["seconds"] for side in SIDES))
+def fmt_verdict(p: stats.Paired, on: str, plan: plans.Plan) -> str:
+    if not p.n:
+        return "not run"
+    verdict = p.verdict(plans.MARGIN)
+    if on == "plan":
+        return f"**{verdict}**"
+    look = ", extended after a look" if plan.after_look else ""
+    return f"pilot only{look}: {verdict}"
 
 
-def table(modules: list, records: list[dict]) -> list[str]:
-    lines = ["| Method | Reference @ commit | Setting | Reference RA | cl-bench RA | cl-bench − reference [95% CI] "
-             "| s/run (ref / cl-bench) |", "|---|---|---|---|---|---|---|"]
-    for module in modules:
-        for name, row in module.ROWS.items():
-            stats = row_stats([r for r in records if r["reference"] == module.NAME and r["row"] == name])
-            lines.append(f"| {row.method} | [{module.REPO}](#{module.NAME}) @ `{module.PINNED[:8]}` | {row.setting} "
-                         f"| {fmt_side(stats['reference'])} | {fmt_side(stats['cl-bench'])} "
-                         f"| {fmt_diff(stats['diff'])} | {fmt_seconds(stats)} |")
+def fmt_seeds(records: list[dict], plan: plans.Plan) -> str:
+    done = compare(records, set(plan.seeds))["paired"].n
+    cap = f", capped (80% power needs {plan.needed})" if plan.capped else ""
+    return f"plan {plan.n}{cap}: {done} run; pilot {plan.pilot}"
+
+
+def fmt_seconds(figures: dict) -> str:
+    return " / ".join(f"{sum(s) / len(s):.0f}" if s else "–" for s in (figures["seconds"][side] for side in SIDES))
+
+
+def fmt_provenance(records: list[dict]) -> str:
+    missing, dirty = unproven(records)
+    flags = [f"{missing} without provenance"] * bool(missing) + [f"{dirty} from a dirty tree"] * bool(dirty)
+    return "; ".join(flags) or "complete"
+
+
+# --- the document -------------------------------------------------------------------------------------------------
+def row_source(module, row) -> str:
+    return "different" if row.differs else (getattr(row, "source", "") or module.SOURCE)
+
+
+def row_records(records: list[dict], module, name: str) -> list[dict]:
+    return [r for r in records if r["reference"] == module.NAME and r["row"] == name and not r.get("diagnostic")]
+
+
+def table_line(module, name: str, row, records: list[dict]) -> str:
+    plan = plans.PLANS[(module.NAME, name)]
+    on, figures = basis(records, plan)
+    used = [r for r in records if r["seed"] in (plan.seeds if on == "plan" else plan.pilot_seeds)]
+    return (f"| {row.method} | [{module.REPO}](#{module.NAME}) @ `{module.PINNED[:8]}` | {row.setting} "
+            f"| {fmt_side(figures['reference'])} | {fmt_side(figures['cl-bench'])} | {fmt_paired(figures['paired'])} "
+            f"| {fmt_verdict(figures['paired'], on, plan)} | {fmt_seeds(records, plan)} | {fmt_seconds(figures)} "
+            f"| {fmt_provenance(used)} |")
+
+
+TABLE_HEAD = ["| Method | Reference @ commit | Setting | Reference RA | cl-bench RA | cl-bench − reference, paired "
+              "[95% CI] | Verdict (±1 point) | Seeds | s/run (ref / cl-bench) | Records |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+
+
+def tables(modules: list, records: list[dict]) -> list[str]:
+    lines = []
+    for source, title in SOURCES.items():
+        rows = [(m, n, r) for m in modules for n, r in m.ROWS.items() if row_source(m, r) == source]
+        if not rows:
+            continue
+        lines += [f"### {title}", "", *TABLE_HEAD]
+        lines += [table_line(m, n, r, row_records(records, m, n)) for m, n, r in rows]
+        lines += [""]
     return lines
 
 
-def section(module) -> list[str]:
-    lines = [f"## {module.NAME}", "", f"{module.REPO} at `{module.PINNED}`.", "",
-             "Rerun (a checkout of the reference at that commit in DIR):", "", "```",
-             f"make parity-{module.NAME} REF=DIR DATA=DATA_ROOT", "make parity-summary", "```", ""]
-    lines += ["Patches to the reference's copy (nothing else is changed):", ""]
-    lines += [f"- `{p.file}`: {p.why}" for p in module.PATCHES] or ["- none"]
-    lines += ["", "What the runs found (fixed in cl-bench, matched by the rows' overrides, or named):", ""]
+def pilot_line(module, name: str, records: list[dict]) -> str:
+    plan = plans.PLANS[(module.NAME, name)]
+    pilot = compare(records, set(plan.pilot_seeds))
+    look = " (extended after a look: not a 95% interval)" if plan.after_look else ""
+    return (f"Pilot, seeds 0-{plan.pilot - 1}{look}: reference {fmt_side(pilot['reference'])}, cl-bench "
+            f"{fmt_side(pilot['cl-bench'])}, paired {fmt_paired(pilot['paired'])}, sd {pilot['paired'].sd:.2f}; "
+            f"the plan: {plan.n} fresh seeds from {plans.FIRST_SEED}"
+            + (f", capped at {plans.CPU_HOURS:.0f} CPU-hours (80% power needs {plan.needed})" if plan.capped else "")
+            + ".")
+
+
+def diagnostic_lines(module, name: str, records: list[dict]) -> list[str]:
+    lines = []
+    for label, diag in getattr(module, "DIAGNOSTICS", {}).items():
+        if diag.row != name:
+            continue
+        runs = [r for r in records if r["reference"] == module.NAME and r.get("diagnostic") == label]
+        changed = by_seed(runs, diag.side)
+        other = "reference" if diag.side == "cl-bench" else "cl-bench"
+        base = by_seed(row_records(records, module, name), other, set(changed))
+        p = stats.paired(changed, base) if diag.side == "cl-bench" else stats.paired(base, changed)
+        verdict = p.verdict(plans.MARGIN) if p.n else "not run"
+        lines.append(f"- Diagnostic `{label}` ({diag.what}; {diag.side} changed, seeds "
+                     f"{min(diag.seeds)}-{max(diag.seeds)}): {diag.side} {fmt_side(changed)} against the row's "
+                     f"{other} {fmt_side(base)}; cl-bench − reference {fmt_paired(p)}, {verdict}. "
+                     f"{fmt_provenance(runs) if runs else ''}".rstrip())
+    return lines
+
+
+def section(module, records: list[dict]) -> list[str]:
+    lines = [f"## {module.NAME}", "", f"{module.REPO} at `{module.PINNED}`. {module.TORCH} It runs here on this "
+             "project's torch (each record names the version), through the environment patches below.", "",
+             "Rerun (a checkout of the reference at that commit in DIR):", "", "```", "make parity-env",
+             f"make parity-{module.NAME} REF=DIR DATA=DATA_ROOT   # every row's plan; ROWS=... for some, "
+             "PILOT=1 for the pilot's seeds", *[f"make parity-{module.NAME} REF=DIR DATA=DATA_ROOT DIAG={d}"
+                                               for d in getattr(module, "DIAGNOSTICS", {})],
+             "make parity-summary", "```", "", f"DATA_ROOT holds {module.DATA}.", ""]
+    lines += patch_lines(module)
+    lines += ["What the runs found (fixed in cl-bench, matched by the rows' overrides, or named):", ""]
     lines += [f"- {finding}" for finding in getattr(module, "FINDINGS", [])] or ["- nothing yet"]
     lines += [""]
     for name, row in module.ROWS.items():
         lines += [f"**{name}** ({row.method}): reference arguments `{' '.join(row.reference) or '(none)'}`; "
-                  f"`cl-bench train {' '.join(row.clbench)} seed=N`." + (f" {row.note}." if row.note else ""), ""]
+                  f"`cl-bench train {' '.join(row.clbench)} seed=N`." + (f" {row.note}." if row.note else "")
+                  + (f" **Not the same algorithm:** {row.differs}." if row.differs else ""), "",
+                  pilot_line(module, name, row_records(records, module, name)), ""]
+        diagnostics = diagnostic_lines(module, name, records)
+        lines += [*diagnostics, ""] if diagnostics else []
     return lines
 
 
-HEADER = """# Parity with the authors' code
+def patch_lines(module) -> list[str]:
+    lines = ["Patches to the reference's copy, by what they touch (nothing else is changed):", ""]
+    for kind in PATCH_KINDS:
+        lines += [f"- {kind}: `{p.file}`: {p.why}" for p in module.PATCHES if p.kind == kind]
+    extra = [p for d in getattr(module, "DIAGNOSTICS", {}).values() for p in d.patches]
+    lines += [f"- {p.kind}, diagnostics only: `{p.file}`: {p.why}" for p in extra]
+    return [*lines, ""] if module.PATCHES or extra else [*lines[:-1], "- none", ""]
 
-Each row trains one method on the same samples through its authors' code (or the standard framework that
-published it) and through cl-bench: the harness (scripts/parity/) builds cl-bench's split for the seed, writes it in
-the reference's own input format, runs the reference from a patched copy of a checkout at the pinned commit, then
-runs `cl-bench train` with the row's overrides. RA is the average accuracy after the last task (points); values
-are mean ± sample sd over seeds; the difference is cl-bench minus the reference with Welch's 95% interval. Both
-sides run on one CPU thread. † marks a row more than 1 point apart or whose interval excludes 0: its cause is
-named under its reference below.
 
-Generated by `scripts/parity/summary.py` from docs/parity.json (every run's record); the cl-bench runs were made
-at commit {commit}.
+HEADER = """# Parity with reference implementations
+
+Each row trains one method on the same samples through a reference implementation and through cl-bench: the
+harness (scripts/parity/) builds cl-bench's split for the seed, writes it in the reference's own input format,
+runs the reference from a patched copy of a checkout at the pinned commit, then runs `cl-bench train` with the
+row's overrides. RA is the average accuracy after the last task, in points. Both sides run on one CPU thread.
+
+- **The difference is paired**: the same seed writes the same split for both sides, so the row's difference is
+  the mean of the seeds' differences (cl-bench − reference), with Student's 95% interval on n − 1 degrees of
+  freedom. The per-side columns are mean ± sample sd.
+- **The verdict is an equivalence test** at a margin of ±{margin:g} point (TOST): *equivalent* when the 90%
+  interval lies inside ±{margin:g}; *different* when the 95% interval lies wholly outside it; *undetermined*
+  otherwise (n too small to tell). A noisy row is undetermined, never equivalent by default.
+- **Seed counts are fixed before the runs** (scripts/parity/plans.py): from the paired sd of a pilot, the fresh
+  seeds (from {first}) that give the test 80% power, capped at {hours:g} CPU-hours a row. A verdict in bold rests on
+  a plan run in full; "pilot only" rests on the pilot, and "extended after a look" marks a pilot that grew seed by
+  seed while its row looked far off (its interval is not a 95% interval). Pilots are reported apart under each row.
+- **Provenance**: each record carries the cl-bench commit and whether its tree was dirty, the reference's commit,
+  Python, numpy and torch on its side, the CPU, the threads and the date; the Records column flags what lacks them
+  (records made before they existed) or was made from a dirty tree.
+- **Sections** say what the reference is: the method's authors' code, a published implementation by others, an
+  independent re-implementation, or not the same algorithm (two codes that differ by design, shown with what
+  differs). Each patch to a reference is classed: environment, data I/O, architecture or control flow/learning.
+- **Diagnostics** (runs that test a cause: another option, another stem) are records too, in docs/parity.json's
+  second section, and are rendered under their row.
+
+Generated by `scripts/parity/summary.py` from docs/parity.json ({runs} runs, {diagnostics} diagnostic runs, made
+at {commits} cl-bench commits: each record names its own).
 """
 
 
 def document(modules: list, records: list[dict]) -> str:
-    commits = sorted({r["commit"][:12] for r in records if r["side"] == "cl-bench"}) or ["(none yet)"]
-    lines = [HEADER.format(commit=", ".join(f"`{c}`" for c in commits)), *table(modules, records), ""]
+    split = sections(records)
+    commits = {r["commit"] for r in records if r["side"] == "cl-bench"}
+    lines = [HEADER.format(margin=plans.MARGIN, first=plans.FIRST_SEED, hours=plans.CPU_HOURS,
+                           runs=len(split["runs"]), diagnostics=len(split["diagnostics"]), commits=len(commits)),
+             *tables(modules, records)]
     for module in modules:
-        lines += section(module)
+        lines += section(module, records)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def modules() -> list:
+    return [importlib.import_module(f"parity.{name}") for name in REFERENCES]
 
 
 def main() -> None:
@@ -147,10 +287,9 @@ def main() -> None:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "parity.md")
     args = parser.parse_args()
     records = merged(args.records, args.json)
-    modules = [importlib.import_module(f"parity.{name}") for name in REFERENCES]
-    args.json.write_text(json.dumps(records, indent=1) + "\n")
-    args.doc.write_text(document(modules, records))
-    print(f"{args.doc}: {len(records)} runs")
+    args.json.write_text(json.dumps(sections(records), indent=1) + "\n")
+    args.doc.write_text(document(modules(), records))
+    print(f"{args.doc}: {len(records)} records")
 
 
 if __name__ == "__main__":
