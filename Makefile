@@ -57,7 +57,7 @@ SEEDS ?= 0,1,2
 REPRO := outputs/sweeps
 QUIET := logger=none checkpoint.enabled=false seed=$(SEEDS)
 
-.PHONY: need-data repro-baselines repro-cpg repro-gated repro-gated-cpu repro-nccl repro-nccl-mnist repro-nccl-cifar repro-smoke
+.PHONY: need-data repro-baselines repro-cpg repro-gated repro-gated-cpu repro-nccl repro-nccl-mnist repro-nccl-cifar repro-nccl-calibration repro-smoke
 
 # The DER paper's S-MNIST and P-MNIST (setting/mammoth_*.yaml): each method with Mammoth's best arguments per
 # buffer size; the methods the paper did not run with their own settings there (setting/<method>_<dataset>.yaml).
@@ -140,6 +140,14 @@ repro-nccl: repro-nccl-mnist repro-nccl-cifar  ## NCCL against La-MAML, C-MAML, 
 LA_ROT := dataset=rotated_mnist $(NCCL_SIZE) $(QUIET) $(ARGS)
 LA_PERM := dataset=permuted_mnist $(NCCL_SIZE) $(QUIET) $(ARGS)
 LA_MANY := dataset=permuted_mnist_many $(NCCL_MANY_SIZE) $(QUIET) $(ARGS)
+
+# NCCL's calibration measured on the full GEM streams (1,000 samples a task, every test image), 5 seeds, the
+# outer objective x beta of grid=nccl_calibration (REPRODUCING.md has the plan and the figures).
+NCCL_FULL := dataset.samples_per_task=1000 dataset.test_samples_per_task=null logger=none checkpoint.enabled=false
+repro-nccl-calibration: $(VENV_STAMP)  ## NCCL as is, with its calibration frozen, and under the paper's Eq. 5 (CPU: about an hour)
+	$(CL) train -m method=nccl dataset=rotated_mnist,permuted_mnist grid=nccl_calibration seed=0,1,2,3,4 $(NCCL_FULL) \
+	    $(ARGS) hydra.sweep.dir=$(RN)/calibration
+	$(CL) report $(RN)/calibration
 
 repro-nccl-mnist: $(VENV_STAMP)  ## La-MAML's MNIST rotations, permutations and many permutations (CPU-sized: see REPRODUCING.md)
 	$(CL) train -m method=nccl,lamaml,er,agem,finetune $(LA_ROT) hydra.sweep.dir=$(RN)/rotations/own

@@ -208,6 +208,10 @@ def test_nccl_calibration_that_cannot_move(tmp_path):
     assert tripped(inert)["nccl.calibration_inert"] == [1]
     moving = train(tmp_path / "moving", "method=nccl", *ONLINE)
     assert "nccl.calibration_inert" not in tripped(moving)
+    # metrics.json says how far the calibration moved in each task: nowhere in task 0 (no outer step), past the
+    # check's threshold in the moving run's task 1, not in the inert run's
+    assert moving["capacity"]["calibration_moved"][0] == 0 and moving["capacity"]["calibration_moved"][1] > 1e-6
+    assert inert["capacity"]["calibration_moved"][1] <= 1e-6
 
 
 @pytest.mark.slow

@@ -101,20 +101,23 @@ class NCCL(OnlineMethod):
         calibrated.convert(self.heads, cfg.fcm_form)
         self.layers = calibrated.layers(self)
         self.base_params, self.calibration_params = calibrated.split_parameters(self)
+        # Per task, the largest relative change of any calibration entry over it: how far the calibration moved
+        # (metrics.json's capacity and the calibration_inert check read it; a buffer, so a resumed run keeps it).
+        self.register_buffer("calibration_moved", torch.zeros(info.num_tasks, dtype=torch.float64))
 
     def train_task(self, task):
         start = [p.detach().clone() for p in self.calibration_params]
         super().train_task(task)
-        with torch.no_grad():  # one host sync per task
-            self.calibration_change = max(float(((p - s).abs() / s.abs().clamp(min=1e-12)).max())
-                                          for p, s in zip(self.calibration_params, start))
+        with torch.no_grad():
+            self.calibration_moved[task.id] = torch.stack([((p - s).abs() / s.abs().clamp(min=1e-12)).max()
+                                                           for p, s in zip(self.calibration_params, start)]).max()
 
     def health(self, task):
         found = super().health(task)
-        if task.id > 0 and self.calibration_change <= INERT_CHANGE:  # task 0 has no outer step
+        moved = float(self.calibration_moved[task.id])  # one host sync per task
+        if task.id > 0 and moved <= INERT_CHANGE:  # task 0 has no outer step
             found.append(self.calibration_inert.found(
-                task.id, f"the largest relative change of a calibration parameter over the task was "
-                         f"{self.calibration_change:.2e}"))
+                task.id, f"the largest relative change of a calibration parameter over the task was {moved:.2e}"))
         return found
 
     def observe(self, batch, task, store):
@@ -184,7 +187,8 @@ class NCCL(OnlineMethod):
         return "paper objective" if self.cfg.outer_objective == "paper" else None
 
     def capacity(self):
-        return {**super().capacity(), "calibration_params": sum(p.numel() for p in self.calibration_params)}
+        return {**super().capacity(), "calibration_params": sum(p.numel() for p in self.calibration_params),
+                "calibration_moved": self.calibration_moved.tolist()}
 
 
 def fisher(weight_grad: torch.Tensor, psi: torch.Tensor) -> torch.Tensor:
