@@ -8,8 +8,10 @@ published. cgate reads CIFAR-10 with torchvision and holds out a stratified 10% 
 cifar-10-batches-py files holding cl-bench's training, validation and test samples, plus the list of the rows that
 are cl-bench's validation split, so that both sides train, select (freeze kernels) and test on the same images.
 
-    .venv/bin/python scripts/parity/cgate.py --ref /path/to/cgate --rows gated_task --seeds 0 \\
+    .venv/bin/python scripts/parity/cgate.py --ref /path/to/cgate --rows gated_task [--pilot | --diagnostic NAME] \\
         --data-root /path/to/data --python /path/to/venv/bin/python
+
+(the row's seed plan, scripts/parity/plans.py, unless --pilot or --diagnostic says otherwise).
 """
 from __future__ import annotations
 

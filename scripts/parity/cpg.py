@@ -13,7 +13,9 @@ The reference runs from its experiment1/ shell scripts' sequence of processes, r
 (pick and train, restarting wider on exit 2), gradual pruning through the targets (until exit 6), the choosing
 tool, for CPG the picking refit and its tool; then inference of every task learned so far.
 
-  python scripts/parity/cpg.py --ref ~/src/CPG --rows cpg --seeds 0 --data-root DIR --python REF_VENV/bin/python
+  python scripts/parity/cpg.py --ref ~/src/CPG --rows cpg [--pilot] --data-root DIR --python REF_VENV/bin/python
+
+runs the row's seed plan (scripts/parity/plans.py), or its pilot's seeds with --pilot.
 """
 from __future__ import annotations
 

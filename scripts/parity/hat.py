@@ -1,6 +1,6 @@
 """Parity of cl-bench's HAT with the authors' code (joansj/hat): MNIST in the task scenario, src/run.py's mlp_hat.
 
-    python scripts/parity/hat.py --ref DIR --data-root ROOT --python PY [--rows hat_mnist2] [--seeds 0]
+    python scripts/parity/hat.py --ref DIR --data-root ROOT --python PY [--rows hat_mnist2] [--pilot]
 
 The reference is written for PyTorch 0.2/0.3 and a GPU. Its copy gets a few patches (PATCHES): .cuda() becomes a
 no-op so that it runs on the CPU, its evaluation runs under no_grad (what volatile=True meant), and its MNIST

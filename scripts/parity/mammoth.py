@@ -7,7 +7,8 @@ is the union of cl-bench's training splits (the held-out validation samples excl
 the test splits, labelled with the original digits. seq-mnist cuts tasks by digit (0/1, 2/3, ...), which is
 cl-bench's natural class order, so task t is the same samples on both sides.
 
-`python scripts/parity/mammoth.py --ref DIR --data-root ROOT --python INTERPRETER [--rows er_200] [--seeds 0]`
+`python scripts/parity/mammoth.py --ref DIR --data-root ROOT --python INTERPRETER [--rows er_200] [--pilot]`
+(each row's seed plan, scripts/parity/plans.py; `--diagnostic NAME` runs one of DIAGNOSTICS below).
 """
 from __future__ import annotations
 
