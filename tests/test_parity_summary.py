@@ -142,7 +142,7 @@ def test_a_plan_run_in_full_gives_the_verdict_and_the_pilot_is_reported_apart(to
     text = summary.document([toy], pilot_records() + plan)
     line = row_line(text)
     assert "+0.10 [+0.10, +0.10]" in line and "**equivalent**" in line and "plan 4, capped" in line
-    assert "4 run" in line and "| complete |" in line
+    assert "4 run" in line and "| complete; reference torch x; cl-bench torch x |" in line
     assert "Pilot, seeds 0-2 (extended after a look: not a 95% interval)" in text
     assert "paired -9.67 [-11.10, -8.23]" in text
     partial = row_line(summary.document([toy], pilot_records() + plan[:-2]))

@@ -133,9 +133,13 @@ def fmt_seconds(figures: dict) -> str:
 
 
 def fmt_provenance(records: list[dict]) -> str:
+    """The Records cell: what lacks provenance or came from a dirty tree, and the torch each side ran on."""
     missing, dirty = unproven(records)
     flags = [f"{missing} without provenance"] * bool(missing) + [f"{dirty} from a dirty tree"] * bool(dirty)
-    return "; ".join(flags) or "complete"
+    torches = [f"{side} torch {', '.join(found)}" for side in SIDES
+               if (found := sorted({r["provenance"]["torch"] for r in records
+                                    if r["side"] == side and "torch" in r.get("provenance", {})}))]
+    return "; ".join(flags or ["complete"]) + "".join(f"; {t}" for t in torches)
 
 
 # --- the document -------------------------------------------------------------------------------------------------
@@ -253,7 +257,8 @@ row's overrides. RA is the average accuracy after the last task, in points. Both
   seed while its row looked far off (its interval is not a 95% interval). Pilots are reported apart under each row.
 - **Provenance**: each record carries the cl-bench commit and whether its tree was dirty, the reference's commit,
   Python, numpy and torch on its side, the CPU, the threads and the date; the Records column flags what lacks them
-  (records made before they existed) or was made from a dirty tree.
+  (records made before they existed: which torch those ran on is not known) or was made from a dirty tree, and
+  names the torch each side ran on where recorded.
 - **Sections** say what the reference is: the method's authors' code, a published implementation by others, an
   independent re-implementation, or not the same algorithm (two codes that differ by design, shown with what
   differs). Each patch to a reference is classed: environment, data I/O, architecture or control flow/learning.
