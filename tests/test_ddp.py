@@ -217,3 +217,87 @@ def test_two_nodes_through_torchrun_rendezvous_match_one_process(tmp_path):
     two = json.loads((tmp_path / "nodes" / "metrics.json").read_text())
     assert two["ran_on"]["launcher"] == "torchrun" and two["ran_on"]["world_size"] == 2
     assert_close_runs(two, single, 0.02, 0.06)
+
+
+# Each rank of a hardware=ddp run, in a process of torchrun's: the command line as `cl-bench` runs it, then a digest
+# of every tensor of the method's state (and its capacity report) in a file named by rank.
+RANK_STATE = '''
+import hashlib, json, os, sys
+from cl_bench import cli, methods
+built, build = [], methods.build
+methods.build = lambda *args: built.append(build(*args)) or built[-1]
+code = cli.main(sys.argv[2:])
+state = {k: [list(v.shape), str(v.dtype), hashlib.sha256(v.detach().cpu().contiguous().numpy().tobytes()).hexdigest()]
+         for k, v in built[-1].state_dict().items()}
+out = {"code": code, "state": state, "capacity": built[-1].capacity()}
+with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w") as f:
+    json.dump(out, f)
+'''
+
+# Tiny runs (2 tasks of split_digits, one epoch per phase) in which every decision a method makes from data is
+# taken: CPG grows when its goal model's measured accuracy is not met (train_acc_bar=0 keeps growth to the goal),
+# compacts and refits on selection accuracy; gated freezes kernels by their relevance on validation data; ER's
+# memory. An evaluation batch of 8 spreads each measurement over both ranks; 165 training samples end each epoch
+# on a batch of 5, shards of 3 and 2, so the ranks' own random streams (gate noise) are drawn from apart.
+TINY = ["dataset.num_tasks=2", "dataset.samples_per_task=165", "dataset.val_samples_per_task=40",
+        "method.batch_size=32", "data.eval_batch_size=8", "method.epochs=1", "logger=none", "checkpoint.enabled=false"]
+CPG = ["method.prune_epochs=1", "method.prune_ramp_epochs=1", "method.retrain_epochs=2", "method.train_acc_bar=0",
+       "method.prune_frequency=1", "method.prune_targets=[0.3,0.6]", "method.lr=0.002"]
+AGREEMENT_RUNS = {
+    "cpg": ["method=cpg", *CPG],
+    "pae": ["method=cpg", "method.picking=false", *CPG],
+    "packnet": ["method=packnet", "method.retrain_epochs=1"],
+    "gated_task": ["method=gated", "scenario=task"],
+    "gated_class": ["method=gated", "scenario=class", "method.memory_size=40"],
+    "er_class": ["method=er", "scenario=class", "method.memory_size=40"],
+}
+
+
+@pytest.fixture(scope="module")
+def rank_states(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
+    """Every run of AGREEMENT_RUNS under 2-rank torchrun (gloo): each rank's digest of its method's state."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    root = tmp_path_factory.mktemp("agreement")
+    script = root / "rank_state.py"
+    script.write_text(RANK_STATE)
+    states = {}
+    for name, overrides in AGREEMENT_RUNS.items():
+        out = root / name
+        out.mkdir()
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script),
+                               str(out), "train", "hardware=ddp", *TINY, *overrides, f"hydra.run.dir={out / 'run'}"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (name, proc.stderr[-3000:])
+        states[name] = tuple(json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1))
+    return states
+
+
+@pytest.mark.parametrize("name", AGREEMENT_RUNS)
+def test_every_rank_ends_with_the_same_state(rank_states, name):
+    """The ranks decide from the same numbers (accuracies and relevance summed over the ranks, the goal models'
+    gradients averaged), so they take the same phases and end with the same masks, gates, memories and weights,
+    bit for bit."""
+    zero, one = rank_states[name]
+    assert zero["code"] == one["code"] == 0
+    differing = sorted(k for k in zero["state"] if zero["state"][k] != one["state"].get(k))
+    assert differing == [] and zero["state"].keys() == one["state"].keys(), differing[:10]
+    assert zero["capacity"] == one["capacity"]
+
+
+def test_cpg_grew_and_compacted_alike_on_both_ranks(rank_states):
+    """The case the ranks used to split on: CPG's first task misses its measured goal and grows; each task keeps
+    a sparsity chosen by selection accuracy."""
+    for name in ("cpg", "pae"):
+        capacity = rank_states[name][0]["capacity"]
+        assert capacity["param_multiplier"] > 1, name
+        assert all(0 < g < 1 for g in capacity["goal_per_task"]), name  # measured goals, not fixed ones
+        assert any(s > 0 for s in capacity["sparsity_per_task"]), name
+
+
+@pytest.mark.parametrize("name", AGREEMENT_RUNS)
+def test_the_runs_that_agree_are_the_declared_ddp_methods(name):
+    """What the agreement runs cover is what the methods declare (Method.distributed_scenarios, which
+    hardware=ddp checks before training)."""
+    overrides = dict(o.split("=", 1) for o in AGREEMENT_RUNS[name] if o.startswith(("method=", "scenario=")))
+    method = methods.get(overrides["method"])
+    assert overrides.get("scenario", "task") in method.distributed_scenarios

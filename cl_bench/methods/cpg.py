@@ -30,6 +30,7 @@ from ..checks import Choice
 from ..errors import UserError
 from ..health import Check
 from ..nn import masked
+from . import parallel
 from .base import reset_parameters
 from .masking import PICKS_ALL, PICKS_NONE, MaskedMethod, PickingConfig, init_head
 
@@ -207,7 +208,8 @@ class CPG(MaskedMethod):
         return self.cfg.picking and task_id > 0
 
     def train_measured(self, task, epochs: int, lr: float, **kwargs) -> float:
-        """train_weights, returning the last epoch's training accuracy (counted on the device, read once)."""
+        """train_weights, returning the last epoch's training accuracy (counted on the device, read once; over
+        every rank's shard when data-parallel)."""
         hits, seen = torch.zeros((), dtype=torch.long, device=self.ctx.device), 0
         last = (self.phase_epochs(epochs) - 1) * self.steps_per_epoch(task.train)
 
@@ -221,7 +223,7 @@ class CPG(MaskedMethod):
             return F.cross_entropy(logits, target)
 
         yield from self.train_weights(task, epochs, lr, loss_fn=loss, **kwargs)
-        return int(hits) / max(seen, 1)
+        return parallel.all_ranks_fraction(hits, seen)
 
     def pick_and_train(self, task) -> tuple[float, float]:
         """(selection accuracy, last epoch's training accuracy)."""
@@ -435,8 +437,8 @@ class CPG(MaskedMethod):
         params = list(model.parameters())
         with self.phase_named("goal"):
             yield from self.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)),
-                                params=params, optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0),
-                                after_backward=decay)
+                                params=params, model=model,  # data-parallel: its gradients averaged too
+                                optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0), after_backward=decay)
         model.eval()
         return self.accuracy(task.val, task.id, model), net
 

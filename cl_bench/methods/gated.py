@@ -43,6 +43,7 @@ from ..checks import Choice
 from ..data.scenarios import Split
 from ..health import MEMORY_CLASSES, Check
 from ..nn import gated
+from . import parallel
 from .base import Method, MethodConfig, Optimizer
 from .heads import Heads
 from .memory import Memory
@@ -142,7 +143,9 @@ class Gated(Method):
     name = "gated"
     scenarios = frozenset({"task", "class"})
     needs = frozenset({Capability.conv_bn})  # a gate per conv and a batch norm per task behind it (nn/gated.py)
-    distributed_scenarios = frozenset({"task"})  # the class scenario's task classifier replays a memory
+    # Every phase is a fit(); the class scenario's rehearsal draws are made alike on every rank and sharded, and
+    # relevance (which kernels freeze) is counted over every rank's share of the validation batches.
+    distributed_scenarios = frozenset({"task", "class"})
     Config = GatedConfig
     path_closed = Check("gated.path_closed", "a task's gates fire for no kernel of some unit: its path is cut there",
                         "lower method.sparsity (the gates' L1 weight) or start it later "
@@ -251,7 +254,8 @@ class Gated(Method):
         task counts alike (the current batch 1/(t+1))."""
         raw, _, t_memory = self.memory.sample_uniform_tasks(self.cfg.replay_batch_size or self.cfg.batch_size,
                                                             self.ctx.generator)
-        x = torch.cat([batch.x, self.info.view.train(raw, self.ctx.generator, t_memory)])
+        raw, t_memory = self.shard(raw, t_memory)  # data-parallel: this rank's rows of the draw all ranks make
+        x = torch.cat([batch.x, self.augment(raw, t_memory)])
         # The current path on both batches alike (task_loss_norm, default: its running statistics, as evaluation):
         # were the current batch on its batch statistics and the memory not, the classifier could tell the tasks
         # apart by that alone, and at evaluation, where every sample is on running statistics, name no sample the
@@ -299,20 +303,24 @@ class Gated(Method):
         for layer, relevance in zip(self.layers, self._firing(data, task.id)):
             layer.freeze(relevance, self.cfg.freeze_threshold, task.id)
             layer.reinit_unfrozen()
+            parallel.same_draw(layer.kernel_params())
         self.active[task.id] = torch.stack([f.sum() for f in self._firing(data, task.id)])
 
     @torch.no_grad()
     def _firing(self, data: Split, task_id: int) -> list[torch.Tensor]:
-        """Per unit, the fraction of samples for which each kernel's gate fires on task_id's path."""
+        """Per unit, the fraction of samples for which each kernel's gate fires on task_id's path (data-parallel:
+        each rank counts its share of the batches, and the counts are summed, so every rank freezes alike)."""
         self.eval()
         gated.route(self.routed, [task_id])
-        counts = [torch.zeros(layer.out_channels, device=self.ctx.device) for layer in self.layers]
-        for raw, _, t in data.batches(self.ctx.eval_batch_size):
+        sizes = [layer.out_channels for layer in self.layers]
+        counts = torch.zeros(sum(sizes) + 1, device=self.ctx.device)  # every unit's kernels, then the samples
+        for raw, _, t in parallel.own_batches(data.batches(self.ctx.eval_batch_size)):
             with self.ctx.autocast():
                 self.backbone(self.info.view.eval(raw, t))
-            for count, layer in zip(counts, self.layers):
-                count += layer.last_gates.sum(0).float()
-        return [count / len(data) for count in counts]
+            counts[:-1] += torch.cat([layer.last_gates.sum(0).float() for layer in self.layers])
+            counts[-1] += raw.shape[0]
+        counts = parallel.all_ranks_sum(counts)
+        return list((counts[:-1] / counts[-1]).split(sizes))
 
     # --- class scenario: the task classifier fitted after the task (task_classifier_fit=after_task) ---------
     def _fit_task_classifier(self, task, epochs: int):

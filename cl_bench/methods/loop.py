@@ -36,6 +36,8 @@ class LoopOptions:
 
     data: Split | None = None  # what the phase trains on (the task's training split)
     params: list | None = None  # what the optimiser steps (every parameter that requires a gradient)
+    model: torch.nn.Module | None = None  # a module outside the method that params belong to (CPG's goal models):
+    # data-parallel, it is wrapped with the method, its gradients averaged and its batch norms too
     epochs: int | None = None  # (method.epochs)
     optimizer: torch.optim.Optimizer | None = None  # (make_optimizer(params))
     after_backward: Callable[[], None] | None = None  # after each backward pass, before the step (masks, clipping)
@@ -113,7 +115,7 @@ class EpochLoop:
                 return
             first_epoch = self._resume_at.restore(self, opt, sched, side_optimizers)
             self._resume_at = None
-        objective = parallel.objective(self, loss_fn)
+        objective = parallel.objective(self, loss_fn, params, options.model)
         for epoch in range(first_epoch, epochs):
             self.train()
             parallel.seed_shard_augmentation(self.ctx, task.id, phase, epoch)
@@ -126,7 +128,9 @@ class EpochLoop:
             if after_epoch is not None and after_epoch(epoch):
                 break
         if self.ctx.world_size > 1:
-            parallel.average_batch_norm_statistics(self)
+            for module in (self, options.model):
+                if module is not None:
+                    parallel.average_batch_norm_statistics(module)
 
     def _epoch(self, data: Split, objective, opt, first_step: int, glances: int, after_backward, after_step):
         """One epoch's steps; the summed loss, the first step with a non-finite loss (-1: none) and the steps

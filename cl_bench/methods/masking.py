@@ -12,6 +12,7 @@ import torch
 from ..checks import Choice
 from ..health import Check, Finding
 from ..nn import masked
+from . import parallel
 from .base import DecayOn, Method, MethodConfig
 
 
@@ -190,15 +191,20 @@ class MaskedMethod(Method):
     # --- model selection ------------------------------------------------------------------------------------
     @torch.no_grad()
     def accuracy(self, split, task_id: int, model=None) -> float:
-        """Accuracy on split (validation data) of this method for task_id, or of another model of the task."""
+        """Accuracy on split (validation data) of this method for task_id, or of another model of the task.
+        Data-parallel, each rank measures its share of the batches and the counts are summed: every rank decides
+        on the same figure."""
         self.eval()
+        parallel.agree_batch_norms(self if model is None else model)
         model = model or (lambda x: self(x, task_id))
         correct = torch.zeros((), dtype=torch.long, device=self.ctx.device)
-        for raw, y, t in split.batches(self.ctx.eval_batch_size):
+        seen = 0
+        for raw, y, t in parallel.own_batches(split.batches(self.ctx.eval_batch_size)):
             with self.ctx.autocast():
                 logits = model(self.info.view.eval(raw, t))
             correct += (logits.argmax(1) == self.targets(y, task_id)).sum()
-        return int(correct) / max(len(split), 1)
+            seen += y.shape[0]
+        return parallel.all_ranks_fraction(correct, seen)
 
     def snapshot(self) -> dict:
         """Everything training the current task may change (earlier tasks' picking masks cannot change)."""
