@@ -154,7 +154,8 @@ class CPG(MaskedMethod):
     no_own_weights = Check("cpg.no_own_weights", "a task owns no weight, or next to none: the tasks before it left "
                                                  "none free and growth had reached method.max_multiplier", COMPACTING)
     hoarded = Check("cpg.hoarded", "a task kept every weight it claimed with tasks to come: compacting released "
-                                   "nothing", COMPACTING)
+                                   "nothing", f"{COMPACTING}; or give the pruning ramp a step at "
+                                              "method.prune_frequency (a lower one, or more method.prune_ramp_epochs)")
     exhausted = Check("cpg.exhausted", "no weight is left free, nor growth, for the tasks to come", COMPACTING)
     refit_worse = Check("cpg.refit_worse", "the picking refit kept a mask worse than the compacted model it "
                                            "replaced", "method.refit_baseline=compacted keeps only a refit that "
@@ -172,6 +173,8 @@ class CPG(MaskedMethod):
         self.compacting_stop: tuple[float, float] | None = None
         self.compacting_criterion: float | None = None
         self.refit_kept: tuple[float, float] | None = None  # (refit's kept accuracy, the compacted one), when below
+        self.ramp_short: int | None = None  # the current task's last ramp step, when its ramp releases nothing
+        self.ramp_warned = False  # that warning is said once a run
         # Growth's target: the shared widths are their initial ones times its square root.
         self.register_buffer("param_multiplier", torch.ones((), dtype=torch.float64))
         self.register_buffer("goal", torch.zeros(info.num_tasks))  # the validation accuracy each task aimed at
@@ -192,6 +195,7 @@ class CPG(MaskedMethod):
         if len(task.val) == 0:
             raise UserError("cpg selects models on validation data: set data.val_fraction above 0, or "
                             "method.protocol=official to select on the test split as the official code does")
+        self.ramp_short = self.short_ramp(task)
         goal = yield from self.task_goal(task)
         self.compacting_stop = self.compacting_criterion = self.refit_kept = None
         self.begin_task(task.id)
@@ -267,22 +271,22 @@ class CPG(MaskedMethod):
                 self.compacting_stop = (target, train_acc)
                 break
             acc = self.accuracy(task.val, task.id)
-            log.info(f"task {task.id}: sparsity {target}: selection acc {acc:.4f}, train acc {train_acc:.4f}")
+            log.info(f"task {task.id}: sparsity {target}: reached {masked.released_share(self.layers, task.id):.4f}, "
+                     f"selection acc {acc:.4f}, train acc {train_acc:.4f}")
             if exhausted or acc >= criterion:
                 chosen, chosen_acc, kept = self.snapshot(), acc, target
         self.restore(chosen)
         self.compacting_criterion = None if exhausted else criterion
         why = f"growth ran out short of the goal: up to {must}" if exhausted else f"criterion {criterion:.4f}"
-        log.info(f"task {task.id}: keeps sparsity {kept} ({why})")
+        reached = masked.released_share(self.layers, task.id)  # what the masks hold, not the target's name
+        log.info(f"task {task.id}: keeps sparsity {reached:.4f} (target {kept}; {why})")
         return chosen_acc
 
     def gradual_prune(self, task, initial: float, target: float) -> float:
         """Retrain for prune_epochs (no lr drops), releasing weights every prune_frequency steps on the cubic
         ramp from the initial to the target sparsity (method.prune_timing: when, and when they turn 0); returns
         the last epoch's training accuracy."""
-        # The ramp within the phase as it runs (debug=shape cuts it to one batch: it then prunes at once).
-        ramp = min(self.cfg.prune_ramp_epochs, self.phase_epochs(self.cfg.prune_epochs))
-        end = ramp * self.steps_per_epoch(task.train)
+        end = self.ramp_steps(task)
         if end == 0:  # no ramp: prune to the target at once, then retrain
             self.release(task.id, target)
         # debug=shape's ramp of one batch never reaches the official grid (step k = 0): it prunes at once there
@@ -318,6 +322,32 @@ class CPG(MaskedMethod):
             self.release(task.id, cubic_sparsity(step, 0, end, initial, target))
         for layer in self.layers:  # momentum would move released weights off zero
             layer.zero_released()
+
+    def ramp_steps(self, task) -> int:
+        """The steps of the cubic ramp within a compacting phase as it runs (debug=shape cuts it to one batch)."""
+        ramp = min(self.cfg.prune_ramp_epochs, self.phase_epochs(self.cfg.prune_epochs))
+        return ramp * self.steps_per_epoch(task.train)
+
+    def short_ramp(self, task) -> int | None:
+        """prune_timing=official updates the masks after ramp step k (0-based, k <= the ramp's steps and below the
+        phase's) only where k is a multiple of prune_frequency: with none such, compacting releases nothing and every
+        sparsity target is a name only. Said in one line before the task trains (the steps need the task's data),
+        once a run; returns the last step an update could follow then, None when the ramp releases."""
+        per_epoch, every = self.steps_per_epoch(task.train), self.cfg.prune_frequency
+        end, phase = self.ramp_steps(task), self.phase_epochs(self.cfg.prune_epochs) * per_epoch
+        last = min(end, phase - 1)
+        if self.cfg.prune_timing != "official" or self.ctx.shape is not None or end == 0 or last >= every:
+            return None
+        if not self.ramp_warned:
+            self.ramp_warned = True
+            ramp, epochs = -(-every // per_epoch), -(-(every + 1) // per_epoch)
+            frequency = f"method.prune_frequency={last} or less, or " if last >= 1 else ""
+            self.ctx.recorder.warning(
+                f"task {task.id}: CPG's pruning ramp can update the masks after steps 1 to {last} of a compacting "
+                f"phase ({per_epoch} batches an epoch), none a multiple of method.prune_frequency={every}, so it "
+                f"releases no weight: set {frequency}method.prune_ramp_epochs={ramp} or more and "
+                f"method.prune_epochs={max(ramp, epochs)} or more")
+        return last
 
     def refit_picking(self, task, acc: float) -> float:
         """Step 4 (the official --finetune_again): restart the picking mask at mask_init and train it with the
@@ -357,6 +387,9 @@ class CPG(MaskedMethod):
         return found
 
     def why_hoarded(self, task_id: int) -> str:
+        if self.ramp_short is not None:
+            return (f": its pruning ramp could update the masks after steps 1 to {self.ramp_short} only, none a "
+                    f"multiple of method.prune_frequency {self.cfg.prune_frequency}, so it released no weight")
         if self.compacting_stop is not None and self.compacting_stop[0] == self.cfg.prune_targets[0]:
             target, train_acc = self.compacting_stop
             return (f": compacting stopped at its first sparsity {target}, the training accuracy {train_acc:.4f} not "

@@ -365,6 +365,14 @@ def _padded(x: torch.Tensor, shape, fill) -> torch.Tensor:
 
 
 # --- whole networks ---------------------------------------------------------------------------------------
+def released_share(layers: list[MaskedLayer], task_id: int) -> float:
+    """The sparsity task_id's masks reach: the share of the weights it claimed (its own, and the free ones, which it
+    claimed and released: every free weight while it is learned) that are free, whatever a schedule aimed at."""
+    owned = sum(int(layer.trainable(task_id).sum()) for layer in layers)
+    free = sum(int((layer.owner == 0).sum()) for layer in layers)
+    return free / (owned + free) if owned + free else 0.0
+
+
 def convert(module: nn.Module, num_tasks: int, picking: tuple[float, float] | None = None,
             official_init: bool = False) -> nn.Module:
     """Swap, in place, every Conv2d / Linear for its masked twin and every batch norm for a TaskBatchNorm.
