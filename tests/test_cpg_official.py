@@ -163,8 +163,9 @@ def test_the_goal_model_decays_conv_and_linear_weights_only(monkeypatch):
     cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]")
     method = make()
     captured = {}
-    monkeypatch.setattr(method, "fit", lambda task, loss, params, optimizer, after_backward: phase_returning(
-        captured.update(params=params, decay=after_backward, weight_decay=optimizer.param_groups[0]["weight_decay"])))
+    monkeypatch.setattr(method, "fit", lambda task, loss, params, optimizer, after_backward, model: phase_returning(
+        captured.update(params=params, decay=after_backward, weight_decay=optimizer.param_groups[0]["weight_decay"],
+                        model=model)))
     monkeypatch.setattr(method, "accuracy", lambda *a, **k: 0.5)
     run_phases(method.goal_model(tasks[0]))
     params = captured["params"]
@@ -175,6 +176,9 @@ def test_the_goal_model_decays_conv_and_linear_weights_only(monkeypatch):
     assert captured["weight_decay"] == 0.0  # none through the optimiser
     assert [tuple(p.shape) for p in decayed] == [(8, 64)]  # the hidden layer's weight; not its bias, not the head
     assert torch.allclose(decayed[0].grad, method.cfg.weight_decay * decayed[0])
+    # the goal model is handed to fit whole (under DDP it is wrapped, so its gradients are averaged): its parameters
+    # are the ones trained
+    assert [id(p) for p in captured["model"].parameters()] == [id(p) for p in params]
 
 
 def test_a_new_task_starts_from_the_batch_norms_and_biases_the_task_before_ended_with():
@@ -307,7 +311,7 @@ def goal_fits(monkeypatch, method, accuracies):
     network with a constant of its own; accuracies are handed out in turn."""
     fits, handed = [], iter(accuracies)
 
-    def fit(task, loss, params, optimizer, after_backward):
+    def fit(task, loss, params, optimizer, after_backward, model):
         net = params[0]  # the network's first weight: its starting values tell where it came from
         fits.append({"task": task.id, "lr": optimizer.param_groups[0]["lr"], "start": net.detach().clone()})
         with torch.no_grad():
