@@ -307,3 +307,26 @@ def test_the_printed_table_keeps_to_the_columns_that_differ_and_wide_shows_all(t
     wide = cl_bench("report", str(tmp_path), "--no-plots", "--wide")
     header = next(line for line in wide.stdout.splitlines() if "RA %" in line)
     assert all(column in header for column in ("dataset", "backbone", "forgetting", "params", "time_s"))
+
+
+def test_capacity_and_gate_plots_follow_what_a_run_reports_not_its_method_name(tmp_path):
+    """A run whose capacity reports growth or free fraction over tasks gets a capacity plot, one that reports the
+    kernels each layer froze gets a gate plot, whatever the method is called; a run reporting neither gets none."""
+    from cl_bench import report as report_module
+    write_run(tmp_path / "grows", "my_masks", "split_mnist", 0.8, 0, tasks=2)
+    write_run(tmp_path / "gates", "my_gates", "split_mnist", 0.7, 0, tasks=2)
+    write_run(tmp_path / "plain", "cpg", "split_mnist", 0.6, 0, tasks=2)  # a mask method's name, no such capacity
+    grows = tmp_path / "grows"
+    m = json.loads((grows / "metrics.json").read_text())
+    m["capacity"]["growth"] = 1.5
+    (grows / "metrics.json").write_text(json.dumps(m))
+    (grows / "events.jsonl").write_text("".join(json.dumps({"event": "task_end", "capacity": {"growth": g}}) + "\n"
+                                                for g in (1.0, 1.5)))
+    gates = tmp_path / "gates" / "metrics.json"
+    m = json.loads(gates.read_text())
+    m["capacity"]["frozen_fraction"] = {"conv1": 0.5, "conv2": 0.25}
+    gates.write_text(json.dumps(m))
+    report_module.report([tmp_path], plots=True)
+    made = {p.name for p in (tmp_path / "plots").glob("*.png")}
+    assert {"capacity_grows.png", "gates_gates.png"} <= made
+    assert not {name for name in made if name.startswith(("capacity_", "gates_")) and "plain" in name}
