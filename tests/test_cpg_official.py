@@ -289,9 +289,9 @@ def test_the_capacity_report_counts_weights_as_the_paper_does():
     assert cap["in_use_over_initial"] == round(10 / total, 6) and cap["params_owned_per_task"] == [6, 4]
 
 
-def test_the_pae_preset_follows_the_committed_pae_script():
+def test_the_pae_setting_follows_the_committed_pae_script():
     """experiment1/PAE_cifar100_scratch_mul_1.5.sh as committed: growth up to 2.0, no picking."""
-    method = compose_cfg("experiment=pae_cifar100_20").method
+    method = compose_cfg("method=cpg", "dataset=cifar100_20", "setting=pae_cifar100_20").method
     assert method.picking is False and method.max_multiplier == 2.0
 
 

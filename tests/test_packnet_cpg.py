@@ -214,17 +214,16 @@ def test_cli_zero_forgetting_and_resume(tmp_path, name):
     assert {k: v for k, v in resumed.items() if k not in drop} == {k: v for k, v in m.items() if k not in drop}
 
 
-@pytest.mark.parametrize("preset", ["cpg_cifar100_20", "cpg_split_digits", "packnet_split_digits",
-                                    "piggyback_split_digits"])
+@pytest.mark.parametrize("preset", ["cpg_split_digits", "packnet_split_digits", "piggyback_split_digits"])
 def test_presets_compose(preset):
     cfg = compose_cfg(f"experiment={preset}")
     assert cfg.method.name == preset.split("_")[0] and cfg.scenario == "task"
 
 
 def test_vgg_grows_across_the_conv_to_linear_boundary():
-    """The cifar100_20 preset's network (classifier body narrowed to keep the test light): growth widens every
+    """CPG's cifar100_20 setting's network (classifier body narrowed to keep the test light): growth widens every
     conv and linear layer, the last one and the later tasks' heads too, and a learned task computes as before."""
-    cfg = compose_cfg("experiment=cpg_cifar100_20", "backbone.hidden=64")
+    cfg = compose_cfg("method=cpg", "dataset=cifar100_20", "backbone.hidden=64")
     device = torch.device("cpu")
     info = scenarios.Info("cifar100_20", "task", (3, 32, 32), [list(range(5))] * 20, [5 * t for t in range(20)],
                           View((0.5,) * 3, (0.25,) * 3, True, device))
@@ -259,7 +258,7 @@ def official_vgg_weights(multiplier: float) -> int:
 
 def test_growth_to_1_5_gives_the_official_vgg16_bn_weights():
     """mul_1.5 of the official script: 1.499× the weights of VGG16-BN, every shared layer widened alike."""
-    cfg = compose_cfg("experiment=cpg_cifar100_20")
+    cfg = compose_cfg("method=cpg", "dataset=cifar100_20")
     info = scenarios.Info("cifar100_20", "task", (3, 32, 32), [list(range(5))] * 2, [0, 5],
                           View((0.5,) * 3, (0.25,) * 3, True, torch.device("cpu")))
     ctx = methods.Context(torch.device("cpu"), None, torch.Generator().manual_seed(0), recorders.Recorder())
