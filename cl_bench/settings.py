@@ -2,13 +2,21 @@
 
 A setting is a YAML file of conf/setting/ (Hydra's "specializing configuration" pattern): the defaults list picks
 `setting/<method>_<dataset>.yaml` by itself when it exists, and `setting=<name>` picks another one, for the pairs
-that more than one paper ran (gated's baselines on Split MNIST beside the DER paper's). A setting holds values
-only, since Hydra lets no interpolated config choose a group; the backbone is chosen here instead, by the
-resolver behind the defaults list's backbone entry:
+that more than one paper ran (gated's baselines on Split MNIST beside the DER paper's). Its values are merged in;
+the backbone, a group choice, is named in the files' defaults lists instead, since a value cannot choose a group:
 
-- each dataset's papers ran one backbone (DATASET_BACKBONES), the default for every method on it;
-- a setting whose paper ran another one on that dataset names it in SETTING_BACKBONES;
-- `backbone=` on the command line (or an experiment preset's override) wins over both.
+- each dataset YAML names its papers' backbone, `- optional /paper_backbone/dataset: resnet18`;
+- a setting whose paper ran another one names it, `- optional /paper_backbone/setting: gated_convnet`, and a setting
+  that includes it (`- abati_split_mnist`) inherits it; a setting that others include writes
+  `${oc.select:paper_backbone/setting,gated_convnet}`, so that one including it may name another;
+- the resolver below reads those choices: the setting's, else the dataset's, else convnet;
+- `backbone=` on the command line (or an experiment preset's override) wins over all of it.
+
+Those entries are choices of no config (`optional`, and no conf/paper_backbone/setting/ exists): Hydra records a
+choice before it looks for the file, so a setting on hydra.searchpath names a backbone as a packaged one does, and
+two settings of one chain naming the same backbone are no duplicate. conf/paper_backbone/papers.yaml, reached through
+an interpolation of the primary defaults list, holds the backbone entry: Hydra expands a config's interpolated entries
+last, later ones first, so it is expanded after the setting's and dataset's choices are known.
 
 Runs record the setting they composed (`setting` in the config, metrics.json and W&B)."""
 from pathlib import Path
@@ -16,52 +24,19 @@ from pathlib import Path
 from .errors import UserError
 
 SETTINGS = Path(__file__).resolve().parent / "conf" / "setting"
-FALLBACK_BACKBONE = "convnet"  # a dataset no paper here ran (split_digits, custom, your own)
-
-DATASET_BACKBONES = {
-    "cifar100_20": "vgg16_bn",  # CPG (Hung et al. 2019) and its PackNet/PAE rows
-    "split_cifar10": "resnet18",  # gated (Abati et al. 2020) and the DER paper's Seq-CIFAR-10
-    "split_svhn": "resnet18",  # gated
-    "split_cifar100": "resnet18_reduced",  # GEM's Split CIFAR, NCCL
-    "split_miniimagenet": "resnet18_reduced",  # NCCL
-    "split_core50": "resnet18_reduced",  # NCCL
-    "split_tinyimagenet": "resnet18",  # the DER paper's Seq-TinyImageNet
-    "split_imagenet_subset": "resnet18_imagenet",  # ImageNet-100 in LUCIR and PODNet
-    "split_mnist": "mlp",  # the DER paper's S-MNIST: MLP 2×100 (the MLP's default width)
-    "split_fashion_mnist": "mlp",
-    "permuted_mnist": "mlp",  # GEM, La-MAML, NCCL and the DER paper: MLP 2×100
-    "permuted_mnist_many": "mlp",  # MER's and La-MAML's many permutations
-    "rotated_mnist": "mlp",  # GEM, La-MAML
-}
-
-GEM_MNIST = ("rotated_mnist", "permuted_mnist", "permuted_mnist_many")
-SETTING_BACKBONES = {  # settings whose paper ran another backbone than its dataset's papers
-    # gated's 3 × 100-channel conv net, for gated and the baselines it compares with on Split MNIST
-    **{f"{m}_split_mnist": "gated_convnet" for m in ("gated", "ewc", "lwf", "hat")},
-    **{f"abati_{m}split_mnist": "gated_convnet" for m in ("", "joint_", "icarl_", "er_", "agem_")},
-    # gated's class-scenario claim at a CPU's size (make repro-gated-cpu): the conv net [32, 64, 64] for all four
-    **{f"abati_cpu_{m}_{d}": "convnet" for m in ("gated", "er", "icarl", "agem")
-       for d in ("split_mnist", "split_cifar10")},
-    # Mammoth's Xavier-initialised MLP, for the DER paper's S-MNIST and P-MNIST rows (setting/mammoth_*.yaml's pairs)
-    **{f"{m}_{d}": "mammoth_mlp" for d in ("split_mnist", "permuted_mnist")
-       for m in ("mammoth", "er", "agem", "der", "derpp", "er_ace", "gdumb", "finetune", "joint")},
-    **{f"{m}_split_mnist": "mammoth_mlp" for m in ("icarl", "bic", "lucir")},
-    # La-MAML's kaiming-initialised MLP, for the La-MAML family, NCCL and La-MAML's baselines on its MNIST benchmarks
-    **{f"{s}_{d}": "lamaml_mlp" for d in GEM_MNIST
-       for s in ("gem", "nccl", "lamaml", "cmaml", "sync", "la_er", "la_agem", "la_finetune")},
-    **{f"{m}_{d}": "lamaml_mlp" for d in ("rotated_mnist", "permuted_mnist_many") for m in ("er", "agem", "finetune")},
-    # La-MAML's BN-free conv net for its CIFAR-100 rows, single and multi pass
-    **{f"{s}_split_cifar100{p}": "pc_cnn" for p in ("", "_multipass")
-       for s in ("lamaml", "cmaml", "sync", "la_er", "la_agem")},
-    "la_split_cifar100": "pc_cnn",
-}
+SETTING_CHOICE, DATASET_CHOICE = "paper_backbone/setting", "paper_backbone/dataset"  # the groups those entries name
+FALLBACK_BACKBONE = "convnet"  # a dataset that names none (split_digits, custom, your own)
 
 
-def paper_backbone(method: str, dataset: str, setting: str | None = None) -> str:
-    """The backbone group choice for a run that names none: that of the setting chosen explicitly (setting=),
-    else of the pair's own setting, else of the dataset (setting=none: the dataset's, whatever the pair)."""
-    name = setting or f"{method}_{dataset}"
-    return SETTING_BACKBONES.get(name, DATASET_BACKBONES.get(dataset, FALLBACK_BACKBONE))
+def paper_backbone(*, _root_) -> str:
+    """`${paper_backbone:}` in conf/paper_backbone/papers.yaml: the backbone group choice for a run that names none,
+    from the choices Hydra has made so far (its interpolation context): that of the setting, else of the dataset,
+    else FALLBACK_BACKBONE. A dataset's entry sits in the dataset's package (`@dataset...`), hence the split."""
+    named = {str(key).partition("@")[0]: key for key in _root_ if str(key).startswith("paper_backbone/")}
+    for group in (SETTING_CHOICE, DATASET_CHOICE):
+        if group in named and _root_[named[group]]:
+            return _root_[named[group]]
+    return FALLBACK_BACKBONE
 
 
 def by_memory_size(table, *, _parent_, _root_, _node_):

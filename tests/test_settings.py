@@ -80,8 +80,6 @@ SOURCES = {  # what `cl-bench train NEW` composes now: OLD, as it was spelt
     "method=cpg dataset=cifar100_20 setting=pae_cifar100_20":
         "method=cpg dataset=cifar100_20 backbone=vgg16_bn method.picking=false method.goal_source=finetune "
         "method.goal_repeats=5 method.max_multiplier=2.0",
-    "experiment=pae_cifar100_20": "method=cpg dataset=cifar100_20 backbone=vgg16_bn method.picking=false "
-                                  "method.goal_source=finetune method.goal_repeats=5 method.max_multiplier=2.0",
     "method=packnet dataset=cifar100_20": "method=packnet dataset=cifar100_20 backbone=vgg16_bn",
     "method=finetune dataset=cifar100_20": f"method=finetune dataset=cifar100_20 backbone=vgg16_bn {CPG_WEIGHTS}",
     "method=independent dataset=cifar100_20": f"method=independent dataset=cifar100_20 backbone=vgg16_bn {CPG_WEIGHTS}",
@@ -220,11 +218,10 @@ def test_a_setting_composes_what_its_source_spelt_out(new, old):
 def test_every_setting_is_covered_by_a_source():
     """Each packaged setting, or a setting that includes it, is composed against its source above."""
     datasets = [p.stem for p in (config.CONF / "dataset").glob("*.yaml")]
-    named = {"experiment=pae_cifar100_20": "pae_cifar100_20"}
     used = set()
     for new in SOURCES:
         words = dict(w.split("=", 1) for w in new.split())
-        used.add(named.get(new) or words.get("setting") or f"{words.get('method')}_{words.get('dataset')}")
+        used.add(words.get("setting") or f"{words.get('method')}_{words.get('dataset')}")
     assert used <= set(settings.pairs(methods.METHODS, datasets)) | set(settings.available())
     bases = {"mammoth_split_mnist", "mammoth_permuted_mnist", "la_split_cifar100", "gem_split_cifar100",
              *(f"gem_{d}" for d in ("rotated_mnist", "permuted_mnist", "permuted_mnist_many")),
@@ -349,7 +346,8 @@ def test_no_setting_repeats_what_it_sits_on(name):
     includes), as every YAML file of conf/ does."""
     config.register()
     raw = OmegaConf.load(settings.SETTINGS / f"{name}.yaml")
-    base = (raw.get("defaults") or ["none"])[0]
+    base = next((d for d in raw.get("defaults") or [] if isinstance(d, str) and d != "_self_"), "none")  # its
+    # backbone entry aside
     command = setting_command(name)
     under = config.compose([*(c for c in command if not c.startswith("setting=")), f"setting={base}"])
     own = {k: v for k, v in flat(OmegaConf.to_container(raw, resolve=False)).items()
