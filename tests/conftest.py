@@ -157,11 +157,18 @@ def phase_returning(value=None):
     yield
 
 
+def is_online(name: str) -> bool:
+    """Whether a method learns from a stream in one pass (its class says so: an OnlineMethod)."""
+    from cl_bench.methods import METHODS
+    from cl_bench.methods.online import OnlineMethod
+    return issubclass(METHODS[name], OnlineMethod)
+
+
 def quick_args(name: str, scenario: str) -> list[str]:
     """Overrides for a short in-process run of method `name`: two tasks of the embedded digits, one epoch (online
     methods: 40 samples per task), no logging or checkpoints."""
     args = [f"method={name}", f"scenario={scenario}", "logger=none", "checkpoint.enabled=false", "dataset.num_tasks=2"]
-    args.append("dataset.samples_per_task=40" if name in ("nccl", "agem", "lamaml") else "method.epochs=1")
+    args.append("dataset.samples_per_task=40" if is_online(name) else "method.epochs=1")
     return args + SHORT.get(name, [])
 
 
