@@ -19,11 +19,13 @@ TARGETS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95]
 CPG_MLP = [arg for arg in TINY["cpg"] if not arg.startswith("backbone")]  # add backbone=mlp with its widths
 
 
-def scripted_cpg(monkeypatch, accuracies: dict, train_accs: dict | None = None, num_tasks: int = 5):
+def scripted_cpg(monkeypatch, accuracies: dict, train_accs: dict | None = None, num_tasks: int = 5,
+                 allow_acc_loss: float = 0.0):
     """A CPG whose compacting phase is scripted: the selection accuracy and training accuracy after each target
     come from the dicts, and snapshots are the sparsity they were taken at, so restore() tells what was kept."""
     cfg, tasks, make = build(*TINY["cpg"], *COMMON, f"dataset.num_tasks={num_tasks}",
-                             f"method.prune_targets=[{','.join(map(str, TARGETS))}]")
+                             f"method.prune_targets=[{','.join(map(str, TARGETS))}]",
+                             f"method.allow_acc_loss={allow_acc_loss}")
     method = make()
     state = {"sparsity": 0.0, "tried": [], "kept": None}
     monkeypatch.setattr(method, "gradual_prune", lambda task, initial, target: phase_returning((
@@ -41,6 +43,14 @@ def test_a_dip_does_not_end_compaction_and_the_highest_passing_ratio_is_kept(mon
     method, tasks, state = scripted_cpg(monkeypatch, accs)
     acc = run_phases(method.compact(tasks[1], 0.85, 0.93, exhausted=False))
     assert state["tried"] == TARGETS and state["kept"] == 0.7 and acc == 0.86
+
+
+def test_an_allowed_accuracy_loss_lets_a_sparser_ratio_pass_as_the_reference_chooser_does(monkeypatch):
+    # choose_appropriate_pruning_ratio_for_next_task.py: a ratio passes when acc + allow_acc_loss >= the goal; with
+    # 0.05 the goal 0.85 lets 0.8 (0.80) pass, the highest ratio within it; 0.9 (0.70) stays out
+    accs = dict(zip(TARGETS, [0.91, 0.84, 0.90, 0.92, 0.90, 0.88, 0.86, 0.80, 0.70, 0.60]))
+    method, tasks, state = scripted_cpg(monkeypatch, accs, allow_acc_loss=0.05)
+    assert run_phases(method.compact(tasks[1], 0.85, 0.93, exhausted=False)) == 0.80 and state["kept"] == 0.8
 
 
 def test_a_failure_at_the_first_ratio_does_not_keep_everything(monkeypatch):

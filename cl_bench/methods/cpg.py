@@ -81,6 +81,9 @@ class CPGConfig(PickingConfig):
     prune_frequency: int = 10  # steps between pruning updates on the ramp
     prune_timing: PruneTiming = PruneTiming.official  # when the ramp releases weights and when they turn 0
     prune_lr: float = 1e-3  # SGD lr while compacting (the picking mask is frozen then)
+    allow_acc_loss: float = 0.0  # a compacted ratio passes when its selection accuracy plus this meets the criterion
+    # (ivclab/CPG's chooser, tools/choose_appropriate_pruning_ratio_for_next_task.py --allow_acc_loss: 0.0 in its
+    # scripts): room for a goal measured on few validation images; an exhausted task's choice ignores it, as there
     retrain_picking: bool = True  # refit the picking mask after compacting, kept only if it helps
     retrain_epochs: int = 30  # at most, in that refit
     retrain_lr: float = 1e-3  # weights' lr in that refit
@@ -104,6 +107,7 @@ class CPGConfig(PickingConfig):
                 ("prune_epochs", self.prune_epochs >= 1, "at least 1"),
                 ("prune_ramp_epochs", 0 <= self.prune_ramp_epochs <= self.prune_epochs, "0 to method.prune_epochs"),
                 ("prune_frequency", self.prune_frequency >= 1, "at least 1"),
+                ("allow_acc_loss", 0 <= self.allow_acc_loss < 1, "a fraction in [0, 1)"),
                 ("retrain_epochs", self.retrain_epochs >= 0, "0 or more"),
                 ("refit_patience", self.refit_patience >= 1, "at least 1"),
                 ("train_acc_bar", 0 <= self.train_acc_bar < 1, "a fraction in [0, 1)")]
@@ -273,7 +277,7 @@ class CPG(MaskedMethod):
             acc = self.accuracy(task.val, task.id)
             log.info(f"task {task.id}: sparsity {target}: reached {masked.released_share(self.layers, task.id):.4f}, "
                      f"selection acc {acc:.4f}, train acc {train_acc:.4f}")
-            if exhausted or acc >= criterion:
+            if exhausted or acc + self.cfg.allow_acc_loss >= criterion:
                 chosen, chosen_acc, kept = self.snapshot(), acc, target
         self.restore(chosen)
         self.compacting_criterion = None if exhausted else criterion
