@@ -57,7 +57,7 @@ SEEDS ?= 0,1,2
 REPRO := outputs/sweeps
 QUIET := logger=none checkpoint.enabled=false seed=$(SEEDS)
 
-.PHONY: need-data repro-baselines repro-cpg repro-gated repro-gated-cpu repro-nccl repro-nccl-mnist repro-nccl-cifar repro-nccl-calibration repro-smoke
+.PHONY: need-data repro-baselines repro-cpg repro-gated repro-gated-cpu repro-nccl repro-nccl-mnist repro-nccl-cifar repro-nccl-calibration repro-gated-ladder repro-smoke
 
 # The DER paper's S-MNIST and P-MNIST (setting/mammoth_*.yaml): each method with Mammoth's best arguments per
 # buffer size; the methods the paper did not run with their own settings there (setting/<method>_<dataset>.yaml).
@@ -126,6 +126,14 @@ repro-gated-cpu: $(VENV_STAMP)  ## gated vs ER, iCaRL, A-GEM at memory 500, clas
 	    setting=abati_cpu_$(m)_$(d) $(QUIET) $(ARGS) hydra.sweep.dir=$(RGC)/$(d)/$(m)$(NEWLINE)))
 	$(CL) report $(RGC) --rank
 
+# Gated without a task id as training lengthens (REPRODUCING.md has the plan): gated, ER and iCaRL in their CPU-sized
+# class-scenario settings, the same 1,000 training images a task for all, at 2, 10 and 30 epochs a task, 3 seeds.
+LADDER := dataset.samples_per_task=1000 grid=epoch_ladder seed=0,1,2 logger=none checkpoint.enabled=false
+repro-gated-ladder: $(VENV_STAMP)  ## gated vs ER and iCaRL at 2, 10 and 30 epochs a task, Split MNIST, class scenario (CPU: about 3 hours)
+	$(foreach m,gated er icarl,$(CL) train -m method=$(m) dataset=split_mnist setting=abati_cpu_$(m)_split_mnist \
+	    $(LADDER) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-gated-ladder/$(m)$(NEWLINE))
+	$(PY) scripts/sweep_table.py $(REPRO)/repro-gated-ladder --by method.name method.epochs --versus method.name=er
+
 # La-MAML's three MNIST benchmarks (setting/gem_*: montrealrobotics/La-MAML, run_experiments.sh) and its Split
 # CIFAR-100 (setting/la_split_cifar100 and its methods, single and multi pass): La-MAML with the lrs its script
 # gives each benchmark, C-MAML and Sync (method=lamaml, named settings), NCCL, and ER, A-GEM and fine-tuning as
@@ -147,7 +155,8 @@ NCCL_FULL := dataset.samples_per_task=1000 dataset.test_samples_per_task=null lo
 repro-nccl-calibration: $(VENV_STAMP)  ## NCCL as is, with its calibration frozen, and under the paper's Eq. 5 (CPU: about an hour)
 	$(CL) train -m method=nccl dataset=rotated_mnist,permuted_mnist grid=nccl_calibration seed=0,1,2,3,4 $(NCCL_FULL) \
 	    $(ARGS) hydra.sweep.dir=$(RN)/calibration
-	$(CL) report $(RN)/calibration
+	$(PY) scripts/sweep_table.py $(RN)/calibration --by method.outer_objective method.beta \
+	    --versus method.outer_objective=seed method.beta=1.0 --capacity calibration_moved
 
 repro-nccl-mnist: $(VENV_STAMP)  ## La-MAML's MNIST rotations, permutations and many permutations (CPU-sized: see REPRODUCING.md)
 	$(CL) train -m method=nccl,lamaml,er,agem,finetune $(LA_ROT) hydra.sweep.dir=$(RN)/rotations/own

@@ -1,0 +1,30 @@
+"""scripts/sweep_table.py: a sweep's runs grouped by the config values that tell them apart, paired against a
+baseline group by seed (hand values)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_run(run: Path, epochs: int, seed: int, ra: float) -> None:
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(f"method:\n  name: er\n  epochs: {epochs}\n")
+    (run / "metrics.json").write_text(json.dumps({
+        "dataset": "split_mnist", "seed": seed, "avg_acc": ra, "bti": -0.1, "la": 0.9, "complete": True,
+        "capacity": {"moved": [0.0, 1e-3 * epochs]}}))
+
+
+def test_groups_are_paired_against_the_baseline_by_seed(tmp_path):
+    # epochs 10 - epochs 2 per seed: +2, +3, +4 points: mean 3, sd 1, t(0.975, 2) = 4.3027: 3 +- 2.48, so the 95%
+    # interval [+0.52, +5.48] is not wholly outside +-1, nor is the 90% one [+1.31, +4.69] inside: undetermined
+    for seed, (low, high) in enumerate([(0.70, 0.72), (0.71, 0.74), (0.70, 0.74)]):
+        write_run(tmp_path / f"a{seed}", 2, seed, low)
+        write_run(tmp_path / f"b{seed}", 10, seed, high)
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_table.py"), str(tmp_path), "--by",
+                          "method.epochs", "--versus", "method.epochs=2", "--capacity", "moved"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[2] == "| split_mnist | 2 | 3 | 70.33 ± 0.58 | -10.00 ± 0.00 | 90.00 ± 0.00 | 2.00e-03 | – |"
+    assert out[3] == ("| split_mnist | 10 | 3 | 73.33 ± 1.15 | -10.00 ± 0.00 | 90.00 ± 0.00 | 1.00e-02 "
+                      "| +3.00 [+0.52, +5.48], undetermined |")
