@@ -1,6 +1,5 @@
 """Every `cl-bench train` a reproduction target runs composes and validates: a misspelt override in the Makefile
 fails here, in seconds, not an hour into `make repro-*`."""
-import itertools
 import re
 import shlex
 import shutil
@@ -10,27 +9,12 @@ import pytest
 from conftest import ROOT
 from omegaconf import OmegaConf
 
-from cl_bench import config
+from cl_bench import app, config
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
-TARGETS = ("repro-baselines", "repro-cpg", "repro-gated", "repro-gated-cpu", "repro-nccl", "repro-smoke")
-
-
-def sweep_values(value: str) -> list[str]:
-    """Hydra's comma sweep, split at the commas outside brackets."""
-    parts, depth, current = [], 0, ""
-    for ch in value:
-        if ch in "[(":
-            depth += 1
-        elif ch in "])":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return [*parts, current]
+TARGETS = ("repro-baselines", "repro-cpg", "repro-gated", "repro-gated-cpu", "repro-gated-ladder", "repro-nccl",
+           "repro-nccl-calibration", "repro-smoke")
 
 
 def grid_params(word: str) -> list[str]:
@@ -42,12 +26,13 @@ def grid_params(word: str) -> list[str]:
 
 
 def jobs(line: str) -> list[list[str]]:
-    """The overrides of each job of one `cl-bench train -m ...` line, with the sweeps its grid= declares."""
+    """The overrides of each job of one `cl-bench train -m ...` line, with the sweeps its grid= declares, expanded
+    as `cl-bench train` itself expands them before the first job (app.sweep_jobs)."""
     words = [w for w in shlex.split(line.split("cl-bench train", 1)[1]) if w != "-m"]
     words = [w for w in words if not w.startswith("hydra.")]
-    words += [p for w in words for p in grid_params(w)]
-    choices = [[f"{w.split('=', 1)[0]}={v}" for v in sweep_values(w.split("=", 1)[1])] for w in words]
-    return [list(combo) for combo in itertools.product(*choices)]
+    expanded = app.sweep_jobs([*words, *(p for w in words for p in grid_params(w))])
+    assert expanded, f"{line}: more jobs than app.MAX_CHECKED_JOBS, or a sweep it cannot expand"
+    return expanded
 
 
 def reproduction_lines() -> list[str]:
