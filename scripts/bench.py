@@ -12,6 +12,8 @@
     python scripts/bench.py masks [--before DIR]        # packnet, piggyback and cpg over finetune, on a checkout and
                                                         # on another (DIR: a worktree of an earlier commit), with the
                                                         # top operators of one profiled task
+    python scripts/bench.py launches [--before DIR]     # aten ops (torch.profiler) and CPU time per training step of
+                                                        # each method on split_digits, here and on another checkout
     python scripts/bench.py costs                       # the paper settings' cost: seconds per training sample
                                                         # measured here, times each schedule's sample passes
     python scripts/bench.py ddp                         # step time on 2 CPU processes with DistributedDataParallel,
@@ -540,6 +542,157 @@ def masks(opts) -> dict:
     return {"repeats": opts.repeats, "before": opts.before_label, **out}
 
 
+# --- launches (issue 46): aten ops and CPU time per training step -----------------------------------------------------
+# Each method, with its own defaults (the task scenario where it has one) and its default backbone on split_digits
+# (no download), learns the first of two tasks in a few epochs, its extra phases cut short as in the methods section;
+# in the second task LAUNCH_WARMUP steps go unmeasured, then LAUNCH_STEPS are timed and LAUNCH_STEPS more profiled,
+# in one process on one thread. A step is what happens between two recorder.step() calls: one optimiser step of the
+# epoch loop, or one incoming batch with all its glances for the online methods; a step across an epoch's end (the
+# epoch's evaluation and schedules) is neither timed nor counted.
+LAUNCH_WARMUP, LAUNCH_STEPS = 2, 10
+LAUNCH_TRAIN = 259  # split_digits' training samples in a task (the rest are its validation and test samples)
+LAUNCH_COMMON = ["dataset=split_digits", "setting=none", "dataset.num_tasks=2", "logger=none",
+                 "checkpoint.enabled=false", "hardware.threads=1", "seed=0"]
+
+
+def launch_rows() -> dict[str, list[str]]:
+    """label: overrides, a row a method, and CPG past its mask_lr_stop (picking scores at lr 0) as a row of its own."""
+    from cl_bench.methods import METHODS
+    rows = {name: [f"method={name}", f"scenario={'task' if 'task' in cls.scenarios else 'class'}",
+                   *SHORT.get(name, [])] for name, cls in sorted(METHODS.items())}
+    rows["cpg, mask lr 0"] = [*rows["cpg"], "method.mask_lr_stop=0"]
+    return rows
+
+
+class LaunchesDone(Exception):
+    """Enough steps were measured: the worker stops the task there."""
+
+
+class StepProbe:
+    """The recorder of a launches worker: in task task_id, the steps after LAUNCH_WARMUP are timed (LAUNCH_STEPS),
+    then profiled (as many again), a step at a time."""
+
+    def __init__(self, task_id: int):
+        self.task_id, self.on, self.start, self.prof, self.warmed = task_id, False, None, None, 0
+        self.seconds, self.ops, self.calls = [], [], []
+
+    def __getattr__(self, event):  # the events a probe has no use for (warnings)
+        return lambda *args, **kwargs: None
+
+    def task_start(self, task) -> None:
+        self.on = task.id == self.task_id
+
+    def epoch_start(self, *args) -> None:
+        self.boundary(ends_step=False)
+
+    def epoch_end(self, *args) -> None:  # the step in progress spans the epoch's end: dropped
+        self.boundary(ends_step=False, opens_step=False)
+
+    def step(self) -> None:
+        self.boundary(ends_step=True)
+
+    def boundary(self, ends_step: bool, opens_step: bool = True) -> None:
+        if not self.on:
+            return
+        now = time.perf_counter()
+        prof, self.prof = self.prof, None
+        if prof is not None:
+            prof.stop()
+        if ends_step and self.start is not None:
+            self.record(now - self.start, prof)
+        if len(self.ops) == LAUNCH_STEPS:
+            raise LaunchesDone
+        self.start = None
+        if opens_step:
+            if len(self.seconds) == LAUNCH_STEPS:  # the timed steps are done: profile the next one
+                import torch
+                self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                self.prof.start()
+            self.start = time.perf_counter()
+
+    def record(self, seconds: float, prof) -> None:
+        if prof is not None:
+            aten = [e for e in prof.events() if e.name.startswith("aten::")]
+            self.ops.append(len(aten))
+            self.calls.append(sum(not aten_ancestor(e) for e in aten))
+        elif self.warmed < LAUNCH_WARMUP:
+            self.warmed += 1
+        else:
+            self.seconds.append(seconds)
+
+
+def aten_ancestor(event) -> bool:
+    """Whether an aten op ran inside another (a composite's parts, a CPU foreach op's per-tensor loop)."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def launch_worker(overrides: list[str]) -> dict:
+    """In this process (its cl_bench from PYTHONPATH): the method's steps in task 1, measured by a StepProbe."""
+    from cl_bench import api, train
+    from cl_bench.methods.online import OnlineMethod
+    from cl_bench.recorders import Recorders
+    args = [*LAUNCH_COMMON, *overrides]
+    cfg = api.compose(*args)
+    if not issubclass(api.METHODS[cfg.method.name], OnlineMethod):  # epochs enough for the steps to measure
+        per_epoch = -(-LAUNCH_TRAIN // cfg.method.batch_size)
+        cfg = api.compose(*args, f"method.epochs={-(-(LAUNCH_WARMUP + 2 * LAUNCH_STEPS) // per_epoch) + 1}")
+    probe = StepProbe(task_id=1)
+    scenario, method, _ = train.build(cfg, Recorders([probe]))
+    try:
+        for task in scenario.tasks:
+            probe.task_start(task)
+            method.learn(task)
+    except LaunchesDone:
+        pass
+    if not probe.ops:
+        return {"failed": "task 1 ran no step to profile"}
+    return {"step_ms": 1e3 * statistics.median(probe.seconds), "aten_ops": statistics.mean(probe.ops),
+            "aten_calls": statistics.mean(probe.calls), "steps": [len(probe.seconds), len(probe.ops)],
+            "overrides": [*args, f"method.epochs={cfg.method.epochs}"]}
+
+
+def launch_workers(rows: list[list[str]]) -> list[dict]:
+    """launch_worker on each row in turn, in this process; a row that fails says why in one line."""
+    out = []
+    for overrides in rows:
+        try:
+            out.append(launch_worker(overrides))
+        except Exception as e:  # noqa: BLE001  one method's failure is its row's, not the section's
+            out.append({"failed": f"{type(e).__name__}: {e}".splitlines()[0]})
+    return out
+
+
+LAUNCH_GROUP = 6  # rows a worker process measures: the checkouts alternate every so many rows
+
+
+def launches(opts) -> dict:
+    """Per method, this checkout's step and, with --before DIR, that checkout's (alternating every LAUNCH_GROUP
+    rows, one process each): aten ops and top-level aten calls per step (torch.profiler), median CPU step time."""
+    checkouts = {"before": Path(opts.before).resolve()} if opts.before else {}
+    checkouts["after"] = Path(opts.after).resolve() if opts.after else ROOT
+    rows = {k: v for k, v in launch_rows().items()
+            if not opts.only or k.startswith(tuple(opts.only.split(",")))}
+    labels = list(rows)
+    out = {label: {} for label in labels}
+    for g in range(0, len(labels), LAUNCH_GROUP):
+        group = labels[g:g + LAUNCH_GROUP]
+        for which, src in checkouts.items():
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "launches", "--worker",
+                                   json.dumps([rows[k] for k in group])], cwd=src, capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"})
+            if proc.returncode != 0:
+                raise Failed(f"launches worker at {src}: " + (proc.stderr.strip().splitlines() or ["?"])[-1])
+            for label, r in zip(group, json.loads(proc.stdout.strip().splitlines()[-1])):
+                out[label][which] = r
+                print(label, which, json.dumps(r), file=sys.stderr)
+    return {"before": opts.before_label, "warmup": LAUNCH_WARMUP, "steps": LAUNCH_STEPS, "runs": out}
+
+
 COST_SAMPLES = 96  # training samples a task in the measured runs (the second task's learning is timed)
 ONLINE_COST = ["logger=none"]
 LA_CIFAR_COST = ["method=lamaml", "dataset=split_cifar100"]  # its paper setting: make repro-nccl-cifar's La-MAML
@@ -803,7 +956,8 @@ def render(results: dict) -> str:
              "one run of the script, with the runs of both sides interleaved.", ""]
     floor = results.get("overhead", {}).get("median", {}).get("import torch, torch._dynamo", {}).get("wall_s")
     for section, fn in (("overhead", render_overhead), ("peers", lambda p: render_peers(p, floor)),
-                        ("images", render_images), ("masks", render_masks), ("costs", render_costs),
+                        ("images", render_images), ("masks", render_masks), ("launches", render_launches),
+                        ("costs", render_costs),
                         ("methods", render_methods), ("scaling", render_scaling), ("gpu", render_gpu),
                         ("ddp", render_ddp), ("threads", render_threads), ("evalbatch", render_evalbatch),
                         ("residency", render_residency)):
@@ -1133,6 +1287,35 @@ def render_masks(d) -> list[str]:
     return lines
 
 
+def render_launches(d) -> list[str]:
+    checkouts = [c for c in ("before", "after") if any(c in r for r in d["runs"].values())]
+    lines = ["## Launches per step", "",
+             f"{where(d)}, `python scripts/bench.py launches" + (" --before DIR" if "before" in checkouts else "")
+             + "`. Each method with its defaults and its default backbone on split_digits (task scenario where it "
+             "has one; the extra phases cut as in the methods section), one thread: the first task learnt, then in "
+             f"the second {d['warmup']} steps unmeasured, {d['steps']} timed and {d['steps']} profiled "
+             "(torch.profiler). A step: one optimiser step, or one incoming batch with all its glances for the online "
+             "methods. aten ops: every aten op the profiler records in a step, those run inside another included (a "
+             "composite's parts; a CPU foreach op runs a per-tensor loop of ops, where a GPU launches one kernel for "
+             "many tensors); aten calls: the outermost ones, as called from Python. Step time: the median, "
+             "before and after in alternating processes of the same run (`before`: "
+             + (d.get("before") or "not run") + ").", "",
+             "| method | " + " | ".join(f"aten ops {c} | aten calls {c} | step ms {c}" for c in checkouts)
+             + (" | step time after/before |" if len(checkouts) == 2 else " |"), "|---" * (1 + 3 * len(checkouts))
+             + ("|---|" if len(checkouts) == 2 else "|")]
+    for label, r in d["runs"].items():
+        cells = []
+        for c in checkouts:
+            m = r.get(c, {"failed": "not run"})
+            cells += ([m["failed"], "", ""] if "failed" in m else
+                      [f"{m['aten_ops']:.0f}", f"{m['aten_calls']:.0f}", f"{m['step_ms']:.2f}"])
+        if len(checkouts) == 2:
+            ok = all("failed" not in r.get(c, {"failed": 1}) for c in checkouts)
+            cells.append(f"{r['after']['step_ms'] / r['before']['step_ms']:.2f}" if ok else "")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def render_costs(d) -> list[str]:
     lines = ["## What the paper settings cost", "",
              f"{where(d)}, `python scripts/bench.py costs`: each setting run here as its preset, on two tasks of "
@@ -1169,7 +1352,7 @@ def render_ddp(d) -> list[str]:
 
 SECTIONS = {"overhead": overhead, "peers": peers, "images": images, "methods": methods, "masks": masks,
             "scaling": scaling, "costs": costs, "gpu": gpu, "ddp": ddp, "threads": threads, "evalbatch": evalbatch,
-            "residency": residency}
+            "residency": residency, "launches": launches}
 
 
 def commit() -> str:
@@ -1202,14 +1385,19 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="gpu: run the check on the CPU at tiny sizes")
     parser.add_argument("--only", help="costs: the settings to measure again, comma-separated label prefixes")
     parser.add_argument("--runs", help="gpu: keep the run directories here (default: a temporary one)")
-    parser.add_argument("--before", help="masks: another checkout to time beside this one (a git worktree)")
-    parser.add_argument("--before-label", help="masks: words for that checkout (say, its commit)")
+    parser.add_argument("--before", help="masks, launches: another checkout to time beside this one (a git worktree)")
+    parser.add_argument("--before-label", help="masks, launches: words for that checkout (say, its commit)")
+    parser.add_argument("--after", help="launches: the checkout to measure as `after` (default: this one)")
     parser.add_argument("--docs", type=Path, default=DOCS, help="where benchmarks.json and benchmarks.md live")
     parser.add_argument("--big-gib", type=float, default=4.0, help="residency: the large dataset's size")
     parser.add_argument("--cap-gib", type=float, default=1.5, help="residency: the memory cap it is held to")
     parser.add_argument("--scratch", default=None, help="residency: a folder with room for the large dataset")
+    parser.add_argument("--worker", help="launches: measure these overrides (JSON) in this process, print the figures")
     opts = parser.parse_args()
-    if opts.section not in ("gpu", "evalbatch"):  # the GPU check reads CIFAR-10 alone, evalbatch no data
+    if opts.worker:  # a launches worker: its figures to stdout, nothing written
+        print(json.dumps(launch_workers(json.loads(opts.worker))))
+        return
+    if opts.section not in ("gpu", "evalbatch", "launches"):  # the GPU check reads CIFAR-10, launches digits
         if opts.data is None:
             sys.exit("bench: pass --data DIR (a data root holding MNIST/raw) or set CL_BENCH_DATA")
         if not (Path(opts.data) / "MNIST" / "raw").is_dir() and not (ROOT / opts.data / "MNIST" / "raw").is_dir():
