@@ -81,8 +81,11 @@ def compare(records: list[dict], seeds) -> dict:
                         for side in SIDES}}
 
 
-def basis(records: list[dict], plan: plans.Plan) -> tuple[str, dict]:
-    """What a row's verdict rests on: its plan's seeds when all of them have run on both sides, else its pilot's."""
+def basis(records: list[dict], plan: plans.Plan | None) -> tuple[str, dict]:
+    """What a row's verdict rests on: its plan's seeds when all of them have run on both sides, else its pilot's
+    (plans.PILOT_SEEDS for a row whose plan waits on its pilot)."""
+    if plan is None:
+        return "pilot", compare(records, set(plans.PILOT_SEEDS))
     planned = compare(records, set(plan.seeds))
     if planned["paired"].n == plan.n:
         return "plan", planned
@@ -112,17 +115,19 @@ def fmt_paired(p: stats.Paired) -> str:
     return f"{p.mean:+.2f} [{p.ci95[0]:+.2f}, {p.ci95[1]:+.2f}]"
 
 
-def fmt_verdict(p: stats.Paired, on: str, plan: plans.Plan) -> str:
+def fmt_verdict(p: stats.Paired, on: str, plan: plans.Plan | None) -> str:
     if not p.n:
         return "not run"
     verdict = p.verdict(plans.MARGIN)
     if on == "plan":
         return f"**{verdict}**"
-    look = ", extended after a look" if plan.after_look else ""
+    look = ", extended after a look" if plan and plan.after_look else ""
     return f"pilot only{look}: {verdict}"
 
 
-def fmt_seeds(records: list[dict], plan: plans.Plan) -> str:
+def fmt_seeds(records: list[dict], plan: plans.Plan | None, key: tuple) -> str:
+    if plan is None:
+        return f"no plan yet ({plans.PENDING[key]}); pilot {len(plans.PILOT_SEEDS)}"
     done = compare(records, set(plan.seeds))["paired"].n
     cap = f", capped (80% power needs {plan.needed})" if plan.capped else ""
     return f"plan {plan.n}{cap}: {done} run; pilot {plan.pilot}"
@@ -134,6 +139,8 @@ def fmt_seconds(figures: dict) -> str:
 
 def fmt_provenance(records: list[dict]) -> str:
     """The Records cell: what lacks provenance or came from a dirty tree, and the torch each side ran on."""
+    if not records:
+        return "–"
     missing, dirty = unproven(records)
     flags = [f"{missing} without provenance"] * bool(missing) + [f"{dirty} from a dirty tree"] * bool(dirty)
     torches = [f"{side} torch {', '.join(found)}" for side in SIDES
@@ -152,13 +159,14 @@ def row_records(records: list[dict], module, name: str) -> list[dict]:
 
 
 def table_line(module, name: str, row, records: list[dict]) -> str:
-    plan = plans.PLANS[(module.NAME, name)]
+    key = (module.NAME, name)
+    plan = plans.PLANS.get(key)
     on, figures = basis(records, plan)
-    used = [r for r in records if r["seed"] in (plan.seeds if on == "plan" else plan.pilot_seeds)]
+    used = [r for r in records if r["seed"] in set(figures["reference"]) | set(figures["cl-bench"])]
     return (f"| {row.method} | [{module.REPO}](#{module.NAME}) @ `{module.PINNED[:8]}` | {row.setting} "
             f"| {fmt_side(figures['reference'])} | {fmt_side(figures['cl-bench'])} | {fmt_paired(figures['paired'])} "
-            f"| {fmt_verdict(figures['paired'], on, plan)} | {fmt_seeds(records, plan)} | {fmt_seconds(figures)} "
-            f"| {fmt_provenance(used)} |")
+            f"| {fmt_verdict(figures['paired'], on, plan)} | {fmt_seeds(records, plan, key)} "
+            f"| {fmt_seconds(figures)} | {fmt_provenance(used)} |")
 
 
 TABLE_HEAD = ["| Method | Reference @ commit | Setting | Reference RA | cl-bench RA | cl-bench − reference, paired "
@@ -179,7 +187,12 @@ def tables(modules: list, records: list[dict]) -> list[str]:
 
 
 def pilot_line(module, name: str, records: list[dict]) -> str:
-    plan = plans.PLANS[(module.NAME, name)]
+    plan = plans.PLANS.get((module.NAME, name))
+    if plan is None:
+        pilot = compare(records, set(plans.PILOT_SEEDS))
+        return (f"No seed plan yet: {plans.PENDING[(module.NAME, name)]}. Pilot, seeds 0-{len(plans.PILOT_SEEDS) - 1}"
+                f": reference {fmt_side(pilot['reference'])}, cl-bench {fmt_side(pilot['cl-bench'])}, paired "
+                f"{fmt_paired(pilot['paired'])}; its plan follows from its paired sd by the rule in plans.py.")
     pilot = compare(records, set(plan.pilot_seeds))
     look = " (extended after a look: not a 95% interval)" if plan.after_look else ""
     return (f"Pilot, seeds 0-{plan.pilot - 1}{look}: reference {fmt_side(pilot['reference'])}, cl-bench "
