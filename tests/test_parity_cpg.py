@@ -2,6 +2,7 @@
 read back as exactly cl-bench's split, what it parses from the reference's output, and that both sides run the
 same cut."""
 import json
+import os
 import pickle
 import sys
 from pathlib import Path
@@ -81,15 +82,27 @@ def test_parses_the_last_printed_accuracy():
         cpg.parse_accuracy("Traceback (most recent call last):")
 
 
-@pytest.mark.parametrize("name", sorted(cpg.ROWS))
+ALL_ROWS = {**cpg.ROWS, **{f"smoke:{n}": r for n, r in cpg.learn_rows(cpg.SMOKE).items()}}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_ROWS))
 def test_both_sides_run_the_same_cut(name):
+    """Every row's overrides compose and validate, and say what its reference arguments say (the --smoke rows too)."""
     from cl_bench import config
-    row = cpg.ROWS[name]
+    config.register()
+    row = ALL_ROWS[name]
     cfg = config.compose(common.clbench_overrides(row, 0))
+    config.validate(cfg)
     ref = cpg.settings(row)
+    learning = "width" in ref
     assert cfg.method.protocol == "official" and cfg.backbone.name == "vgg16_bn"
-    assert (cfg.dataset.num_tasks, cfg.dataset.classes_per_task) == (cpg.TASKS, cpg.CLASSES)
+    cut = (cpg.SMOKE if name.startswith("smoke:") else cpg.LEARN) if learning else None
+    assert cfg.dataset.num_tasks == (cut.tasks if learning else cpg.TASKS) and cfg.dataset.classes_per_task == 2
     assert cfg.method.epochs == int(ref["epochs"])
+    if learning:  # the network and the schedule, set on the reference through ENV_SETTINGS
+        assert (cfg.backbone.width, cfg.backbone.hidden) == (float(ref["width"]), int(ref["hidden"]))
+        assert list(cfg.method.lr_milestones) == [int(v) for v in ref["lr_drops"].split(",")]
+        assert set(ref) - set(cpg.ENV_SETTINGS) >= {"program", "epochs"}
     if ref["program"] == "cpg":
         assert list(cfg.method.prune_targets) == [float(v) for v in ref["prune_targets"].split(",")]
         assert cfg.method.prune_epochs == int(ref["prune_epochs"])
@@ -97,11 +110,28 @@ def test_both_sides_run_the_same_cut(name):
         assert cfg.method.prune_frequency == int(ref["pruning_frequency"])
         assert cfg.method.retrain_epochs == int(ref["retrain_epochs"])
         assert cfg.method.train_acc_bar == float(ref["train_acc_bar"])
-        assert cfg.method.goal == float(ref["goal"]) and cfg.method.max_multiplier == float(ref["max_multiplier"])
+        assert cfg.method.max_multiplier == float(ref["max_multiplier"])
         assert cfg.method.picking == (float(ref["lr_mask"]) > 0) == (ref["refit"] == "true")
+        if learning:  # growth on, each side measuring its own scratch goals
+            assert cfg.method.goal_source == "independent" and ref["goals"] == "scratch"
+            assert list(cfg.method.mask_lr_milestones) == [int(ref["mask_drop"])]
+            assert cfg.method.mask_lr_stop == int(ref["mask_stop"])
+            assert cfg.method.retrain_epochs < min(cfg.method.lr_milestones)  # the refit drops no lr on either side
+        else:
+            assert cfg.method.goal_source == "fixed" and cfg.method.goal == float(ref["goal"])
     else:
         assert cfg.method.prune_ratio == float(ref["one_shot_prune_perc"])
         assert cfg.method.retrain_epochs == int(ref["retrain_epochs"])
+        if learning:
+            assert list(cfg.method.retrain_lr_milestones) == [int(ref["retrain_drop"])]
+
+
+def test_the_learning_cut_keeps_the_scripts_bars():
+    rows = cpg.learn_rows(cpg.LEARN)
+    bars = {name: cpg.settings(rows[name])["train_acc_bar"] for name in ("cpg_learn", "pae_learn")}
+    assert bars == {"cpg_learn": "0.95", "pae_learn": "0.95"}
+    assert cpg.settings(rows["packnet_learn"])["train_acc_bar"] == "0.97"
+    assert cpg.LEARN.tasks >= 5 and set(rows) <= set(cpg.ROWS)
 
 
 def test_patches_are_distinct_and_explained():
@@ -110,27 +140,46 @@ def test_patches_are_distinct_and_explained():
 
 
 FAKE_PYTHON = """#!/bin/sh
-# Stands in for the reference's interpreter: records each call, asks once for growth, prints an accuracy.
+# Stands in for the reference's interpreter: records each call, saves a checkpoint into --save_folder (unless
+# nosave exists), writes a goal into --logfile, asks once for growth (forever if growforever exists), prints the
+# choosing tool's line and an accuracy.
 echo "$*" >> calls.txt
+prev=""; logfile=""; ds=""
+for a in "$@"; do
+  case "$prev" in
+    --save_folder) mkdir -p "$a"; [ -e nosave ] || touch "$a/checkpoint-3.pth.tar" ;;
+    --logfile) logfile="$a" ;;
+    --dataset) ds="$a" ;;
+  esac
+  prev="$a"
+done
+[ -n "$logfile" ] && printf '{"%s": "0.6000"}' "$ds" > "$logfile"
 case "$*" in
-  *"--mode finetune"*) if [ ! -e grown ]; then touch grown; exit 2; fi ;;
+  *choose_appropriate*) echo "2026-12-02 08:40:00,001 - root - INFO - We choose pruning_ratio 0.3"; exit 0 ;;
+  CPG_*"--finetune_again"*) ;;
+  CPG_*"--mode finetune"*) if [ -e growforever ] || [ ! -e grown ]; then touch grown; exit 2; fi ;;
 esac
 echo "In validate()-> Val Ep. #1 loss: 0.5, accuracy: 61.50"
 """
 
 
-def test_reference_phases_run_in_the_scripts_order(tmp_path):
-    """The CPG sequence per task against a stand-in interpreter: growth retried at the next width, both
-    sparsity targets, the choosing tool, the refit from the second task on, then every learned task evaluated."""
+def fake_reference(tmp_path, tasks: int = 3) -> tuple[Path, Path, Path]:
     copy, data = tmp_path / "ref", tmp_path / "tasks"
     (copy / "data").mkdir(parents=True)
-    for t in range(3):
+    for t in range(tasks):
         for c in range(cpg.CLASSES):
             (data / "train" / f"task{t}" / cpg.class_folder(c)).mkdir(parents=True)
     (data / "goals.json").write_text("{}")
     python = tmp_path / "python"
     python.write_text(FAKE_PYTHON)
     python.chmod(0o755)
+    return copy, data, python
+
+
+def test_reference_phases_run_in_the_scripts_order(tmp_path):
+    """The CPG sequence per task against a stand-in interpreter: growth retried at the next width, both
+    sparsity targets, the choosing tool, the refit from the second task on, then every learned task evaluated."""
+    copy, data, python = fake_reference(tmp_path)
     outcome = cpg.run_reference(copy, cpg.ROWS["cpg"], 0, data, str(python))
     assert outcome.ra == pytest.approx(0.615) and [len(r) for r in outcome.matrix] == [1, 2, 3]
     calls = (copy / "calls.txt").read_text().splitlines()
@@ -141,3 +190,212 @@ def test_reference_phases_run_in_the_scripts_order(tmp_path):
     assert sum("--mode inference" in c for c in calls) == 6
     assert sum("choose_appropriate" in c for c in calls) == 3 and sum("choose_retrain" in c for c in calls) == 2
     assert all("--seed 0" in c for c in mains)
+
+
+def test_learning_rows_measure_goals_and_record_each_tasks_decisions(tmp_path):
+    """cpg_learn against the stand-in: baseline_cifar100.sh's scratch model before each task writes its goal, the
+    cut's PARITY_* settings reach the reference, and each task's goal, growth, chosen sparsity and refit are kept."""
+    copy, data, python = fake_reference(tmp_path, tasks=2)
+    row = cpg.ROWS["cpg_learn"]
+    outcome = cpg.run_reference(copy, row, 0, data, str(python))
+    calls = (copy / "calls.txt").read_text().splitlines()
+    baselines = [c for c in calls if c.startswith("packnet_cifar100_main_normal.py") and "--logfile" in c]
+    assert [c.split("--dataset ")[1].split()[0] for c in baselines] == ["task0", "task1"]
+    first_cpg = next(i for i, c in enumerate(calls) if "--dataset task1" in c and c.startswith("CPG_"))
+    assert calls.index(baselines[1]) < first_cpg  # the goal is measured before the task trains
+    assert [p["task"] for p in outcome.phases] == [0, 1]
+    assert outcome.phases[0] | {"record": None} == {"task": 0, "goal": 0.6, "start": 1.0, "record": None,
+                                                   "multiplier": 1.5, "grew": 0.5, "ratio": 0.3, "refit": "not run"}
+    assert outcome.phases[1]["grew"] == 0.0 and outcome.phases[1]["start"] == 1.5
+    assert outcome.phases[1]["refit"] == "kept" and outcome.phases[1]["refit_checkpoint"] == "checkpoint-3.pth.tar"
+
+
+def test_learning_rows_settings_reach_the_reference_as_variables(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(cpg, "Runner", lambda copy, seed, python, log, env: seen.append(env) or (_ for _ in ()).throw(
+        SystemExit("stop")))
+    copy, data, python = fake_reference(tmp_path, tasks=1)
+    with pytest.raises(SystemExit):
+        cpg.run_reference(copy, cpg.ROWS["packnet_learn"], 0, data, str(python))
+    env = seen[0]
+    assert (env["PARITY_WIDTH"], env["PARITY_HIDDEN"], env["PARITY_LR_DROPS"]) == ("0.25", "1024", "15,24")
+    assert env[cpg.BAR_ENV] == "0.97" and env["PARITY_RETRAIN_DROP"] == str(cpg.LEARN.packnet_drop)
+    seen.clear()
+    with pytest.raises(SystemExit):
+        cpg.run_reference(copy, cpg.ROWS["cpg"], 0, data, str(python))
+    assert "PARITY_WIDTH" not in {k for k in seen[0] if k not in os.environ}  # the old rows: the scripts' network
+
+
+def test_reference_phases_that_would_start_from_nothing_are_refused(tmp_path):
+    copy, data, python = fake_reference(tmp_path, tasks=1)
+    (copy / "nosave").touch()
+    with pytest.raises(SystemExit, match="saved no checkpoint after training task0.*bar 0.95"):
+        cpg.run_reference(copy, cpg.ROWS["cpg_learn"], 0, data, str(python))
+    copy, data, python = fake_reference(tmp_path / "again", tasks=1)
+    (copy / "growforever").touch()
+    with pytest.raises(SystemExit, match="grow task0 past max_multiplier 1.5"):
+        cpg.run_reference(copy, cpg.ROWS["cpg_learn"], 0, data, str(python))
+    copy, data, python = fake_reference(tmp_path / "packnet", tasks=1)
+    (copy / "nosave").touch()
+    with pytest.raises(SystemExit, match="saved no checkpoint after pruning task0.*bar 0.97"):
+        cpg.run_reference(copy, cpg.ROWS["packnet_learn"], 0, data, str(python))
+
+
+# The reference's own lines, as its code prints them (utils.set_logger's format, the tools' logging calls).
+CHOOSER_OUTPUT = """2026-12-04 10:31:02,118 - root - INFO - We choose pruning_ratio 0.6
+"""
+CHOOSER_NONE = "2026-12-04 10:31:02,118 - root - INFO - We choose pruning_ratio 0.0\n"
+RECORD_TXT = '{"0.0": 0.853, "0.2": 0.861, "0.4": 0.855, "0.6": 0.8545, "0.8": 0.81}'
+GOALS_JSON = '{"task0": "0.8530", "task1": "0.7915"}'
+# cl-bench's train.log (Hydra's format around cl_bench/methods/cpg.py's log lines)
+CLBENCH_LOG = """[2026-12-04 10:40:01,002][cl_bench.methods.cpg][INFO] - task 0: independent goal models' selection \
+accuracies 0.8530
+[2026-12-04 10:41:01,002][cl_bench.methods.cpg][INFO] - task 0: goal 0.8530; at 1.0x: selection acc 0.8400, train \
+acc 0.9612
+[2026-12-04 10:42:01,002][cl_bench.methods.cpg][INFO] - task 0: grown to 1.5x: selection acc 0.8610, train acc 0.9750
+[2026-12-04 10:43:01,002][cl_bench.methods.cpg][INFO] - task 0: sparsity 0.2: reached 0.2000, selection acc 0.8620, \
+train acc 0.9800
+[2026-12-04 10:44:01,002][cl_bench.methods.cpg][INFO] - task 0: keeps sparsity 0.4013 (target 0.4; criterion 0.8530)
+[2026-12-04 10:45:01,002][cl_bench.methods.cpg][INFO] - task 1: goal 0.7915; at 1.5x: selection acc 0.8000, train \
+acc 0.9700
+[2026-12-04 10:46:01,002][cl_bench.methods.cpg][INFO] - task 1: sparsity 0.2: train acc 0.9400, compacting stops
+[2026-12-04 10:47:01,002][cl_bench.methods.cpg][INFO] - task 1: keeps sparsity 0.0000 (target 0.0; criterion 0.7915)
+[2026-12-04 10:48:01,002][cl_bench.methods.cpg][INFO] - task 1: picking refit kept, 0.8050
+[2026-12-04 10:49:01,002][cl_bench.methods.cpg][INFO] - task 2: goal 0.9000; at 1.5x: selection acc 0.9100, train \
+acc 0.9900
+[2026-12-04 10:50:01,002][cl_bench.methods.cpg][INFO] - task 2: picking refit kept nothing
+"""
+
+
+def test_phase_parsers_read_the_printed_formats(tmp_path):
+    assert cpg.parse_chosen_ratio(CHOOSER_OUTPUT) == 0.6 and cpg.parse_chosen_ratio(CHOOSER_NONE) == 0.0
+    with pytest.raises(ValueError):
+        cpg.parse_chosen_ratio("Traceback (most recent call last):")
+    assert cpg.parse_record(RECORD_TXT) == {"0.0": 0.853, "0.2": 0.861, "0.4": 0.855, "0.6": 0.8545, "0.8": 0.81}
+    assert cpg.parse_goal(GOALS_JSON, "task1") == pytest.approx(0.7915) and cpg.parse_goal("{}", "task0") is None
+    assert cpg.refit_outcome(tmp_path / "absent") == {"refit": "not kept"}
+    (tmp_path / "retrain").mkdir()
+    (tmp_path / "retrain" / "record.txt").write_text("{}")
+    assert cpg.refit_outcome(tmp_path / "retrain") == {"refit": "not kept"}
+    (tmp_path / "retrain" / "checkpoint-4.pth.tar").touch()
+    assert cpg.refit_outcome(tmp_path / "retrain") == {"refit": "kept", "refit_checkpoint": "checkpoint-4.pth.tar"}
+    phases = cpg.parse_clbench_phases(CLBENCH_LOG)
+    assert phases == [
+        {"task": 0, "goal": 0.853, "start": 1.0, "multiplier": 1.5, "grew": 0.5, "ratio": 0.4, "refit": "not run"},
+        {"task": 1, "goal": 0.7915, "start": 1.5, "multiplier": 1.5, "grew": 0.0, "ratio": 0.0, "refit": "kept"},
+        {"task": 2, "goal": 0.9, "start": 1.5, "multiplier": 1.5, "grew": 0.0, "ratio": 0.0, "refit": "not kept"}]
+    (tmp_path / "run").mkdir()
+    assert cpg.clbench_phases(tmp_path / "run") == []
+    (tmp_path / "run" / "train.log").write_text(CLBENCH_LOG)
+    assert cpg.clbench_phases(tmp_path / "run") == phases
+
+
+PINNED = ROOT / "tests" / "data" / "cpg_pinned"
+
+
+def pinned_excerpt(file: str) -> str:
+    return (PINNED / (file.replace("/", "__") + ".txt")).read_text()
+
+
+def patched_excerpts() -> dict[str, str]:
+    """The pinned excerpts with every width and schedule patch applied, each matching exactly once."""
+    texts = {}
+    for patch in cpg.PATCHES:
+        if "PARITY_" in patch.new and cpg.BAR_ENV not in patch.new:
+            text = texts.get(patch.file) or pinned_excerpt(patch.file)
+            assert text.count(patch.old) == 1, patch.why
+            texts[patch.file] = text.replace(patch.old, patch.new)
+    return texts
+
+
+def test_width_and_schedule_patches_apply_to_the_pinned_files():
+    texts = patched_excerpts()
+    assert set(texts) == {"models/vgg.py", "packnet_models/vgg.py", "CPG_cifar100_main_normal.py",
+                          "packnet_cifar100_main_normal.py"}
+    assert all("PARITY_" in text for text in texts.values())
+    assert {p.kind for p in cpg.PATCHES if "PARITY_WIDTH" in p.new or "PARITY_HIDDEN" in p.new} == {common.ARCHITECTURE}
+    assert "nn.Linear(4096" not in texts["packnet_models/vgg.py"] and "512" not in texts["packnet_models/vgg.py"]
+    assert "(4096" not in texts["models/vgg.py"] and "* 4096" not in texts["models/vgg.py"]
+    assert "epoch_idx + 1 == 50" not in texts["CPG_cifar100_main_normal.py"]
+
+
+def build_reference_vgg(text: str, monkeypatch, env: dict, cpg_builder: bool, multiplier: float = 1.0):
+    """Execute a patched excerpt with the reference's masked layers stood in by torch's own (same shapes)."""
+    import types
+
+    from torch import nn
+    layers = types.ModuleType("models.layers")
+    layers.SharableConv2d, layers.SharableLinear = nn.Conv2d, nn.Linear
+    package = types.ModuleType("models")
+    package.layers = layers
+    monkeypatch.setitem(sys.modules, "models", package)
+    monkeypatch.setitem(sys.modules, "models.layers", layers)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    scope = {}
+    exec(compile(text.replace("class Sequential_Debug", "class _Debug"), "excerpt", "exec"), scope)
+    cfg = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
+    return scope["make_layers_cifar100"](cfg, multiplier, batch_norm=True) if cpg_builder else \
+        scope["make_layers_cifar100"](cfg, batch_norm=True)
+
+
+def shapes(net) -> list[tuple]:
+    from torch import nn
+    return [tuple(m.weight.shape) for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+
+
+@pytest.mark.parametrize("file", ["models/vgg.py", "packnet_models/vgg.py"])
+def test_the_narrowed_reference_network_is_cl_benchs(file, monkeypatch):
+    """At the learning cut's width both reference builders give cl-bench's vgg16_bn layer for layer; unset, the
+    scripts' own network; grown (CPG), every shared width is int(narrowed x sqrt(1.5)), as cl-bench grows."""
+    import math
+
+    import torch
+
+    from cl_bench.backbones.vgg import VGG16BN
+    text = patched_excerpts()[file]
+    if file == "packnet_models/vgg.py":  # the excerpt's Sequential_Debug: its forward is all it defines
+        text = text.replace("return Sequential_Debug(*layers)", "return nn.Sequential(*layers)")
+    env = {"PARITY_WIDTH": str(cpg.LEARN.width), "PARITY_HIDDEN": str(cpg.LEARN.hidden)}
+    cpg_builder = file == "models/vgg.py"
+    ours = VGG16BN((3, 32, 32), cpg.LEARN.hidden, cpg.LEARN.width)
+    narrowed = build_reference_vgg(text, monkeypatch, env, cpg_builder)
+    assert shapes(narrowed) == shapes(ours)
+    assert narrowed(torch.zeros(2, 3, 32, 32)).shape == (2, cpg.LEARN.hidden)
+    scripts = build_reference_vgg(text, monkeypatch, {"PARITY_WIDTH": "1", "PARITY_HIDDEN": "4096"}, cpg_builder)
+    assert shapes(scripts) == shapes(VGG16BN((3, 32, 32), 4096, 1.0))
+    if cpg_builder:
+        grown = build_reference_vgg(text, monkeypatch, env, True, math.sqrt(1.5))
+        assert [s[0] for s in shapes(grown)] == [int(s[0] * math.sqrt(1.5)) for s in shapes(ours)]
+
+
+@pytest.mark.skipif(not os.environ.get("PARITY_CPG_REF"), reason="set PARITY_CPG_REF to a checkout of ivclab/CPG at "
+                    "the pinned commit to check the excerpts against it")
+def test_the_excerpts_are_the_pinned_files():
+    ref = Path(os.environ["PARITY_CPG_REF"])
+    assert common.git_commit(ref) == cpg.PINNED
+    for path in PINNED.glob("*.txt"):
+        whole = (ref / path.name[:-4].replace("__", "/")).read_text().splitlines()
+        assert all(line in whole for line in path.read_text().splitlines()), path.name
+    for patch in cpg.PATCHES:
+        assert (ref / patch.file).read_text().count(patch.old) == 1, patch.why
+
+
+def test_pending_rows_run_only_their_pilot():
+    from parity import plans
+    for name in ("cpg_learn", "pae_learn", "packnet_learn"):
+        assert ("cpg", name) in plans.PENDING and ("cpg", name) not in plans.PLANS
+        assert plans.seeds("cpg", name, pilot=True) == plans.PILOT_SEEDS == (0, 1, 2)
+        with pytest.raises(SystemExit, match=f"cpg/{name} has no seed plan yet.*pilot must run first"):
+            plans.seeds("cpg", name)
+
+
+def test_smoke_needs_its_own_out_folder(monkeypatch):
+    from parity import plans
+    monkeypatch.setattr(cpg, "ROWS", dict(cpg.ROWS))
+    monkeypatch.setattr(plans, "PILOT_SEEDS", plans.PILOT_SEEDS)
+    assert cpg.smoke(["cpg.py", "--rows", "cpg"]) == ["cpg.py", "--rows", "cpg"]
+    with pytest.raises(SystemExit, match="--smoke needs --out"):
+        cpg.smoke(["cpg.py", "--smoke"])
+    assert cpg.smoke(["cpg.py", "--smoke", "--out", "/tmp/x"]) == ["cpg.py", "--out", "/tmp/x"]
+    assert cpg.settings(cpg.ROWS["cpg_learn"])["epochs"] == str(cpg.SMOKE.epochs) and plans.PILOT_SEEDS == (0,)

@@ -88,6 +88,7 @@ class Outcome:
 
     ra: float
     matrix: list[list[float]] = field(default_factory=list)  # acc[i][j]: task j after task i, where printed
+    phases: list[dict] = field(default_factory=list)  # per task, the method's decisions, where the runner reads them
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class Record:
     command: str
     provenance: dict = field(default_factory=dict)  # see provenance(); empty in records made before it existed
     diagnostic: str = ""  # the Diagnostic's name, for a diagnostic run
+    phases: list[dict] = field(default_factory=list)  # Outcome.phases; empty in records made before it existed
 
 
 def clbench_overrides(row: Row, seed: int, data_root: str | None = None) -> list[str]:
@@ -272,8 +274,8 @@ def main(reference) -> None:
     copy = None
     if args.side != "cl-bench":
         copy = patched_copy(args.ref.resolve(), reference.PINNED, reference.PATCHES, work, args.any_commit)
-    for name in args.rows:
-        seeds = plans.seeds(reference.NAME, name, pilot=args.pilot)
+    planned = {name: plans.seeds(reference.NAME, name, pilot=args.pilot) for name in args.rows}  # refused up front
+    for name, seeds in planned.items():
         for seed in seeds:
             if args.side != "cl-bench":
                 run_reference_side(reference, copy, name, seed, work, args)
@@ -285,16 +287,20 @@ def run_reference_side(reference, copy: Path, name: str, seed: int, work: Path, 
     origin = provenance(args.ref.resolve(), args.python)
     outcome, seconds, command = reference_side(reference, copy, name, seed, work, args)
     report(save(Record(reference.NAME, name, "reference", seed, outcome.ra, outcome.matrix, seconds,
-                       origin["reference_commit"], command, origin, diagnostic), args.out), outcome, seconds)
+                       origin["reference_commit"], command, origin, diagnostic, outcome.phases), args.out),
+           outcome, seconds)
 
 
 def run_clbench_side(reference, row: Row, name: str, seed: int, work: Path, args, diagnostic: str = "") -> None:
     origin = provenance(args.ref.resolve() if args.ref else None, sys.executable)
     folder = work / "runs" / name / (f"{diagnostic}-seed{seed}" if diagnostic else f"seed{seed}")
     outcome, seconds = timed(run_clbench, row, seed, folder, args.data_root)
+    if hasattr(reference, "clbench_phases"):  # the per-task decisions, where the reference module reads them
+        outcome.phases = reference.clbench_phases(folder)
     command = "cl-bench train " + " ".join(clbench_overrides(row, seed))
     report(save(Record(reference.NAME, name, "cl-bench", seed, outcome.ra, outcome.matrix, seconds,
-                       origin["clbench_commit"], command, origin, diagnostic), args.out), outcome, seconds)
+                       origin["clbench_commit"], command, origin, diagnostic, outcome.phases), args.out),
+           outcome, seconds)
 
 
 def run_diagnostic(reference, args, work: Path) -> None:

@@ -16,6 +16,30 @@ tool, for CPG the picking refit and its tool; then inference of every task learn
   python scripts/parity/cpg.py --ref ~/src/CPG --rows cpg [--pilot] --data-root DIR --python REF_VENV/bin/python
 
 runs the row's seed plan (scripts/parity/plans.py), or its pilot's seeds with --pilot.
+
+The learning cut (rows cpg_learn, pae_learn, packnet_learn; LEARN below), meant to end every task at or above 80%
+on both sides (unmeasured until their pilot runs): Split CIFAR-10's five 2-class tasks, 2500 training images a task
+(as many as a CIFAR-100 superclass task of the scripts) and 1000 test images (500 a class), VGG16-BN narrowed
+on both sides to a quarter: every conv's channels x0.25 (16 to 128) and the classifier body 1024 wide (an
+architecture patch of the reference's VGG builders, read from PARITY_WIDTH and PARITY_HIDDEN; cl-bench's
+backbone.width and backbone.hidden). The scripts' 100-epoch schedule scaled to 30: lr x0.1 at epochs 15 and 24
+(the scripts' 50 and 80), the picking masks' lr x0.2 at 15 and 0 from 21 (50, 70), PackNet's retraining 10
+epochs with its lr x0.1 at 8 (30 and 25; these are a learning patch read from PARITY_* variables, the scripts'
+epochs when unset). Compacting through the sparsities 0.2, 0.4, 0.6, 0.8 and 0.9, 3 epochs each, the cubic ramp
+over the first epoch pruning every 10 steps (the scripts': every 0.1 to 0.95, 20 epochs, a 4-epoch ramp); the
+picking refit up to 10 epochs with the scripts' patience of 5. Growth is on: max multiplier 1.5 in steps of 0.5.
+Goals: each side measures its own, as the scripts do, the reference with baseline_cifar100.sh's scratch model per
+task (packnet_cifar100_main_normal.py --mode finetune --logfile, the same 30 epochs, written to goals.json), cl-bench
+with method.goal_source=independent (its default: a fresh model on the task alone, the same schedule); cl-bench
+cannot read fixed per-task goals, so one set for both sides is not possible. The training-accuracy bars are the
+scripts' (95% CPG and PAE, 97% PackNet's refusal to save): a phase below its bar would leave the next phase nothing
+to start from, which the runner refuses in one line naming the bar (as it refuses growth past the maximum, which
+the scripts would try), so a pilot says at once if the cut cannot reach them. Each record carries per task the
+goal, the growth and the multiplier after it, the sparsity chosen and the refit's outcome (Outcome.phases): the
+reference's from its exit codes, its choosing tool's output and record.txt and the refit's checkpoints; cl-bench's
+from its run's train.log (metrics.json has goals and sparsities per task, but growth only at the end and no refit).
+`--smoke` (with --out elsewhere than the records) runs the learning rows at a size far below the cut (SMOKE) to
+check that every phase runs and parses.
 """
 from __future__ import annotations
 
@@ -25,13 +49,15 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import DATA_IO, ENVIRONMENT, LEARNING, Diagnostic, Outcome, Patch, Row  # noqa: E402
+from parity.common import ARCHITECTURE, DATA_IO, ENVIRONMENT, LEARNING, Diagnostic, Outcome, Patch, Row  # noqa: E402
 
 NAME = "cpg"
 REPO = "ivclab/CPG"
@@ -62,6 +88,87 @@ CPG_REF = (f"epochs={EPOCHS}", f"prune_targets={','.join(map(str, PRUNE_TARGETS)
            f"goal={GOAL}", f"train_acc_bar={BAR}", "max_multiplier=1.5")
 SETTING = (f"{TASKS} split CIFAR-10 tasks of {CLASSES} classes, {TRAIN} train / {TEST} test images each, "
            "VGG16-BN, task scenario, CPU")
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A cut with growth on and measured goals (the module docstring's learning cut), the same on both sides."""
+
+    tasks: int
+    train: int
+    test: int
+    width: float  # every conv's channels times this (backbone.width; the reference: PARITY_WIDTH)
+    hidden: int  # the classifier body's width (backbone.hidden; PARITY_HIDDEN)
+    epochs: int
+    drops: tuple[int, ...]  # the lr x0.1 epochs of training (the scripts' 50, 80 of 100)
+    mask_drop: int  # the picking masks' lr x0.2 (the scripts' 50)
+    mask_stop: int  # the picking masks' lr 0 from here (the scripts' 70)
+    targets: tuple[float, ...]
+    prune_epochs: int
+    ramp: int
+    frequency: int
+    refit: int  # the picking refit's epochs at most (patience 5, the scripts')
+    packnet_retrain: int
+    packnet_drop: int  # PackNet's retraining lr x0.1 (the scripts' 25 of 30)
+    bar: float = 0.95  # CPG's and PAE's training-accuracy bar (the scripts')
+    packnet_bar: float = 0.97  # PackNet's: below it the pruned model is not saved (the scripts')
+
+    def split(self) -> tuple[str, ...]:
+        return ("dataset=split_cifar10", "scenario=task", "backbone=vgg16_bn", "method.protocol=official",
+                f"dataset.num_tasks={self.tasks}", f"dataset.classes_per_task={CLASSES}",
+                f"dataset.samples_per_task={self.train}", f"dataset.test_samples_per_task={self.test}",
+                f"backbone.width={self.width}", f"backbone.hidden={self.hidden}", f"method.epochs={self.epochs}",
+                f"method.lr_milestones=[{','.join(map(str, self.drops))}]")
+
+    def net(self) -> tuple[str, ...]:
+        """The reference's settings the runner turns into PARITY_* variables (ENV_SETTINGS)."""
+        return (f"width={self.width}", f"hidden={self.hidden}", f"lr_drops={','.join(map(str, self.drops))}",
+                f"epochs={self.epochs}")
+
+    def setting(self) -> str:
+        return (f"{self.tasks} split CIFAR-10 tasks of {CLASSES} classes, {self.train} train / {self.test} test "
+                f"images each, VGG16-BN at width x{self.width} (body {self.hidden}), task scenario, CPU; "
+                f"{self.epochs} epochs, growth on, goals measured by each side")
+
+
+LEARN = Cut(tasks=5, train=2500, test=1000, width=0.25, hidden=1024, epochs=30, drops=(15, 24), mask_drop=15,
+            mask_stop=21, targets=(0.2, 0.4, 0.6, 0.8, 0.9), prune_epochs=3, ramp=1, frequency=10, refit=10,
+            packnet_retrain=10, packnet_drop=8)
+# --smoke: every phase of the learning rows once, far below the cut (minutes, not a result).
+SMOKE = Cut(tasks=2, train=64, test=32, width=0.125, hidden=64, epochs=1, drops=(2,), mask_drop=2, mask_stop=2,
+            targets=(0.5,), prune_epochs=1, ramp=1, frequency=1, refit=1, packnet_retrain=1, packnet_drop=2,
+            bar=0.0, packnet_bar=0.0)
+
+
+def learn_rows(cut: Cut) -> dict[str, Row]:
+    """The learning cut's rows: CPG, PAE (no picking, no refit) and PackNet, growth on, goals each side's own."""
+    targets = ",".join(map(str, cut.targets))
+    cpg_cut = (*cut.split(), f"method.prune_targets=[{targets}]", f"method.prune_epochs={cut.prune_epochs}",
+               f"method.prune_ramp_epochs={cut.ramp}", f"method.prune_frequency={cut.frequency}",
+               f"method.retrain_epochs={cut.refit}", "method.goal_source=independent",
+               f"method.train_acc_bar={cut.bar}", f"method.mask_lr_milestones=[{cut.mask_drop}]",
+               f"method.mask_lr_stop={cut.mask_stop}")
+    cpg_ref = ("program=cpg", *cut.net(), f"prune_targets={targets}", f"prune_epochs={cut.prune_epochs}",
+               f"pruning_interval={cut.ramp}", f"pruning_frequency={cut.frequency}", f"retrain_epochs={cut.refit}",
+               "goals=scratch", f"train_acc_bar={cut.bar}", "max_multiplier=1.5", f"mask_drop={cut.mask_drop}",
+               f"mask_stop={cut.mask_stop}")
+    setting = cut.setting()
+    return {
+        "cpg_learn": Row("CPG", f"{setting}; compacting {list(cut.targets)} x {cut.prune_epochs}, refit {cut.refit}",
+                         ("method=cpg", *cpg_cut), (*cpg_ref, "lr_mask=5e-4", "refit=true"),
+                         "growth on; scratch goals measured by each side; the scripts' training-accuracy bars"),
+        "pae_learn": Row("PAE", f"{setting}; compacting {list(cut.targets)} x {cut.prune_epochs}",
+                         ("method=cpg", *cpg_cut, "method.picking=false"), (*cpg_ref, "lr_mask=0.0", "refit=false"),
+                         "CPG without picking (lr_mask 0, no refit); growth on; scratch goals measured by each side"),
+        "packnet_learn": Row("PackNet", f"{setting}; 60% pruned, retrain {cut.packnet_retrain}",
+                             ("method=packnet", *cut.split(), "method.prune_ratio=0.6",
+                              f"method.retrain_epochs={cut.packnet_retrain}",
+                              f"method.retrain_lr_milestones=[{cut.packnet_drop}]"),
+                             ("program=packnet", *cut.net(), "one_shot_prune_perc=0.6",
+                              f"retrain_epochs={cut.packnet_retrain}", f"retrain_drop={cut.packnet_drop}",
+                              f"train_acc_bar={cut.packnet_bar}"),
+                             "PackNet as CPG's authors ran it, their baseline; the scripts' bar", source="baseline"),
+    }
 
 FINDINGS = [
     "**The cut: no growth, bar 0.** Goals are fixed at 0 on both sides (a goal each side measured for itself would "
@@ -128,6 +235,7 @@ ROWS = {
                    ("program=packnet", f"epochs={EPOCHS}", f"one_shot_prune_perc={PACKNET_PRUNE}",
                     f"retrain_epochs={PACKNET_RETRAIN}", f"train_acc_bar={BAR}"),
                    "PackNet as CPG's authors ran it, their baseline (not PackNet's authors' code)", source="baseline"),
+    **learn_rows(LEARN),
 }
 
 CPU_SHIM = '''
@@ -145,6 +253,36 @@ if _parity_os.path.isfile('data/cifar100_org/stats.json'):
         mean[_name], std[_name] = _stats['mean'], _stats['std']
 '''
 BAR_READ = f"float(os.environ.get('{BAR_ENV}', {{}}))"
+# The learning cut's network and schedule, read where the scripts fix them (their values when the variables are unset,
+# so the other rows run the scripts' own); ENV_SETTINGS maps a row's reference settings to these variables.
+ENV_SETTINGS = {"train_acc_bar": BAR_ENV, "width": "PARITY_WIDTH", "hidden": "PARITY_HIDDEN",
+                "lr_drops": "PARITY_LR_DROPS", "mask_drop": "PARITY_MASK_DROP", "mask_stop": "PARITY_MASK_STOP",
+                "retrain_drop": "PARITY_RETRAIN_DROP"}
+WIDTH_READ = '''
+# parity patch: the learning cut's narrower network (cl-bench's backbone.width, backbone.hidden); the scripts' if unset.
+import os as _parity_os
+PARITY_WIDTH = float(_parity_os.environ.get('PARITY_WIDTH', 1))
+PARITY_HIDDEN = int(_parity_os.environ.get('PARITY_HIDDEN', 4096))
+'''
+NARROW = "    cfg = [v if v == 'M' else max(1, round(v * PARITY_WIDTH)) for v in cfg]\n"
+CPG_LAYERS = "def make_layers_cifar100(cfg, network_width_multiplier, batch_norm=False, groups=1):\n"
+CPG_BODY = ("        View(-1, int(512*network_width_multiplier)),\n"
+            "        nl.SharableLinear(int(512*network_width_multiplier), int(4096*network_width_multiplier)),\n"
+            "        nn.ReLU(True),\n"
+            "        nl.SharableLinear(int(4096*network_width_multiplier), int(4096*network_width_multiplier)),\n")
+# in_channels is int(the last conv's channels x multiplier): at the scripts' widths int(512 x multiplier)
+CPG_BODY_NARROW = ("        View(-1, in_channels),\n"
+                   "        nl.SharableLinear(in_channels, int(PARITY_HIDDEN*network_width_multiplier)),\n"
+                   "        nn.ReLU(True),\n"
+                   "        nl.SharableLinear(int(PARITY_HIDDEN*network_width_multiplier), "
+                   "int(PARITY_HIDDEN*network_width_multiplier)),\n")
+PACKNET_LAYERS = "def make_layers_cifar100(cfg, batch_norm=False):\n"
+PACKNET_BODY = ("        View(-1, 512),\n        nn.Linear(512, 4096),\n"
+                "        nn.ReLU(True),\n        nn.Linear(4096, 4096),\n")
+PACKNET_BODY_NARROW = ("        View(-1, in_channels),\n        nn.Linear(in_channels, PARITY_HIDDEN),\n"
+                       "        nn.ReLU(True),\n        nn.Linear(PARITY_HIDDEN, PARITY_HIDDEN),\n")
+PACKNET_HEAD = "            self.classifiers.append(nn.Linear(4096, num_classes))\n"
+DROPS_READ = "str(epoch_idx + 1) in os.environ.get('PARITY_LR_DROPS', '50,80').split(',')"
 VAL_LOADER_END = ("    return torch.utils.data.DataLoader(val_dataset,\n"
                   "        batch_size=val_batch_size, shuffle=False, sampler=None,\n"
                   "        num_workers=num_workers, pin_memory=pin_memory)\n")
@@ -182,6 +320,40 @@ PATCHES = [
     Patch("packnet_cifar100_main_normal.py", "    if args.num_classes == 5:\n",
           "    if args.num_classes in (2, 5):\n",
           "2-class tasks: the 5-class ImageFolder loaders serve any class count", DATA_IO),
+    *[Patch(file, old, new, why, ARCHITECTURE) for file, old, new, why in (
+        ("models/vgg.py", "import models.layers as nl\nimport pdb\n", "import models.layers as nl\nimport pdb\n"
+         + WIDTH_READ, "a narrower VGG16-BN for the learning cut, as cl-bench's backbone.width and backbone.hidden: "
+                       "the widths read from PARITY_WIDTH and PARITY_HIDDEN (the scripts' network when unset)"),
+        ("models/vgg.py", CPG_LAYERS, CPG_LAYERS + NARROW,
+         "CPG's and PAE's conv channels (the main's custom_cfg) times PARITY_WIDTH, rounded as cl-bench rounds"),
+        ("models/vgg.py", CPG_BODY, CPG_BODY_NARROW, "CPG's classifier body PARITY_HIDDEN wide, after the last conv"),
+        ("models/vgg.py", "nn.Linear(int(4096*self.network_width_multiplier), num_classes)",
+         "nn.Linear(int(PARITY_HIDDEN*self.network_width_multiplier), num_classes)", "CPG's new task heads"),
+        ("models/vgg.py", "['network_width_multiplier'] * 4096), num_classes)",
+         "['network_width_multiplier'] * PARITY_HIDDEN), num_classes)", "CPG's heads rebuilt from a checkpoint"),
+        ("packnet_models/vgg.py", "import torch.nn as nn\nimport pdb\n", "import torch.nn as nn\nimport pdb\n"
+         + WIDTH_READ, "the same narrower VGG16-BN for PackNet and the reference's scratch goals (its baseline)"),
+        ("packnet_models/vgg.py", PACKNET_LAYERS, PACKNET_LAYERS + NARROW, "PackNet's conv channels"),
+        ("packnet_models/vgg.py", PACKNET_BODY, PACKNET_BODY_NARROW, "PackNet's classifier body"),
+        ("packnet_models/vgg.py", "in self.dataset2num_classes.items():\n" + PACKNET_HEAD,
+         "in self.dataset2num_classes.items():\n" + PACKNET_HEAD.replace("4096", "PARITY_HIDDEN"),
+         "PackNet's heads rebuilt from a checkpoint"),
+        ("packnet_models/vgg.py", "= num_classes\n" + PACKNET_HEAD,
+         "= num_classes\n" + PACKNET_HEAD.replace("4096", "PARITY_HIDDEN"), "PackNet's new task heads"))],
+    *[Patch(file, old, new, why, LEARNING) for file, old, new, why in (
+        ("CPG_cifar100_main_normal.py", "            if epoch_idx + 1 == 50 or epoch_idx + 1 == 80:\n",
+         f"            if {DROPS_READ}:\n", "the learning cut's lr drops (PARITY_LR_DROPS; the scripts' 50, 80)"),
+        ("CPG_cifar100_main_normal.py", "                if epoch_idx + 1 == 50:\n",
+         "                if epoch_idx + 1 == int(os.environ.get('PARITY_MASK_DROP', 50)):\n",
+         "the picking masks' lr drop (PARITY_MASK_DROP; the scripts' 50)"),
+        ("CPG_cifar100_main_normal.py", "if stop_lr_mask and epoch_idx + 1 == 70:",
+         "if stop_lr_mask and epoch_idx + 1 == int(os.environ.get('PARITY_MASK_STOP', 70)):",
+         "the picking masks' lr stop (PARITY_MASK_STOP; the scripts' 70)"),
+        ("packnet_cifar100_main_normal.py", "            if epoch_idx + 1 == 50 or epoch_idx + 1 == 80:\n",
+         f"            if {DROPS_READ}:\n", "PackNet's and the scratch goals' lr drops (PARITY_LR_DROPS)"),
+        ("packnet_cifar100_main_normal.py", "            if epoch_idx + 1 == 25:\n",
+         "            if epoch_idx + 1 == int(os.environ.get('PARITY_RETRAIN_DROP', 25)):\n",
+         "PackNet's retraining lr drop (PARITY_RETRAIN_DROP; the scripts' 25)"))],
 ]
 
 
@@ -212,7 +384,10 @@ def write_tasks(scenario, row: Row, folder: Path) -> None:
         mean, std = channel_stats(task.train.x)
         stats[task_name(t)] = {"mean": mean, "std": std}
     (folder / "stats.json").write_text(json.dumps(stats))
-    (folder / "goals.json").write_text(json.dumps({task_name(t): GOAL for t in range(len(scenario.tasks))}))
+    # Fixed goals for the rows that fix them; empty for measured ones, which the scratch models fill task by task.
+    measured = settings(row).get("goals") == "scratch"
+    goals = {} if measured else {task_name(t): GOAL for t in range(len(scenario.tasks))}
+    (folder / "goals.json").write_text(json.dumps(goals))
 
 
 def read_tasks(folder: Path) -> list[dict]:
@@ -242,6 +417,68 @@ def parse_accuracy(text: str) -> float:
     return float(found[-1]) / 100
 
 
+CHOSEN = re.compile(r"We choose pruning_ratio (\S+)")
+
+
+def parse_chosen_ratio(text: str) -> float:
+    """The sparsity tools/choose_appropriate_pruning_ratio_for_next_task.py kept, from its one log line
+    (`... - root - INFO - We choose pruning_ratio 0.4`; 0.0 when none met the goal: the unpruned model)."""
+    found = CHOSEN.findall(text)
+    if not found:
+        raise ValueError("no chosen pruning ratio in the choosing tool's output")
+    return float(found[-1])
+
+
+def parse_record(text: str) -> dict[str, float]:
+    """gradual_prune/record.txt: the selection accuracy (in [0, 1]) at each sparsity recorded, '0.0' the
+    trained model's, as the main writes it (json.dump of {0.0: acc, target: acc, ...})."""
+    return {str(float(k)): float(v) for k, v in json.loads(text).items()}
+
+
+def parse_goal(text: str, name: str) -> float | None:
+    """A task's goal in the goals file (the baseline run writes '{:.4f}' strings; the fixed rows numbers)."""
+    goals = json.loads(text)
+    return float(goals[name]) if name in goals else None
+
+
+def refit_outcome(retrain: Path) -> dict:
+    """What tools/choose_retrain_or_not.py will do with the refit's folder: copy the first checkpoint os.listdir
+    names over the compacted model (kept; the refit saves one when an epoch beats the restarted mask, and its last
+    epoch when above the bar), or leave the compacted model (not kept)."""
+    saved = [f for f in os.listdir(retrain) if ".pth.tar" in f] if retrain.is_dir() else []
+    return {"refit": "kept", "refit_checkpoint": saved[0]} if saved else {"refit": "not kept"}
+
+
+# What cl-bench's CPG logs per task in the run's train.log (cl_bench/methods/cpg.py's log.info lines).
+CLB_START = re.compile(r"task (\d+): goal (\S+); at ([\d.]+)x:")
+CLB_GROWN = re.compile(r"task (\d+): grown to ([\d.]+)x:")
+CLB_KEEPS = re.compile(r"task (\d+): keeps sparsity [\d.]+ \(target ([\d.]+);")
+CLB_REFIT = re.compile(r"task (\d+): picking refit kept(?:, ([\d.]+)| nothing)")
+
+
+def parse_clbench_phases(log: str) -> list[dict]:
+    """Per task, from cl-bench's train.log: its goal, the parameter multiplier it started at and ended at, the
+    sparsity target compacting kept (0.0: none, or nothing to prune) and the refit's outcome."""
+    phases: dict[int, dict] = {}
+    for t, goal, mult in CLB_START.findall(log):
+        phases[int(t)] = {"task": int(t), "goal": None if goal == "none" else float(goal),
+                          "start": float(mult), "multiplier": float(mult), "ratio": 0.0, "refit": "not run"}
+    for t, mult in CLB_GROWN.findall(log):
+        phases[int(t)]["multiplier"] = float(mult)
+    for t, kept in CLB_KEEPS.findall(log):
+        phases[int(t)]["ratio"] = float(kept)
+    for t, acc in CLB_REFIT.findall(log):
+        phases[int(t)]["refit"] = "kept" if acc else "not kept"
+    return [{**p, "grew": round(p["multiplier"] - p["start"], 6)} for _, p in sorted(phases.items())]
+
+
+def clbench_phases(run_dir: Path) -> list[dict]:
+    """The cl-bench side's per-task decisions (common.run_clbench_side calls this when the module has it): the
+    growth and the refit from train.log, which metrics.json does not hold per task."""
+    log = run_dir / "train.log"
+    return parse_clbench_phases(log.read_text()) if log.is_file() else []
+
+
 # --- running the reference --------------------------------------------------------------------------------------
 class Runner:
     """Runs the reference's processes in its copy, as its shell scripts chain them, into one log."""
@@ -253,10 +490,11 @@ class Runner:
         command = [self.python, script, *map(str, args)]
         if script.endswith("main_normal.py"):
             command += ["--seed", str(self.seed)]
+        start = time.perf_counter()
         done = subprocess.run(command, cwd=self.copy, capture_output=True, text=True, env=self.env)
         out = done.stdout + done.stderr
-        with open(self.log, "a") as f:
-            f.write(f"$ {' '.join(command)}\n{out}\n[exit {done.returncode}]\n")
+        with open(self.log, "a") as f:  # each process's seconds: what each phase costs at a cut
+            f.write(f"$ {' '.join(command)}\n{out}\n[exit {done.returncode}; {time.perf_counter() - start:.1f} s]\n")
         if done.returncode not in ok:
             sys.exit(f"{' '.join(command)} failed (exit {done.returncode}); the end of its output:\n{out[-3000:]}")
         return done.returncode, out
@@ -277,17 +515,17 @@ def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str) -> O
     shutil.rmtree(copy / RUNS, ignore_errors=True)
     log = data / "reference.log"
     log.unlink(missing_ok=True)
-    env = {**os.environ, **common.one_thread_env(), BAR_ENV: s["train_acc_bar"]}
+    env = {**os.environ, **common.one_thread_env(), **{var: s[key] for key, var in ENV_SETTINGS.items() if key in s}}
     run = Runner(copy, seed, python, log, env)
     names = sorted((p.name for p in (data / "train").iterdir()), key=lambda n: int(n[4:]))
     classes = [len(list((data / "train" / n).iterdir())) for n in names]
     learn, evaluate = (cpg_task, cpg_evaluate) if s["program"] == "cpg" else (packnet_task, packnet_evaluate)
-    state = {"multiplier": 1.0, "goals": str((data / "goals.json").resolve())}
+    state = {"multiplier": 1.0, "goals": str((data / "goals.json").resolve()), "phases": []}
     matrix = []
     for t, name in enumerate(names):
         learn(run, s, state, names, classes, t)
         matrix.append([evaluate(run, s, state, name, names[j], classes[j]) for j in range(t + 1)])
-    return Outcome(float(np.mean(matrix[-1])), matrix)
+    return Outcome(float(np.mean(matrix[-1])), matrix, state["phases"])
 
 
 def ckpt(name: str, phase: str) -> str:
@@ -302,24 +540,52 @@ def cpg_common(s: dict, state: dict, names: list, classes: list, t: int) -> list
 
 
 def cpg_task(run: Runner, s: dict, state: dict, names: list, classes: list, t: int) -> None:
-    """CPG_cifar100_scratch_mul_1.5.sh's body for one task (PAE's without the refit)."""
+    """CPG_cifar100_scratch_mul_1.5.sh's body for one task (PAE's without the refit), after baseline_cifar100.sh's
+    scratch model for its goal where the row measures goals; the task's decisions go to state["phases"]."""
     name, main = names[t], "CPG_cifar100_main_normal.py"
+    if s.get("goals") == "scratch":
+        scratch_goal(run, s, state, names, classes, t)
+    phase = {"task": t, "goal": parse_goal(Path(state["goals"]).read_text(), name), "start": state["multiplier"]}
     cpg_finetune(run, s, state, names, classes, t)
     if state["exit"] != 5:  # 5: the task found no free weight, nothing to prune
         cpg_prune(run, s, state, names, classes, t)
-    run("tools/choose_appropriate_pruning_ratio_for_next_task.py",
-        ["--pruning_ratio_to_acc_record_file", ckpt(name, "gradual_prune/record.txt"),
-         "--baseline_acc_file", state["goals"], "--allow_acc_loss", 0.0, "--dataset", name,
-         "--max_allowed_network_width_multiplier", s["max_multiplier"],
-         "--network_width_multiplier", state["multiplier"], "--log_path", ckpt(name, "train.log")])
+    record = run.copy / ckpt(name, "gradual_prune/record.txt")
+    phase["record"] = parse_record(record.read_text()) if record.is_file() else {}
+    _, out = run("tools/choose_appropriate_pruning_ratio_for_next_task.py",
+                 ["--pruning_ratio_to_acc_record_file", ckpt(name, "gradual_prune/record.txt"),
+                  "--baseline_acc_file", state["goals"], "--allow_acc_loss", 0.0, "--dataset", name,
+                  "--max_allowed_network_width_multiplier", s["max_multiplier"],
+                  "--network_width_multiplier", state["multiplier"], "--log_path", ckpt(name, "train.log")])
+    phase.update(multiplier=state["multiplier"], grew=state["multiplier"] - phase["start"],
+                 ratio=parse_chosen_ratio(out), refit="not run")
     if t > 0 and state["exit"] != 5 and s["refit"] == "true":
         # The script ignores the refit's exit status; 5 is its no-free-weights exit after the last epoch.
         run(main, [*cpg_common(s, state, names, classes, t), "--lr", 1e-3, "--lr_mask", 1e-4,
                    "--save_folder", ckpt(name, "retrain"), "--load_folder", ckpt(name, "gradual_prune"),
                    "--epochs", s["retrain_epochs"], "--mode", "finetune", "--pruning_ratio_to_acc_record_file",
                    ckpt(name, "retrain/record.txt"), "--finetune_again"], ok=(0, 2, 5))
+        phase.update(refit_outcome(run.copy / ckpt(name, "retrain")))
         run("tools/choose_retrain_or_not.py", ["--save_folder", ckpt(name, "gradual_prune"),
                                                "--load_folder", ckpt(name, "retrain")])
+    state["phases"].append(phase)
+
+
+def scratch_goal(run: Runner, s: dict, state: dict, names: list, classes: list, t: int) -> None:
+    """baseline_cifar100.sh for one task: PackNet's main trains a fresh network on the task alone with the
+    row's schedule and writes its last epoch's validation accuracy into the goals file under the task's name."""
+    run("packnet_cifar100_main_normal.py",
+        ["--arch", "vgg16_bn_cifar100", "--dataset", names[t], "--num_classes", classes[t], "--lr", 1e-2,
+         "--weight_decay", 4e-5, "--save_folder", ckpt(names[t], "baseline"), "--epochs", s["epochs"],
+         "--mode", "finetune", "--logfile", state["goals"]])
+
+
+def saved(run: Runner, folder: str, what: str, bar: str) -> None:
+    """The next phase loads this folder's checkpoint; without one the reference would start it from a fresh
+    network, silently (its main saves only above the training-accuracy bar): refused in one line."""
+    if not list((run.copy / folder).glob("*.pth.tar")):
+        sys.exit(f"the reference saved no checkpoint after {what} (its last epoch's training accuracy did not top "
+                 f"the bar {bar}), so the next phase would start from nothing: lower the row's train_acc_bar (on both "
+                 f"sides, where cl-bench has one) or train longer; its log: {run.log}")
 
 
 def cpg_finetune(run: Runner, s: dict, state: dict, names: list, classes: list, t: int) -> None:
@@ -333,7 +599,13 @@ def cpg_finetune(run: Runner, s: dict, state: dict, names: list, classes: list, 
                        "--pruning_ratio_to_acc_record_file", ckpt(name, "gradual_prune/record.txt")], ok=(0, 2, 5))
         state["exit"] = code
         if code != 2:
+            saved(run, ckpt(name, "scratch"), f"training {name}", s["train_acc_bar"])
             return
+        if state["multiplier"] + 0.5 > float(s["max_multiplier"]) + 1e-9:
+            # The script would grow on without end: past the maximum its main never sees the maximum width again.
+            sys.exit(f"the reference asks to grow {name} past max_multiplier {s['max_multiplier']} (its training "
+                     f"accuracy did not top the bar {s['train_acc_bar']} at full width; cl-bench stops growing "
+                     f"there): lower the row's train_acc_bar on both sides or train longer; its log: {run.log}")
         state["multiplier"] += 0.5
 
 
@@ -375,6 +647,7 @@ def packnet_task(run: Runner, s: dict, state: dict, names: list, classes: list, 
     run(main, [*head, "--lr", 1e-3, "--save_folder", ckpt(name, "one_shot_prune"),
                "--load_folder", ckpt(name, "scratch"), "--epochs", s["retrain_epochs"], "--mode", "prune",
                "--one_shot_prune_perc", s["one_shot_prune_perc"]])
+    saved(run, ckpt(name, "one_shot_prune"), f"pruning {name}", s["train_acc_bar"])
 
 
 def packnet_evaluate(run: Runner, s: dict, state: dict, last: str, name: str, num_classes: int) -> float:
@@ -384,5 +657,18 @@ def packnet_evaluate(run: Runner, s: dict, state: dict, last: str, name: str, nu
     return parse_accuracy(out)
 
 
+def smoke(argv: list[str]) -> list[str]:
+    """--smoke: the learning rows at SMOKE's size in place of LEARN's, for a check that every phase runs and
+    parses (seconds of training, no result); its records would pass for the rows', so --out must lead elsewhere."""
+    if "--smoke" not in argv:
+        return argv
+    if "--out" not in argv:
+        sys.exit("--smoke needs --out DIR away from the rows' records (outputs/parity): its runs are no result")
+    ROWS.update(learn_rows(SMOKE))
+    common.plans.PILOT_SEEDS = (0,)  # one seed: a check, not a pilot
+    return [a for a in argv if a != "--smoke"]
+
+
 if __name__ == "__main__":
+    sys.argv = smoke(sys.argv)
     common.main(sys.modules[__name__])
