@@ -208,6 +208,12 @@ FINDINGS = [
     "(initial values of the claimed weights, the picking mask and its optimiser, what trains in each phase and at "
     "which rate, the phases' order and starting checkpoints, data, evaluation) found nothing else that differs. "
     "Those logs were not kept as records, so their figures are not quoted here.",
+    "**Matched, by reading: the choice when growth runs out.** tools/choose_appropriate_pruning_ratio_for_next_"
+    "task.py walks the recorded ratios from the highest down and takes the first whose accuracy plus "
+    "--allow_acc_loss (0.0 in the scripts) meets the goal, or, when the network is at its maximum width and the "
+    "unpruned model missed the goal, the highest recorded ratio whatever its accuracy: an exhausted task is compacted "
+    "to the sparsest target it reached even where a lower ratio scored better. cl-bench's compact() does the same "
+    "(tests/test_cpg_official.py), and `method.allow_acc_loss` is the chooser's tolerance (default its scripts' 0).",
     "Matched point by point: VGG16-BN's widths and 512-4096-4096 classifier, its initialisation, batch 32, "
     "SGD-Nesterov with momentum 9e-1 at 1e-2, picking masks Adam 5e-4 (init 1e-2, threshold 5e-3), weight decay 4e-5 "
     "on owned conv and linear weights, compacting and refit learning rates 1e-3 / 1e-4, per-task normalisation from "
