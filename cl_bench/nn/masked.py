@@ -15,6 +15,7 @@ old tasks run the very same arithmetic after any growth.
 import copy
 import itertools
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -55,6 +56,41 @@ def _versions(*tensors) -> tuple:
     return tuple((id(x), x._version) for x in tensors if x is not None)
 
 
+@dataclass(frozen=True)
+class Census:
+    """How many weights of a layer each owner value holds, as the host knows it without reading the owner tensor,
+    so that no training step waits for the device to decide what to mask or how many weights to release: counted
+    after each change made between steps (claim, growth, loading), and carried through the releases made within
+    steps (CPG's pruning ramp), which move weights from the task learning (`fluid`) to free: the two counts merge
+    under 0, their sum (the pool a release ranks) unchanged."""
+
+    key: tuple  # _versions(owner) the counts hold for
+    counts: dict  # owner value -> weights holding it (under 0, fluid's too once merged)
+    fluid: int | None = None
+
+    @staticmethod
+    def of(owner: torch.Tensor) -> "Census":
+        values, counts = torch.unique(owner, return_counts=True)
+        return Census(_versions(owner), dict(zip(values.tolist(), counts.tolist(), strict=True)))
+
+    def present(self) -> frozenset:
+        """The owner values some weight holds (after a release, both 0 and fluid, though one may be gone)."""
+        merged = {0, self.fluid} if self.fluid is not None and self.counts.get(0) else set()
+        return frozenset({value for value, n in self.counts.items() if n} | merged)
+
+    def pool(self, value: int) -> int | None:
+        """How many weights are free or hold owner value `value` (None: unknown on the host)."""
+        if self.fluid not in (None, value):
+            return None
+        return self.counts.get(0, 0) + (0 if self.fluid == value else self.counts.get(value, 0))
+
+    def released(self, value: int, owner: torch.Tensor) -> "Census":
+        """The census after weights of owner value `value` were released (freed) in owner."""
+        counts = {**self.counts, 0: self.pool(value)}
+        counts.pop(value, None)
+        return Census(_versions(owner), counts, value)
+
+
 class MaskedLayer(nn.Module):
     """What MaskedConv2d and MaskedLinear share: the weight, its owners, the picking masks, per-task biases."""
 
@@ -85,6 +121,7 @@ class MaskedLayer(nn.Module):
         self._masks = None  # (key, masks) of the task being computed: see constant_masks
         self._trainable = None  # (key, mask) of the weights the task being learned may change
         self._released = None  # (key, mask) of the free weights
+        self._counted = None  # the owners' Census: see census()
         # Whether free weights still compute for the task being learned: ivclab/CPG's gradual pruning, where a
         # released weight stays in the forward (frozen) until the epoch's end zeroes it (set by cpg.py).
         self.free_compute = False
@@ -111,7 +148,7 @@ class MaskedLayer(nn.Module):
         computing with fixed weights; (own, earlier) for the task being learned with a picking score. A mask
         of all ones is None (the newest task of PackNet computes with every weight), and so is an `earlier` of
         all zeros (the first task has nothing to pick): the forward then skips the product, which on small
-        layers costs as much as the matmul. Deciding that reads the mask once per build, not per step."""
+        layers costs as much as the matmul. That is decided on the host, from the owners the census counts."""
         t, k = self.task, self.task + 1
         learning = self.score is not None and t == self.learning
         pick = None if learning or not self.picking else self.pick(t)
@@ -130,15 +167,21 @@ class MaskedLayer(nn.Module):
         if torch.compiler.is_compiling():  # a compiled graph fuses the comparisons anyway
             return build()
         key = (t, in_width, learning, free, self._widths[t], self.weight.dtype, *_versions(self.owner, pick))
-        return self._memo("_masks", key, lambda: self._drop_trivial(build(), learning))
+        return self._memo("_masks", key, lambda: self._drop_trivial(build(), learning, free, pick is not None))
 
-    @staticmethod
-    def _drop_trivial(masks: tuple[torch.Tensor, ...], learning: bool) -> tuple[torch.Tensor | None, ...]:
-        """The masks with an all-ones one (and, while learning, an all-zeros `earlier`) as None."""
+    def _drop_trivial(self, masks: tuple[torch.Tensor, ...], learning: bool, free: bool,
+                      picked: bool) -> tuple[torch.Tensor | None, ...]:
+        """The masks with an all-ones one (and, while learning, an all-zeros `earlier`) as None, decided from the
+        owners the layer's census holds, without reading the masks. The census is of the whole layer, the masks of
+        the task's slice (the earlier tasks' weights all lie within it): a mask all ones in the slice but not in
+        the layer, or one a pick makes all ones, is kept, and multiplying by ones changes no value."""
+        present, k = self.census().present(), self.task + 1
+        mine = {0, k} if free else {k}
         if learning:
             own, earlier = masks
-            return (None if bool(own.all()) else own), (None if not bool(earlier.any()) else earlier)
-        return tuple(None if bool(m.all()) else m for m in masks)
+            return (None if present <= mine else own), (None if all(v == 0 or v >= k for v in present) else earlier)
+        computing = mine if picked else mine | set(range(1, k))  # the weights a picked task surely computes with
+        return (None if present <= computing else masks[0]),
 
     def weight_for(self, in_width: int) -> torch.Tensor:
         """The task's masked weight; in evaluation folded once per task rather than recomputed per batch."""
@@ -174,7 +217,7 @@ class MaskedLayer(nn.Module):
     def claim(self, task_id: int) -> None:
         """Give every free weight to task_id, to be trained and partly released again."""
         self.owner.masked_fill_(self.owner == 0, task_id + 1)
-        self.weight.requires_grad_(bool((self.owner == task_id + 1).any()))
+        self.weight.requires_grad_(task_id + 1 in self.census().present())  # counted afresh, before any step
 
     def trainable(self, task_id: int) -> torch.Tensor:
         return self.owner == task_id + 1
@@ -184,8 +227,8 @@ class MaskedLayer(nn.Module):
         step multiplies the gradient by it (on CPUs a product is ~20× faster than a boolean fill or compare).
         None when the task owns every weight (PackNet's and CPG's first task before pruning): nothing to mask."""
         def build():
-            mask = self.trainable(task_id)
-            return None if bool(mask.all()) else mask.to(self.weight.dtype)
+            owns_all = self.census().present() <= {task_id + 1}
+            return None if owns_all else self.trainable(task_id).to(self.weight.dtype)
         key = (task_id, self.weight.dtype, *_versions(self.owner))
         return self._memo("_trainable", key, build)
 
@@ -197,14 +240,22 @@ class MaskedLayer(nn.Module):
         _pruning_mask): the magnitude ranked at that count among all the claimed weights (free ones with the
         values they still hold) is the cutoff, every own weight at or below it is released, and nothing is
         zeroed here (the caller zeroes at the epoch's end)."""
-        pool = (self.owner == task_id + 1) | (self.owner == 0)
-        n_release = round(sparsity * int(pool.sum()))
+        census, k = self.census(), task_id + 1
+        pool_size = census.pool(k)
+        if pool_size is None:  # another task released since the last count: count again
+            census = self._counted = Census.of(self.owner)
+            pool_size = census.pool(k)
+        n_release = round(sparsity * pool_size)  # the pool's size is on the host: no read within a step
         if n_release < 1:
             return
+        pool = (self.owner == k) | (self.owner == 0)
         if cutoff:
+            # the pool's n-th smallest magnitude, ranked among the layer's (the rest at +inf): no gather of the
+            # pool, whose size would have to come to the host
             magnitude = self.weight.abs()
-            kth = magnitude[pool].kthvalue(n_release).values
-            self.owner.masked_fill_((magnitude <= kth) & (self.owner == task_id + 1), 0)
+            kth = magnitude.masked_fill(~pool, float("inf")).flatten().kthvalue(n_release).values
+            self.owner.masked_fill_((magnitude <= kth) & (self.owner == k), 0)
+            self._counted = census.released(k, self.owner)
             return
         magnitude = self.weight.abs().masked_fill(~pool, float("inf")).masked_fill(self.owner == 0, -1.0)
         idx = torch.topk(magnitude.flatten(), n_release, largest=False, sorted=False).indices
@@ -212,7 +263,15 @@ class MaskedLayer(nn.Module):
         drop = torch.zeros(self.owner.numel(), dtype=torch.bool, device=idx.device)
         drop[idx] = True
         self.owner.masked_fill_(drop.view(self.owner.shape), 0)
+        self._counted = census.released(k, self.owner)
         self.zero_released()
+
+    def census(self) -> Census:
+        """The owners' census (Census): counted again, a read of the owner tensor, only after a change that did
+        not carry it (claim, growth and loading count it at once, between steps)."""
+        if self._counted is None or self._counted.key != _versions(self.owner):
+            self._counted = Census.of(self.owner)
+        return self._counted
 
     @torch.no_grad()
     def zero_released(self) -> None:
@@ -266,6 +325,7 @@ class MaskedLayer(nn.Module):
             self.task_out[from_task:] = o1
             self._widths = self.task_out.tolist()
         self._folded = self._masks = self._trainable = self._released = None
+        self.census()  # counted now, between steps
 
     # --- loading: take the shapes of the state first (a grown checkpoint into a freshly built layer) -------
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
@@ -288,6 +348,7 @@ class MaskedLayer(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
         self._widths = self.task_out.tolist()
         self._folded = self._masks = self._trainable = self._released = None
+        self.census()  # counted now, between steps
 
 
 class MaskedConv2d(MaskedLayer):
