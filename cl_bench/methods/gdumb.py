@@ -89,8 +89,11 @@ def cutmix(x: torch.Tensor, y: torch.Tensor, alpha: float, prob: float, generato
     n, _, h, w = x.shape
     dev = x.device
     apply = torch.rand((), device=dev, generator=generator) < prob
-    # Beta draws take no generator; the device's global stream is in every checkpoint.
-    lam = torch.distributions.Beta(torch.tensor(alpha, device=dev), torch.tensor(alpha, device=dev)).sample()
+    # Beta draws take no generator; the device's global stream is in every checkpoint. Its parameters are filled on
+    # the device (not copied from the host) and not validated (the check reads them back): alpha > 0 is checked
+    # with the config.
+    concentration = torch.full((), alpha, device=dev)
+    lam = torch.distributions.Beta(concentration, concentration, validate_args=False).sample()
     cut = torch.sqrt(1 - lam)
     cut_h, cut_w = (h * cut).floor().long(), (w * cut).floor().long()
     cy = torch.randint(h, (), device=dev, generator=generator)
