@@ -48,6 +48,7 @@ from ..data.scenarios import Split
 from ..errors import UserError
 from .base import Method, MethodConfig, fresh_copy
 from .er import check_new_classes_every_task
+from .loop import in_step
 from .memory import Memory, Rehearsal, rank_within_class
 
 
@@ -217,11 +218,12 @@ class BiC(Rehearsal, Method):
         for _ in range(self.phase_epochs(cfg.bias_epochs)):
             order = torch.randperm(len(held), device=logits.device, generator=self.ctx.generator)
             for idx in self.phase_batches(order.split(cfg.batch_size)):
-                corrected = logits[idx] * torch.where(new, alpha, fixed_scale) + torch.where(new, beta, fixed_shift)
-                loss = F.cross_entropy(corrected, held.y[idx]) + cfg.beta_l2 * beta ** 2 / 2
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
+                with in_step():
+                    corrected = logits[idx] * torch.where(new, alpha, fixed_scale) + torch.where(new, beta, fixed_shift)
+                    loss = F.cross_entropy(corrected, held.y[idx]) + cfg.beta_l2 * beta ** 2 / 2
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
             sched.step()
         self.alpha[task.id], self.beta[task.id] = alpha.detach(), beta.detach()
 

@@ -64,6 +64,34 @@ class EpochEnd:
                 "side_optimizers": [o.state_dict() for o in self.side_optimizers]}
 
 
+class StepMarker:
+    """Entered around each training step (the batch's augmentation, forward, loss, backward, the optimiser's step
+    and the hooks between): `with loop.in_step():`. It only counts, so costs nothing that changes numerics; an
+    audit that watches torch calls (tests/test_sync_audit.py) reads stepping() to tell a host sync inside a step,
+    which stalls the device every batch, from one at an epoch's or a task's end."""
+
+    depth = 0  # steps entered and not yet left (a step inside a step counts once)
+
+    def __enter__(self):
+        StepMarker.depth += 1
+
+    def __exit__(self, *exc):
+        StepMarker.depth -= 1
+
+
+_STEP = StepMarker()
+
+
+def in_step() -> StepMarker:
+    """The context a training step runs in (StepMarker)."""
+    return _STEP
+
+
+def stepping() -> bool:
+    """Whether a training step is running."""
+    return StepMarker.depth > 0
+
+
 class EpochLoop:
     """The training half of Method: fit() and the helpers a method's own loops use (phases, shards, augmentation).
     It reads the method's cfg, ctx, info and heads, and its _phase and _resume_at (set by Method)."""
@@ -139,23 +167,25 @@ class EpochLoop:
         first_bad = torch.full((), -1, device=self.ctx.device)
         skipped = 0
         for step, (raw, y, t) in enumerate(self.phase_batches(data.batches(self.cfg.batch_size, self.ctx.generator))):
-            batch = self._training_batch(raw, y, t, first_step + step)
-            for _ in range(glances):
-                with self.ctx.autocast():
-                    loss = objective(batch)
-                if self.cfg.skip_nonfinite and not torch.isfinite(loss):
-                    skipped += 1
-                    continue
-                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()  # data-parallel: DistributedDataParallel averages the gradients meanwhile
-                if after_backward is not None:
-                    after_backward()
-                opt.step()
-                total += loss.detach()
-            if after_step is not None:
-                after_step(batch)
-            self.ctx.recorder.step()
+            with in_step():
+                batch = self._training_batch(raw, y, t, first_step + step)
+                for _ in range(glances):
+                    with self.ctx.autocast():
+                        loss = objective(batch)
+                    # skip_nonfinite (off by default) reads the loss on the host: a sync each step, by request
+                    if self.cfg.skip_nonfinite and not torch.isfinite(loss):
+                        skipped += 1
+                        continue
+                    first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()  # data-parallel: DistributedDataParallel averages the gradients meanwhile
+                    if after_backward is not None:
+                        after_backward()
+                    opt.step()
+                    total += loss.detach()
+                if after_step is not None:
+                    after_step(batch)
+                self.ctx.recorder.step()
         return total, first_bad, skipped
 
     def _epoch_done(self, task: Task, epoch: int, mean: torch.Tensor, first_bad: torch.Tensor, skipped: int) -> None:

@@ -16,7 +16,7 @@ from ..checks import Choice
 from ..errors import UserError
 from .base import Batch, Method, MethodConfig
 from .er import check_memory_holds_every_class
-from .loop import NonFiniteLoss
+from .loop import NonFiniteLoss, in_step
 from .memory import Memory, Rehearsal
 
 
@@ -84,10 +84,11 @@ class OnlineMethod(Rehearsal, Method):
         self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
         total = torch.zeros((), device=self.ctx.device)
         for i, batch in enumerate(self.stream(task)):
-            self.replay_ready = task.id > 0 or epoch > 0 or i > 0
-            self.train()
-            total += self.observe(batch, task, store=epoch == 0)  # each sample stored once, in the first pass
-            self.ctx.recorder.step()
+            with in_step():
+                self.replay_ready = task.id > 0 or epoch > 0 or i > 0
+                self.train()
+                total += self.observe(batch, task, store=epoch == 0)  # each sample stored once, in the first pass
+                self.ctx.recorder.step()
         mean_loss = float(total / steps)  # the one host sync of a pass
         if not math.isfinite(mean_loss):
             raise NonFiniteLoss(f"the loss became {mean_loss} during task {task.id}: lower the method's learning "
