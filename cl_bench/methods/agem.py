@@ -86,8 +86,8 @@ class AGEM(OnlineMethod):
             memory_loss = (per_sample * weight).sum() / weight.sum().clamp(min=1)
             grads = self.clipped(torch.autograd.grad(memory_loss, self.params, allow_unused=True,
                                                      materialize_grads=True))
-            total = [a + g for a, g in zip(total, grads)]
-        return [a / task.id for a in total]
+            total = torch._foreach_add(total, grads)
+        return torch._foreach_div(total, task.id)
 
     def clipped(self, grads):
         return clip_norm(grads, self.cfg.grad_clip_norm) if self.cfg.grad_clip_norm > 0 else list(grads)
@@ -95,7 +95,9 @@ class AGEM(OnlineMethod):
 
 def project(grads, ref):
     """A-GEM's projection of grads (a list of tensors, one vector as a whole) against ref."""
-    dot = sum((g * r).sum() for g, r in zip(grads, ref))
-    ref_sq = sum(r.pow(2).sum() for r in ref)
+    grads, ref = list(grads), list(ref)
+    # The elementwise parts as foreach ops; the sums stay per tensor, added in order, as before.
+    dot = sum(p.sum() for p in torch._foreach_mul(grads, ref))
+    ref_sq = sum(p.sum() for p in torch._foreach_mul(ref, ref))  # r·r, as r.pow(2) computes it
     coef = torch.clamp(dot, max=0) / ref_sq.clamp(min=1e-12)  # 0 when they agree: g is left as it is
-    return [g - coef * r for g, r in zip(grads, ref)]
+    return torch._foreach_sub(grads, torch._foreach_mul(ref, coef))

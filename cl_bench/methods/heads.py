@@ -1,5 +1,6 @@
 """The classifier heads a method puts on its backbone's features: one per task, or one over every class seen."""
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..data.scenarios import Info
@@ -8,15 +9,19 @@ from ..data.scenarios import Info
 class Heads(nn.Module):
     """A linear head per task in the task scenario; one head over the outputs seen so far in the class one."""
 
+    fused = False  # mixed(): every plain head in one matmul (a method's option, e.g. the online methods' fused_heads)
+
     def __init__(self, feature_dim: int, info: Info):
         super().__init__()
         self.info = info
         self.per_task = info.scenario == "task"
         if self.per_task:
             self.heads = nn.ModuleList(nn.Linear(feature_dim, n) for n in info.sizes)
-            # Each task's output range, kept on the device so that mixed batches cost no host transfer.
-            self.register_buffer("first", torch.tensor(info.offsets), persistent=False)
-            self.register_buffer("end", torch.tensor(info.offsets) + torch.tensor(info.sizes), persistent=False)
+            # Per task, the outputs outside its range, kept on the device so that a mixed batch's mask is one
+            # lookup with no host transfer (rather than a comparison of every row's range with every column).
+            first, end = torch.tensor(info.offsets), torch.tensor(info.offsets) + torch.tensor(info.sizes)
+            col = torch.arange(sum(info.sizes))
+            self.register_buffer("foreign", (col < first[:, None]) | (col >= end[:, None]), persistent=False)
         else:
             self.head = nn.Linear(feature_dim, info.num_outputs)
         self.seen = info.seen_outputs(0)  # outputs seen so far (class scenario); set by Method.learning and on load
@@ -53,7 +58,16 @@ class Heads(nn.Module):
         in the task scenario each row keeps only its own task's outputs, the rest set to -inf."""
         if not self.per_task:
             return self.forward(features, None)
-        logits = torch.cat([h(features) for h in self.heads], dim=1)
-        col = torch.arange(logits.shape[1], device=t.device)
-        own = (col >= self.first[t, None]) & (col < self.end[t, None])
-        return logits.masked_fill(~own, float("-inf"))
+        return self.every_head(features).masked_fill(self.foreign[t], float("-inf"))
+
+    def every_head(self, features: torch.Tensor) -> torch.Tensor:
+        """Every task head's logits side by side, each head apart; when `fused`, plain linear heads reading the same
+        features as one matmul of their weights concatenated (one launch instead of one per task). Fused, the
+        logits and gradients agree to float rounding only: the matmul's blocking and the features' gradient (one
+        sum over every output, not a sum of per-head ones) run in another order, which can move a long run's
+        accuracy. The parameters stay each head's own either way, so state dicts keep their keys."""
+        heads = list(self.heads)
+        if self.fused and all(type(h) is nn.Linear and h.bias is not None and h.in_features == features.shape[-1]
+                              for h in heads):
+            return F.linear(features, torch.cat([h.weight for h in heads]), torch.cat([h.bias for h in heads]))
+        return torch.cat([h(features) for h in heads], dim=1)

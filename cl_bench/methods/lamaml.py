@@ -30,7 +30,7 @@ from torch.func import functional_call
 
 from ..checks import Choice
 from ..health import Check
-from .online import OnlineConfig, OnlineMethod, sgd_step
+from .online import OnlineConfig, OnlineMethod, clamped, sgd_step
 from .parallel import BATCH_NORMS
 
 
@@ -144,8 +144,9 @@ class LaMAML(OnlineMethod):
         if self.cfg.sync_update:
             sgd_step(self.weights, weight_grads, self.cfg.weight_lr)
         else:
-            with torch.no_grad():
-                sgd_step(self.weights, [g * F.relu(a) for g, a in zip(weight_grads, self.alpha)], 1.0)
+            with torch.no_grad():  # relu(α) as clamp_min(α, 0), which is what relu computes
+                rates = torch._foreach_clamp_min(list(self.alpha), 0.0)
+                sgd_step(self.weights, torch._foreach_mul(weight_grads, rates), 1.0)
         return meta_loss.detach()
 
     def inner_step(self, net, fast, x, y, t):
@@ -154,9 +155,10 @@ class LaMAML(OnlineMethod):
         grads = torch.autograd.grad(loss, fast, create_graph=self.cfg.second_order, allow_unused=True,
                                     materialize_grads=True)
         if self.cfg.inner_clip > 0:
-            grads = [g.clamp(-self.cfg.inner_clip, self.cfg.inner_clip) for g in grads]
-        rate = F.relu if self.cfg.inner_relu else (lambda a: a)
-        return [w - g * rate(a) for w, g, a in zip(fast, grads, self.alpha)]
+            grads = clamped(grads, self.cfg.inner_clip)
+        # w - g·relu(α) (relu as clamp_min(α, 0)) in foreach ops, which autograd differentiates as the per-tensor ones
+        rates = torch._foreach_clamp_min(list(self.alpha), 0.0) if self.cfg.inner_relu else list(self.alpha)
+        return torch._foreach_sub(list(fast), torch._foreach_mul(list(grads), rates))
 
     def health(self, task):
         found = super().health(task)
@@ -180,6 +182,6 @@ class LaMAML(OnlineMethod):
 
 def clip_norm(grads, max_norm: float):
     """Scale a list of gradients so that their joint L2 norm is at most max_norm (on the device)."""
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(grads))))
     scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    return [g * scale for g in grads]
+    return torch._foreach_mul(list(grads), scale)

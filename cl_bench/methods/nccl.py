@@ -41,7 +41,7 @@ from ..checks import Choice
 from ..health import Check
 from ..nn import calibrated
 from .base import Batch
-from .online import OnlineConfig, OnlineMethod, sgd_step, soft_kl
+from .online import OnlineConfig, OnlineMethod, clamped, sgd_step, soft_kl
 
 
 class OuterObjective(Choice):
@@ -151,7 +151,7 @@ class NCCL(OnlineMethod):
             loss = self.inner_loss(batch, task)
         grads = torch.autograd.grad(loss, self.base_params, allow_unused=True, materialize_grads=True)
         if self.cfg.inner_clip > 0:
-            grads = [g.clamp(-self.cfg.inner_clip, self.cfg.inner_clip) for g in grads]
+            grads = clamped(grads, self.cfg.inner_clip)
         sgd_step(self.base_params, grads, self.cfg.inner_lr)
         return loss.detach()
 

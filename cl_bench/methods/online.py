@@ -34,6 +34,10 @@ class OnlineConfig(MethodConfig):
     memory_size: int = 200  # samples in the episodic memory (La-MAML's MNIST setting)
     replay_batch_size: int = 10  # memory samples per step (La-MAML's MNIST setting)
     memory_policy: OnlinePolicy = OnlinePolicy.reservoir
+    # Task scenario: a mixed batch's logits from every head as one matmul of their concatenated weights (one launch
+    # instead of one per task; NCCL's calibrated heads run apart regardless). Off by default: the sums run in another
+    # order, so results differ at float rounding, which moves La-MAML's accuracy (see Heads.every_head).
+    fused_heads: bool = False
 
     # Shared knobs the online protocol has no use for (and `unused`, those a method adds): setting one is an
     # error, not a silent no-op.
@@ -71,6 +75,7 @@ class OnlineMethod(Rehearsal, Method):
                             f"{info.num_tasks} tasks: use at least {info.num_tasks}, or memory_policy=reservoir")
         self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device,
                              cfg.memory_policy, info.num_tasks)
+        self.heads.fused = cfg.fused_heads
         self.replay_ready = False  # whether the memory holds anything yet (false only for the very first batch)
 
     def train_task(self, task):
@@ -138,8 +143,15 @@ class OnlineMethod(Rehearsal, Method):
 
 @torch.no_grad()
 def sgd_step(params, grads, lr) -> None:
-    for p, g in zip(params, grads):
-        p.sub_(g, alpha=lr)
+    """p -= lr * g for every pair, as one foreach op (one launch for many tensors on a GPU, not one per tensor);
+    p + (-lr)·g is p.sub_(g, alpha=lr) to the bit."""
+    torch._foreach_add_(list(params), list(grads), alpha=-lr)
+
+
+def clamped(grads, bound: float) -> list[torch.Tensor]:
+    """Each gradient clamped to ±bound elementwise, as g.clamp(-bound, bound) would (out of place: autograd's
+    gradients may be expanded views)."""
+    return torch._foreach_clamp_max(torch._foreach_clamp_min(list(grads), -bound), bound)
 
 
 def soft_kl(logits: torch.Tensor, stored: torch.Tensor, temperature: float) -> torch.Tensor:
