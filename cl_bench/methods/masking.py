@@ -168,10 +168,8 @@ class MaskedMethod(Method):
         def on_step(batch):
             # Counted from the batch, not here: a resumed phase continues its schedules where they were.
             if mask_opt is not None:
-                for group in mask_opt.param_groups:
-                    group["lr"] = self.mask_lr_at(batch.step // steps_per_epoch, mask_lr, stop_masks)
-                mask_opt.step()
-                mask_opt.zero_grad(set_to_none=True)
+                self.step_scores(mask_opt, self.mask_lr_at(batch.step // steps_per_epoch, mask_lr, stop_masks),
+                                 self.mask_lr_at((batch.step + 1) // steps_per_epoch, mask_lr, stop_masks))
             if after_step is not None:
                 after_step(batch.step + 1)
 
@@ -180,6 +178,21 @@ class MaskedMethod(Method):
                             after_backward=lambda: self.protect(task.id), after_step=on_step,
                             side_optimizers=(mask_opt,) if mask_opt is not None else (), milestones=milestones,
                             after_epoch=after_epoch)
+
+    def step_scores(self, mask_opt, lr: float, next_lr: float) -> None:
+        """The picking scores' Adam step at lr, none at lr 0: Adam (no weight decay here) then moves no score, and its
+        moments, which a zero lr never applies, stay with the phase's optimiser, dropped at its end. On one process
+        the scores need no gradient while the next step's lr is 0 (past mask_lr_stop), so the backward pass skips
+        them; data-parallel, every parameter DistributedDataParallel was given keeps its gradient."""
+        if lr > 0:
+            for group in mask_opt.param_groups:
+                group["lr"] = lr
+            mask_opt.step()
+        mask_opt.zero_grad(set_to_none=True)
+        if self.ctx.world_size == 1:
+            for group in mask_opt.param_groups:
+                for score in group["params"]:
+                    score.requires_grad_(next_lr > 0)
 
     def mask_lr_at(self, epoch: int, base: float, stop: bool = True) -> float:
         """The picking masks' step schedule: ×mask_lr_gamma at each milestone, and 0 from mask_lr_stop on
