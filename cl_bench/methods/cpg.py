@@ -461,7 +461,8 @@ class CPG(MaskedMethod):
                         if m.bias is not None:
                             m.bias.zero_()
             init_head(head)
-        model = nn.Sequential(net, head).to(self.ctx.device).train()
+        # in the run's memory format (channels_last on GPUs), as the method's own layers are
+        model = nn.Sequential(net, head).to(self.ctx.device, memory_format=self.info.view.memory_format).train()
         if start is not None:
             load_flat_state(net, start)
         decayed = [m.weight for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]

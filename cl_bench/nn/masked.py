@@ -311,7 +311,7 @@ class MaskedLayer(nn.Module):
         shape = (o1, i1, *old.shape[2:])
         weight = init_weight_(torch.empty(shape, dtype=old.dtype, device=old.device), self.official_init)
         weight[:o0, :i0] = old
-        self.weight = nn.Parameter(weight)  # trainable: the new weights are from_task's
+        self.weight = nn.Parameter(in_format(weight, memory_format(old)))  # trainable: the new weights are from_task's
         self.owner = _padded(self.owner, shape, from_task + 1)
         if self.score is not None:
             self.score = nn.Parameter(_padded(self.score, shape, self.mask_init))
@@ -329,17 +329,19 @@ class MaskedLayer(nn.Module):
 
     # --- loading: take the shapes of the state first (a grown checkpoint into a freshly built layer) -------
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        fmt = memory_format(self.weight)  # the layer's (channels_last on GPUs), kept by the tensors made here
         for name in ("weight", "score"):
             value = state_dict.get(prefix + name)
             current = getattr(self, name)
             if value is not None and (current is None or current.shape != value.shape):
-                setattr(self, name, nn.Parameter(value.new_empty(value.shape).to(self.owner.device),
+                setattr(self, name, nn.Parameter(in_format(value.new_empty(value.shape).to(self.owner.device), fmt),
                                                  requires_grad=True))
         for key, value in state_dict.items():
             name = key[len(prefix):]
             if key.startswith(prefix) and (name == "owner" or name.startswith("pick_")):
                 if getattr(self, name, None) is None or getattr(self, name).shape != value.shape:
-                    self.register_buffer(name, torch.empty(value.shape, dtype=value.dtype, device=self.owner.device))
+                    self.register_buffer(name, in_format(torch.empty(value.shape, dtype=value.dtype,
+                                                                     device=self.owner.device), fmt))
         if self.biases is not None:
             for j in range(len(self.biases)):
                 value = state_dict.get(f"{prefix}biases.{j}")
@@ -418,11 +420,28 @@ def _like_bn(bn, width):
 
 def _padded(x: torch.Tensor, shape, fill) -> torch.Tensor:
     """x in the leading corner of a tensor of `shape` filled with `fill` (x is cut where it is larger: a
-    picking mask widened by an attempt that a restore has since narrowed the layer back from)."""
+    picking mask widened by an attempt that a restore has since narrowed the layer back from), in x's memory
+    format."""
     out = torch.full(shape, fill, dtype=x.dtype, device=x.device)
     corner = tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape))
     out[corner] = x[corner]
-    return out
+    return in_format(out, memory_format(x))
+
+
+def memory_format(x: torch.Tensor) -> torch.memory_format:
+    """channels_last where x is laid out so (a conv weight of a run with hardware.channels_last), else contiguous.
+    Told by the strides themselves: a 1x1 kernel's are contiguous either way, and only its strides say which."""
+    if x.dim() == 4 and x.stride() == torch.empty(x.shape, device="meta", memory_format=torch.channels_last).stride():
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+def in_format(x: torch.Tensor, fmt: torch.memory_format) -> torch.Tensor:
+    """x (made contiguous, values drawn in logical order) laid out in fmt: the same values, so a run computes
+    alike whichever layout its layers keep."""
+    if fmt == torch.contiguous_format or x.dim() != 4:
+        return x
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=fmt).copy_(x)
 
 
 # --- whole networks ---------------------------------------------------------------------------------------
