@@ -1,0 +1,204 @@
+"""Fewer launches per step (issue 46), and the same numbers: the task heads' one matmul gives the per-task heads'
+logits and gradients, the online methods' foreach updates compute what their per-tensor loops did, the picking
+scores take no Adam step at lr 0, and CPG's growth and goal models keep a run's channels_last layout."""
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import run_phases
+from torch import nn
+
+from cl_bench import backbones, config, methods, recorders
+from cl_bench.data import scenarios
+from cl_bench.data.batches import View
+from cl_bench.methods.agem import project
+from cl_bench.methods.heads import Heads
+from cl_bench.methods.lamaml import MixedNet, clip_norm
+from cl_bench.methods.online import clamped, sgd_step
+from cl_bench.nn import calibrated, masked
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+CPU = torch.device("cpu")
+
+
+def compose(*overrides):
+    config.register()
+    return config.validate(config.compose(list(overrides)))
+
+
+def task_info(sizes=(2, 3, 2), channels_last=False) -> scenarios.Info:
+    offsets = [sum(sizes[:k]) for k in range(len(sizes))]
+    return scenarios.Info("toy", "task", (1, 8, 8), [list(range(o, o + n)) for o, n in zip(offsets, sizes)], offsets,
+                          View((0.5,), (0.25,), False, CPU, channels_last))
+
+
+def per_head_mixed(heads: Heads, features, t):
+    """What Heads.mixed computed before: each head on its own, concatenated, -inf outside each row's task."""
+    logits = torch.cat([h(features) for h in heads.heads], dim=1)
+    col = torch.arange(logits.shape[1])
+    first = torch.tensor(heads.info.offsets)
+    end = first + torch.tensor(heads.info.sizes)
+    return logits.masked_fill(~((col >= first[t, None]) & (col < end[t, None])), float("-inf"))
+
+
+def test_the_fused_heads_give_the_per_task_heads_logits_and_gradients():
+    """method.fused_heads=true: to float rounding (the sums run in another order)."""
+    torch.manual_seed(0)
+    heads = Heads(16, task_info())
+    heads.fused = True
+    features, t = torch.randn(6, 16, requires_grad=True), torch.tensor([0, 1, 2, 2, 1, 0])
+    fused, reference = heads.mixed(features, t), per_head_mixed(heads, features, t)
+    assert torch.equal(torch.isinf(fused), torch.isinf(reference))
+    assert torch.allclose(fused, reference, rtol=0, atol=1e-6)
+    params = [features, *heads.parameters()]
+    y = torch.tensor([1, 2, 6, 5, 3, 0])
+    for a, b in zip(torch.autograd.grad(F.cross_entropy(fused, y), params),
+                    torch.autograd.grad(F.cross_entropy(reference, y), params), strict=True):
+        assert torch.allclose(a, b, rtol=0, atol=1e-6)
+    # each head keeps its own parameters, under the keys checkpoints hold
+    assert sorted(heads.state_dict()) == sorted(f"heads.{j}.{p}" for j in range(3) for p in ("weight", "bias"))
+
+
+def test_unfused_heads_and_heads_that_are_not_plain_linear_run_one_by_one():
+    """By default, and for NCCL's calibrated heads even when fused: each its own forward, as before, to the bit."""
+    torch.manual_seed(0)
+    heads = Heads(16, task_info())
+    features, t = torch.randn(5, 16), torch.tensor([2, 0, 1, 1, 0])
+    assert torch.equal(heads.mixed(features, t), per_head_mixed(heads, features, t))
+    calibrated.convert(heads, calibrated.FCMForm.multiply)
+    heads.fused = True
+    assert torch.equal(heads.mixed(features, t), per_head_mixed(heads, features, t))
+
+
+def test_the_online_methods_fuse_their_heads_on_request():
+    for fused in (False, True):
+        cfg = compose("method=agem", "scenario=task", f"method.fused_heads={fused}")
+        info = task_info()
+        method = methods.build(cfg.method, backbones.build(cfg.backbone, info.input_shape), info,
+                               methods.Context(CPU, None, torch.Generator().manual_seed(0), recorders.Recorder()))
+        assert method.heads.fused is fused
+
+
+def tensors(seed: int, *shapes):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g) for s in shapes]
+
+
+SHAPES = ((4, 3), (3,), (2, 2, 3, 3))
+
+
+def test_the_foreach_updates_compute_what_the_per_tensor_loops_did():
+    params, grads = tensors(0, *SHAPES), tensors(1, *SHAPES)
+    looped = [p.clone() for p in params]
+    for p, g in zip(looped, grads):
+        p.sub_(g, alpha=0.1)
+    sgd_step(params, grads, 0.1)
+    assert all(torch.equal(a, b) for a, b in zip(params, looped))
+    assert all(torch.equal(a, g.clamp(-0.5, 0.5)) for a, g in zip(clamped(grads, 0.5), grads))
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    scale = torch.clamp(1.0 / (norm + 1e-6), max=1.0)
+    assert all(torch.equal(a, g * scale) for a, g in zip(clip_norm(grads, 1.0), grads))
+    ref = tensors(2, *SHAPES)
+    ref = [-r for r in grads[:1]] + ref[1:]  # a conflict: the projection acts
+    dot = sum((g * r).sum() for g, r in zip(grads, ref))
+    coef = torch.clamp(dot, max=0) / sum(r.pow(2).sum() for r in ref).clamp(min=1e-12)
+    assert coef < 0
+    assert all(torch.equal(a, g - coef * r) for a, g, r in zip(project(grads, ref), grads, ref))
+
+
+@pytest.mark.parametrize("second_order", [False, True])
+def test_la_mamls_inner_step_differentiates_as_the_per_tensor_one(second_order):
+    """w - g·relu(α) as foreach ops: the same fast weights, and the same gradients of α and w through them."""
+    cfg = compose("method=lamaml", "backbone=mlp", "backbone.hidden_sizes=[8]", f"method.second_order={second_order}",
+                  "method.inner_clip=0.5")
+    info = task_info()
+    method = methods.build(cfg.method, backbones.build(cfg.backbone, info.input_shape), info,
+                           methods.Context(CPU, None, torch.Generator().manual_seed(0), recorders.Recorder()))
+    net = MixedNet(method.backbone, method.heads)
+    x, y, t = torch.randn(4, 1, 8, 8), torch.tensor([0, 1, 3, 5]), torch.tensor([0, 0, 1, 2])
+    fast = method.inner_step(net, list(method.weights), x, y, t)
+    with torch.enable_grad():
+        logits = torch.func.functional_call(net, dict(zip(method.weight_names, method.weights)), (x, t))
+        grads = torch.autograd.grad(F.cross_entropy(logits, y), method.weights, create_graph=second_order,
+                                    allow_unused=True, materialize_grads=True)
+    reference = [w - g.clamp(-0.5, 0.5) * F.relu(a) for w, g, a in zip(method.weights, grads, method.alpha)]
+    assert all(torch.equal(a, b) for a, b in zip(fast, reference))
+    wrt = [*method.weights, *method.alpha]
+    for a, b in zip(torch.autograd.grad(sum((f ** 2).sum() for f in fast), wrt),
+                    torch.autograd.grad(sum((f ** 2).sum() for f in reference), wrt), strict=True):
+        assert torch.equal(a, b)
+
+
+PIGGYBACK = ["method=piggyback", "backbone=convnet", "backbone.channels=[4,8]", "method.epochs=2", "method.lr=0.05",
+             "method.lr_milestones=[]", "method.mask_lr=0.01", "dataset.num_tasks=2", "dataset.samples_per_task=64"]
+
+
+def piggyback_steps(*overrides) -> tuple[int, list]:
+    """Adam steps the picking scores took in task 1, and whether each step's backward reached them."""
+    cfg = compose(*PIGGYBACK, *overrides)
+    torch.manual_seed(0)
+    scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, CPU)
+    info = scenario.info
+    method = methods.build(cfg.method, backbones.build(cfg.backbone, info.input_shape), info,
+                           methods.Context(CPU, None, torch.Generator().manual_seed(0), recorders.Recorder()))
+    method.learn(scenario.tasks[0])
+    steps, reached, adam_step, protect = [], [], torch.optim.Adam.step, method.protect
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.optim.Adam, "step", lambda opt, *a, **k: steps.append(1) or adam_step(opt, *a, **k))
+        patch.setattr(method, "protect", lambda task_id: reached.append(all(
+            layer.score.grad is not None for layer in method.layers if layer.score is not None)) or protect(task_id))
+        method.learn(scenario.tasks[1])
+    return len(steps), reached
+
+
+def test_the_picking_scores_take_no_adam_step_and_no_gradient_at_lr_0():
+    """Piggyback's later tasks own no weights, so their mask lr never stops: it is zeroed by its milestones here."""
+    steps, reached = piggyback_steps()
+    assert steps == len(reached) > 0 and all(reached)  # the mask lr is on: stepped every step
+    steps, reached = piggyback_steps("method.mask_lr_gamma=0", "method.mask_lr_milestones=[0]")
+    assert steps == 0  # lr 0 from the first epoch: no step; the first backward alone still reaches the scores
+    assert reached[0] and not any(reached[1:])
+    steps, reached = piggyback_steps("method.mask_lr_gamma=0", "method.mask_lr_milestones=[1]")
+    half = len(reached) // 2  # lr 0 from the second epoch on
+    assert steps == half and all(reached[:half]) and not any(reached[half:])
+
+
+def conv_layer(kernel: int) -> masked.MaskedConv2d:
+    torch.manual_seed(0)
+    layer = masked.MaskedConv2d(nn.Conv2d(3, 8, kernel), 3, (0.01, 0.005))
+    layer.claim(0)
+    layer.start_picking(1)
+    return layer.to(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("kernel", [3, 1])
+def test_growth_and_loading_keep_channels_last(kernel):
+    layer = conv_layer(kernel)
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    old = layer.weight.detach().clone()
+    layer.widen(12, 5, from_task=1)
+    for x in (layer.weight, layer.owner, layer.score):
+        assert masked.memory_format(x) == torch.channels_last
+    assert torch.equal(layer.weight[:8, :3], old)
+    layer.load_state_dict(before)  # a restore to the narrower layer (CPG's growth retried)
+    for x in (layer.weight, layer.owner, layer.score):
+        assert masked.memory_format(x) == torch.channels_last and x.shape[:2] == (8, 3)
+    assert torch.equal(layer.weight, old)
+    plain = masked.MaskedConv2d(nn.Conv2d(3, 8, kernel), 3, None)
+    plain.widen(12, None, from_task=0)
+    assert masked.memory_format(plain.weight) == torch.contiguous_format
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_cpgs_goal_model_takes_the_runs_memory_format(monkeypatch, channels_last):
+    cfg = compose("method=cpg", "backbone=convnet", "backbone.channels=[4,8]")
+    info = task_info(channels_last=channels_last)
+    method = methods.build(cfg.method, backbones.build(cfg.backbone, info.input_shape), info,
+                           methods.Context(CPU, None, torch.Generator().manual_seed(0), recorders.Recorder()))
+    trained = {}
+    monkeypatch.setattr(method, "fit", lambda task, loss, model, **kwargs: iter(trained.update(model=model) or ()))
+    monkeypatch.setattr(method, "accuracy", lambda *args, **kwargs: 0.5)
+    task = type("Task", (), {"id": 0, "num_classes": 2, "val": None})()
+    run_phases(method.goal_model(task))
+    convs = [m.weight for m in trained["model"].modules() if isinstance(m, nn.Conv2d)]
+    want = torch.channels_last if channels_last else torch.contiguous_format
+    assert convs and all(masked.memory_format(w) == want for w in convs)
