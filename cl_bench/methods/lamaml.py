@@ -156,8 +156,9 @@ class LaMAML(OnlineMethod):
                                     materialize_grads=True)
         if self.cfg.inner_clip > 0:
             grads = clamped(grads, self.cfg.inner_clip)
-        # w - g·relu(α) (relu as clamp_min(α, 0)) in foreach ops, which autograd differentiates as the per-tensor ones
-        rates = torch._foreach_clamp_min(list(self.alpha), 0.0) if self.cfg.inner_relu else list(self.alpha)
+        # w - g·rate(α) in foreach ops, which autograd differentiates as the per-tensor ones. The relu stays per
+        # tensor: α's gradient flows through it, and relu's backward is one op where clamp_min's takes several.
+        rates = [F.relu(a) for a in self.alpha] if self.cfg.inner_relu else list(self.alpha)
         return torch._foreach_sub(list(fast), torch._foreach_mul(list(grads), rates))
 
     def health(self, task):
