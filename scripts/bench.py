@@ -563,6 +563,9 @@ def launch_rows() -> dict[str, list[str]]:
     from cl_bench.methods import METHODS
     rows = {name: [f"method={name}", f"scenario={'task' if 'task' in cls.scenarios else 'class'}",
                    *SHORT.get(name, [])] for name, cls in sorted(METHODS.items())}
+    # CPG's first task frees weights here (every ramp step releases, any sparsity passes), so that the second owns
+    # some: a task owning none keeps its mask lr to the end (the official rule), and mask_lr_stop would not show.
+    rows["cpg"] += ["method.prune_frequency=1", "method.train_acc_bar=0", "method.allow_acc_loss=0.99"]
     rows["cpg, mask lr 0"] = [*rows["cpg"], "method.mask_lr_stop=0"]
     for name in LAUNCH_FUSED:
         rows[f"{name}, fused heads"] = [*rows[name], "method.fused_heads=true"]
