@@ -660,8 +660,7 @@ def launch_worker(overrides: list[str]) -> dict:
     if not probe.ops:
         return {"failed": "task 1 ran no step to profile"}
     return {"step_ms": 1e3 * statistics.median(probe.seconds), "aten_ops": statistics.mean(probe.ops),
-            "aten_calls": statistics.mean(probe.calls), "steps": [len(probe.seconds), len(probe.ops)],
-            "overrides": [*args, f"method.epochs={cfg.method.epochs}"]}
+            "aten_calls": statistics.mean(probe.calls), "epochs": cfg.method.epochs}
 
 
 def launch_workers(rows: list[list[str]]) -> list[dict]:
@@ -686,7 +685,7 @@ def launches(opts) -> dict:
     rows = {k: v for k, v in launch_rows().items()
             if not opts.only or k.startswith(tuple(opts.only.split(",")))}
     labels = list(rows)
-    out = {label: {} for label in labels}
+    out = {label: {"overrides": " ".join(rows[label])} for label in labels}
     for g in range(0, len(labels), LAUNCH_GROUP):
         group = labels[g:g + LAUNCH_GROUP]
         for which, src in checkouts.items():
@@ -697,9 +696,13 @@ def launches(opts) -> dict:
             if proc.returncode != 0:
                 raise Failed(f"launches worker at {src}: " + (proc.stderr.strip().splitlines() or ["?"])[-1])
             for label, r in zip(mine, json.loads(proc.stdout.strip().splitlines()[-1]), strict=True):
+                epochs = r.pop("epochs", None)  # the same in both checkouts: kept once, with the row's overrides
+                if epochs is not None and which == "after":
+                    out[label]["overrides"] += f" method.epochs={epochs}"
                 out[label][which] = r
                 print(label, which, json.dumps(r), file=sys.stderr)
-    return {"before": opts.before_label, "warmup": LAUNCH_WARMUP, "steps": LAUNCH_STEPS, "runs": out}
+    return {"before": opts.before_label, "warmup": LAUNCH_WARMUP, "steps": LAUNCH_STEPS,
+            "common": " ".join(LAUNCH_COMMON), "runs": out}
 
 
 COST_SAMPLES = 96  # training samples a task in the measured runs (the second task's learning is timed)
@@ -1310,7 +1313,9 @@ def render_launches(d) -> list[str]:
              "before and after in alternating processes of the same run (`before`: "
              + (d.get("before") or "not run") + "). `cpg, mask lr 0`: method.mask_lr_stop=0, the picking scores "
              "at lr 0 as past their stop; `X, fused heads`: method.fused_heads=true, an option of the online "
-             "methods (off by default: results move at float rounding), which a checkout from before lacks.", "",
+             "methods (off by default: results move at float rounding), which a checkout from before lacks. Every "
+             f"row runs `cl-bench train` overrides `{d.get('common', '')}` and its own (benchmarks.json, launches, "
+             "runs, overrides).", "",
              "| method | " + " | ".join(f"aten ops {c} | aten calls {c} | step ms {c}" for c in checkouts)
              + (" | step time after/before |" if len(checkouts) == 2 else " |"), "|---" * (1 + 3 * len(checkouts))
              + ("|---|" if len(checkouts) == 2 else "|")]
