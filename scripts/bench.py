@@ -701,7 +701,8 @@ def launches(opts) -> dict:
                     out[label]["overrides"] += f" method.epochs={epochs}"
                 out[label][which] = r
                 print(label, which, json.dumps(r), file=sys.stderr)
-    return {"before": opts.before_label, "warmup": LAUNCH_WARMUP, "steps": LAUNCH_STEPS,
+    return {"before": opts.before_label, "after_checkout": bool(opts.after), "warmup": LAUNCH_WARMUP,
+            "steps": LAUNCH_STEPS,
             "common": " ".join(LAUNCH_COMMON), "runs": out}
 
 
@@ -1303,8 +1304,9 @@ def render_launches(d) -> list[str]:
     checkouts = [c for c in ("before", "after") if any(c in r for r in d["runs"].values())]
     lines = ["## Launches per step", "",
              f"{where(d)}, `python scripts/bench.py launches" + (" --before DIR" if "before" in checkouts else "")
-             + "`. Each method with its defaults and its default backbone on split_digits (task scenario where it "
-             "has one; the extra phases cut as in the methods section), one thread: the first task learnt, then in "
+             + (" --after DIR" if d.get("after_checkout") else "") + "`. Each method with its defaults and its "
+             "default backbone on split_digits (task scenario where it has one; the extra phases cut as in the "
+             "methods section), one thread: the first task learnt, then in "
              f"the second {d['warmup']} steps unmeasured, {d['steps']} timed and {d['steps']} profiled "
              "(torch.profiler). A step: one optimiser step, or one incoming batch with all its glances for the online "
              "methods. aten ops: every aten op the profiler records in a step, those run inside another included (a "
@@ -1329,7 +1331,9 @@ def render_launches(d) -> list[str]:
             ok = all("failed" not in r.get(c, {"failed": "–"}) for c in checkouts)
             cells.append(f"{r['after']['step_ms'] / r['before']['step_ms']:.2f}" if ok else "")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines
+    return lines + ["", "On this CPU a step's time follows its arithmetic more than its count of ops, and a CPU "
+                    "foreach op still loops over its tensors; on a GPU every aten call launches at least one kernel "
+                    "and a foreach op one for many tensors, which these CPU figures do not time."]
 
 
 def render_costs(d) -> list[str]:
