@@ -11,7 +11,7 @@ from conftest import cl_bench, phase_returning, run_phases, train
 from test_packnet_cpg import COMMON, TINY, build, compose_cfg
 
 from cl_bench.data import scenarios
-from cl_bench.methods.cpg import must_ratio
+from cl_bench.methods.cpg import REFIT_OUTCOMES, must_ratio
 from cl_bench.nn import masked
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -137,6 +137,8 @@ def test_the_refit_restarts_the_mask_and_keeps_its_best_epoch(monkeypatch):
     assert run_phases(method.refit_picking(tasks[1], acc=0.80)) == 0.75
     assert seen["scores"] == pytest.approx([method.cfg.mask_init])  # restarted at 0.01 before anything was measured
     assert seen["restored"] == 2 and seen["epochs"] == 7  # best after epoch 1 (2 epochs in); 5 stale, stop
+    assert REFIT_OUTCOMES[int(method.refit_per_task[1])] == "kept an epoch"  # what metrics.json reports for it
+    assert REFIT_OUTCOMES[int(method.refit_per_task[0])] == "not run"  # task 0 has no refit
 
 
 def test_a_refit_that_never_beats_the_restarted_mask_leaves_the_compacted_model(monkeypatch):
@@ -152,6 +154,7 @@ def test_a_refit_that_never_beats_the_restarted_mask_leaves_the_compacted_model(
     restored = []
     monkeypatch.setattr(method, "restore", restored.append)
     assert run_phases(method.refit_picking(tasks[1], acc=0.95)) == 0.95 and restored == ["compacted"]
+    assert REFIT_OUTCOMES[int(method.refit_per_task[1])] == "kept nothing"
 
 
 def test_the_mask_lr_keeps_going_for_a_task_without_weights_of_its_own():

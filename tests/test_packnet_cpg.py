@@ -139,6 +139,7 @@ def test_cpg_grows_keeps_old_tasks_and_checkpoints(tmp_path):
     assert [h.in_features for h in method.heads.heads[:3]] == [16, 22, 22]
     cap = method.capacity()
     assert cap["param_multiplier"] == 2.0 and cap["growth"] > 1.0
+    assert cap["param_multiplier_per_task"] == [1.0, 2.0]  # how far each task grew, as metrics.json reports it
     assert torch.equal(logits(method, tasks[:1])[0], before[0])
     method.cfg.goal = 0.0
     method.learn(tasks[2])

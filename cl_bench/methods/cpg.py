@@ -113,6 +113,9 @@ class CPGConfig(PickingConfig):
                 ("train_acc_bar", 0 <= self.train_acc_bar < 1, "a fraction in [0, 1)")]
 
 
+REFIT_OUTCOMES = ("not run", "kept nothing", "kept an epoch")  # refit_per_task's codes, in order
+
+
 def must_ratio(tasks_left: int) -> float:
     """The ratio the official code prunes a task to when growth could not reach its goal: it keeps about a
     1/(tasks left + 1) share of what it claimed, rounded to tenths as Python rounds (0.9 for most tasks, 0.5 for
@@ -183,6 +186,10 @@ class CPG(MaskedMethod):
         self.register_buffer("param_multiplier", torch.ones((), dtype=torch.float64))
         self.register_buffer("goal", torch.zeros(info.num_tasks))  # the validation accuracy each task aimed at
         self.register_buffer("val_acc", torch.zeros(info.num_tasks))  # its validation accuracy as kept
+        # Each task's decisions, as metrics.json's capacity reports them: the parameter multiplier it ended at (how
+        # far it grew), and its picking refit's outcome (REFIT_OUTCOMES: not run, kept nothing, kept an epoch).
+        self.register_buffer("multiplier_per_task", torch.zeros(info.num_tasks, dtype=torch.float64))
+        self.register_buffer("refit_per_task", torch.zeros(info.num_tasks, dtype=torch.int8))
         # finetune goals: every chain's goal network of every task but the last, flattened (a later task fine-tunes
         # one drawn at random among all earlier ones), goal_repeats × (tasks - 1) × backbone size in all (PAE's
         # 5 × 19 VGG16-BN: 12.8 GB): kept in the side store (files in the run directory, each written once and read
@@ -204,6 +211,7 @@ class CPG(MaskedMethod):
         self.compacting_stop = self.compacting_criterion = self.refit_kept = None
         self.begin_task(task.id)
         acc, exhausted = yield from self.pick_and_grow(task, goal)
+        self.multiplier_per_task[task.id] = self.param_multiplier
         criterion = acc if goal is None else goal  # without a goal compacting may lose nothing
         if self.owns_weights(task.id):  # else nothing of its own to prune, nor a mask worth refitting
             acc = yield from self.compact(task, criterion, acc, exhausted)
@@ -376,6 +384,7 @@ class CPG(MaskedMethod):
             yield from self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr,
                                           mask_lr=self.cfg.retrain_mask_lr, milestones=[], after_epoch=after_epoch)
         self.restore(before if best is None else best)
+        self.refit_per_task[task.id] = REFIT_OUTCOMES.index("kept nothing" if best is None else "kept an epoch")
         log.info(f"task {task.id}: picking refit " + ("kept nothing" if best is None else f"kept, {best_acc:.4f}"))
         if best is not None and best_acc < acc:
             self.refit_kept = (best_acc, acc)
@@ -485,4 +494,6 @@ class CPG(MaskedMethod):
         return {**super().capacity(), "param_multiplier": float(self.param_multiplier),
                 "width_multiplier": round(float(self.param_multiplier) ** 0.5, 6),
                 "goal_per_task": [round(float(g), 6) for g in self.goal[:learned]],
-                "val_acc_per_task": [round(float(a), 6) for a in self.val_acc[:learned]]}
+                "val_acc_per_task": [round(float(a), 6) for a in self.val_acc[:learned]],
+                "param_multiplier_per_task": [float(m) for m in self.multiplier_per_task[:learned]],
+                "refit_per_task": [REFIT_OUTCOMES[int(r)] for r in self.refit_per_task[:learned]]}
