@@ -171,6 +171,14 @@ FINDINGS = [
     "logits stored from the step's own forward after its optimiser step, the reservoir's index arithmetic, one "
     "optimiser per task, the Xavier MLP. Mammoth reseeds each task's loader with the run's seed and draws its "
     "reservoir and replay from numpy, cl-bench draws all three from one torch generator.",
+    "**GDumb at buffer 200: different by its plan, by the memory the paper and Mammoth keep apart.** Run to its plan "
+    "(12 fresh seeds), cl-bench's GDumb is above Mammoth's by more than a point. The named cause is the sampler: "
+    "cl-bench keeps the paper's greedy class-balanced memory, Mammoth a reservoir; with Mammoth's reservoir "
+    "(`method.sampler=reservoir`, the diagnostic `gdumb_reservoir_200` on the pilot's seeds) the difference is "
+    "within the seeds' spread. The default stays the paper's sampler; the reservoir is one override away.",
+    "**iCaRL at buffer 500: its plan disagrees with its pilot.** The pilot (10 seeds, extended after a look) put "
+    "cl-bench under Mammoth; the plan's 10 fresh seeds put it above, and the verdict is undetermined: the pilot's "
+    "sign was the seeds', not a difference that holds.",
     "**GDumb and ER-ACE have no seq-mnist best arguments in Mammoth**: both sides run cl-bench's values. Mammoth's "
     "GDumb always mixes CutMix in (alpha 1, probability one half) and clips no gradient (the row sets "
     "`method.regularization=cutmix method.clip_norm=1e9`). Its buffer is a reservoir where GDumb's paper (and "
