@@ -41,9 +41,8 @@ bench: $(VENV_STAMP) need-data  ## the CPU sections of scripts/bench.py into doc
 	$(PY) scripts/bench.py scaling --data $(DATA)
 	$(PY) scripts/bench.py threads --data $(DATA)
 
-bench-gpu: $(VENV_STAMP)  ## the GPU check (scripts/gpu_check.sh, < 8 min): make bench-gpu CIFAR10=SRC
-	@test -n "$(CIFAR10)" || { echo "make: pass CIFAR10=SRC (cifar-10-python.tar.gz, an image folder or an .npz)"; exit 2; }
-	bash scripts/gpu_check.sh $(CIFAR10)
+bench-gpu:  ## the GPU check on a GPU machine (scripts/gpu_check.sh, < 8 min; installs what it needs itself)
+	bash scripts/gpu_check.sh $(ARGS)
 
 clean:  ## remove .venv and the run and sweep directories
 	rm -rf .venv outputs/runs outputs/sweeps

@@ -5,8 +5,8 @@
                                     # against Avalanche 0.6.0, set up by scripts/setup_avalanche_env.sh
     python scripts/bench.py methods [--cifar]          # each method's time over finetune's
     python scripts/bench.py scaling                     # per-task cost, memory, checkpoint size at 5/10/20 tasks
-    python scripts/bench.py gpu                         # samples/s per method on a CUDA GPU, bf16, channels_last,
-                                                        # with and without hardware.compile (skips without a GPU)
+    python scripts/bench.py gpu --gpu-check DIR/gpu_check.json  # records a GPU check (bash scripts/gpu_check.sh
+                                                        # on a GPU machine writes DIR) as the section "GPU check"
     python scripts/bench.py images [--avalanche-python ...]  # split_cifar10 with augmentation: cl-bench, Avalanche
                                                         # and a DataLoader loop, on a conv net and resnet18_reduced
     python scripts/bench.py masks [--before DIR]        # packnet, piggyback and cpg over finetune, on a checkout and
@@ -286,86 +286,15 @@ def plot_scaling(runs: dict) -> None:
     fig.savefig(DOCS / "img" / "scaling.png", dpi=110)
 
 
-# The GPU check (scripts/gpu_check.sh): every method on split_cifar10, grouped into one multirun per workload shape
-# (one process each, so start-up is paid once a group). Sizes: the GPU's (resnet18_reduced, a few hundred steps a
-# method) and --cpu's (a tiny conv net, a batch or two a task: the path, not the figures).
-GPU_SIZES = {
-    "gpu": {"overrides": ["backbone=resnet18_reduced"], "samples": 2000, "test_samples": 2000, "epochs": 3,
-            "batch": 128},
-    # debug=fast's two tasks without checkpoints, each of one batch of 16 (online methods: two of 10)
-    "cpu": {"overrides": ["debug=fast", "backbone=convnet", "backbone.channels=[8,8]"], "samples": 16,
-            "test_samples": 32, "epochs": 1, "batch": 16},
-}
-CHANCE = {"class": 0.1, "task": 0.5}  # split_cifar10's final row: one of 10 classes, or of the task's 2
-SANE_MARGIN = 0.02  # a method whose final row is not this far above chance on the GPU sizes is flagged
-
-
-def gpu_groups(cpu: bool) -> list[tuple[str, list[str], list[str]]]:
-    """(scenario, methods, overrides) for each multirun of the GPU check."""
-    from cl_bench.methods import METHODS
-    from cl_bench.methods.online import OnlineMethod
-    online = sorted(n for n, c in METHODS.items() if issubclass(c, OnlineMethod))
-    class_ = sorted(n for n, c in METHODS.items() if "class" in c.scenarios and n not in online)
-    task = sorted(n for n, c in METHODS.items() if "class" not in c.scenarios and n != "cpg")
-    groups = [("class", class_, []), ("task", task, []), ("task", ["cpg"], SHORT["cpg"]), ("class", online, [])]
-    if not cpu:
-        groups += [(scenario, [name], ["hardware.compile=true", *SHORT.get(name, [])])
-                   for scenario, name in (("class", "finetune"), ("task", "cpg"))]
-    return groups
-
-
-def gpu_sanity(m: dict, scenario: str, margin: float) -> str | None:
-    """What is wrong with a GPU-check run's metrics.json, or None: it must be complete, finite, and its final
-    row above chance by `margin`."""
-    final = m["acc"][-1]
-    if not m.get("complete") or any(a != a for a in final):  # a != a: NaN
-        return "incomplete or NaN"
-    mean = sum(final) / len(final)
-    if mean <= CHANCE[scenario] + margin:
-        return f"final accuracy {mean:.3f} is at chance ({CHANCE[scenario]})"
-    return None
-
-
 def gpu(opts) -> dict:
-    import torch
-    if not opts.cpu and not torch.cuda.is_available():
-        return skip("gpu skipped: no CUDA GPU is visible on this machine (scripts/gpu_check.sh --cpu runs it small)")
-    size = GPU_SIZES["cpu" if opts.cpu else "gpu"]
-    out = {"device": opts.machine if opts.cpu else torch.cuda.get_device_name(0), "cpu": opts.cpu, "runs": {}}
-    common = ["dataset=split_cifar10", "setting=none", *size["overrides"], f"data.root={opts.cifar_root}",
-              f"hardware={'cpu' if opts.cpu else 'gpu'}", "logger=none", "checkpoint.enabled=false",
-              f"dataset.test_samples_per_task={size['test_samples']}"]
-    with tempfile.TemporaryDirectory() as tmp:
-        runs = Path(opts.runs or tmp)
-        for i, (scenario, names, extra) in enumerate(gpu_groups(opts.cpu)):
-            online = names[0] in ONLINE
-            # One batch size and epoch count for every method with epochs, so samples/s compares work per sample;
-            # the online methods keep their own batch (10) and single pass.
-            shape = [f"dataset.samples_per_task={size['samples']}"] + ([] if online else [
-                f"method.epochs={size['epochs']}", f"method.batch_size={size['batch']}"])
-            sweep = runs / f"group{i}"
-            args = ["-m", f"method={','.join(names)}", f"scenario={scenario}", *common, *shape, *extra,
-                    f"hydra.sweep.dir={sweep}"]
-            try:
-                timed([sys.executable, "-m", "cl_bench", "train", *args])
-            except Failed as e:  # the jobs that finished still report; the others are listed as failed
-                print(f"bench: group {names} stopped: {e}", file=sys.stderr)
-            compiled = "hardware.compile=true" in extra
-            done = {m["method"]: m for m in (json.loads(f.read_text()) for f in sweep.glob("*/metrics.json"))}
-            for name in names:
-                key = f"{name}/compile={compiled}"
-                m = done.get(name)
-                if m is None:
-                    out["runs"][key] = {"scenario": scenario, "failed": "no metrics.json (see the group's log)"}
-                    continue
-                samples = m["num_tasks"] * size["samples"] * (1 if online else size["epochs"])
-                problem = gpu_sanity(m, scenario, -1.0 if opts.cpu else SANE_MARGIN)  # --cpu: complete, finite
-                out["runs"][key] = {"scenario": scenario, "samples_per_s": samples / m["time_s"],
-                                    "time_s": m["time_s"], "avg_acc": m["avg_acc"], "peak_mem_mb": m["peak_mem_mb"],
-                                    **({"insane": problem} if problem else {})}
-                print(key, json.dumps(out["runs"][key]), file=sys.stderr)
-    out["flagged"] = sorted(k for k, r in out["runs"].items() if "failed" in r or "insane" in r)
-    return out
+    """A GPU check's result (scripts/gpu_check.sh writes DIR/gpu_check.json), kept here with the other sections."""
+    if not opts.gpu_check:
+        sys.exit("bench: gpu records a GPU check: pass --gpu-check DIR/gpu_check.json (bash scripts/gpu_check.sh "
+                 "writes it, on a GPU machine)")
+    result = json.loads(Path(opts.gpu_check).read_text())
+    if result.get("cpu"):
+        sys.exit(f"bench: {opts.gpu_check} is a --cpu rehearsal, not a GPU's figures")
+    return result
 
 
 # The image workload: split_cifar10 with pad-crop and flip, SGD 0.01/0.9, batch 32, one epoch a task, a random
@@ -1203,25 +1132,10 @@ def render_scaling(s) -> list[str]:
 
 
 def render_gpu(g) -> list[str]:
-    size = GPU_SIZES["cpu" if g.get("cpu") else "gpu"]
-    hardware = ("hardware=cpu (the tiny path check: its figures mean nothing)" if g.get("cpu") else
-                "hardware=gpu (bf16 autocast, channels_last, TF32; finetune and cpg also with hardware.compile=true)")
-    lines = ["## GPU check", "", f"{where(g)}, `bash scripts/gpu_check.sh CIFAR10_SRC"
-             f"{' --cpu' if g.get('cpu') else ''}`: split_cifar10 with {' '.join(size['overrides'])}, {hardware}, "
-             f"{size['samples']} training samples a task, epochs: {size['epochs']}, batch {size['batch']} (online "
-             "methods: one pass in batches of 10); samples/s counts training samples over train+eval time (the "
-             "mask methods' extra phases come on top). Peak memory: the GPU's allocated peak of each run (on the "
-             "CPU, the process's resident peak, cumulative over a group's jobs).", "",
-             "| method | scenario | samples/s | peak MB | avg_acc | check |", "|---|---|---|---|---|---|"]
-    for key, r in sorted(g.get("runs", {}).items()):
-        name, compiled = key.split("/compile=")
-        label = name + (" (hardware.compile=true)" if compiled == "True" else "")
-        if "failed" in r:
-            lines.append(f"| {label} | {r['scenario']} | failed | | | {r['failed']} |")
-        else:
-            lines.append(f"| {label} | {r['scenario']} | {r['samples_per_s']:.0f} | {r['peak_mem_mb']:.0f} | "
-                         f"{r['avg_acc']:.4f} | {r.get('insane', 'ok')} |")
-    return lines
+    sys.path.insert(0, str(Path(__file__).parent))
+    import gpu_check
+    table = gpu_check.render(g).splitlines()
+    return ["## GPU check", *table[1:]]  # its title line names the device, which the text below it repeats
 
 
 def render_images(d) -> list[str]:
@@ -1402,9 +1316,8 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="scaling: every task count for every method")
     parser.add_argument("--machine", default=f"{os.cpu_count()}-core CPU",
                         help="words for the machine, recorded with the figures")
-    parser.add_argument("--cpu", action="store_true", help="gpu: run the check on the CPU at tiny sizes")
+    parser.add_argument("--gpu-check", help="gpu: a GPU check's gpu_check.json to record")
     parser.add_argument("--only", help="costs: the settings to measure again, comma-separated label prefixes")
-    parser.add_argument("--runs", help="gpu: keep the run directories here (default: a temporary one)")
     parser.add_argument("--before", help="masks, launches: another checkout to time beside this one (a git worktree)")
     parser.add_argument("--before-label", help="masks, launches: words for that checkout (say, its commit)")
     parser.add_argument("--after", help="launches: the checkout to measure as `after` (default: this one)")
@@ -1417,7 +1330,7 @@ def main() -> None:
     if opts.worker:  # a launches worker: its figures to stdout, nothing written
         print(json.dumps(launch_workers(json.loads(opts.worker))))
         return
-    if opts.section not in ("gpu", "evalbatch", "launches"):  # the GPU check reads CIFAR-10, launches digits
+    if opts.section not in ("gpu", "evalbatch", "launches"):  # a GPU check's file; launches: the digits
         if opts.data is None:
             sys.exit("bench: pass --data DIR (a data root holding MNIST/raw) or set CL_BENCH_DATA")
         if not (Path(opts.data) / "MNIST" / "raw").is_dir() and not (ROOT / opts.data / "MNIST" / "raw").is_dir():

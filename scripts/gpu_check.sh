@@ -1,31 +1,57 @@
 #!/usr/bin/env bash
-# The GPU run, prepared: on one GPU, from the CIFAR-10 files you have (how long it takes on a GPU is not measured
-# yet: its sizes were chosen for minutes; the --cpu rehearsal below took 50 s on 2 shared CPU cores),
-#   1. writes the canonical cifar-10-batches-py/ (cl-bench data prepare cifar10),
-#   2. runs every method on split_cifar10 with resnet18_reduced for a few hundred steps, bf16 and channels_last
-#      (hardware=gpu), and finetune and cpg once more with hardware.compile=true,
-#   3. checks each run is complete, finite and above chance, and writes samples/s and peak memory per method,
-#      with the GPU's name, into docs/benchmarks.md (section "GPU check"); exits non-zero naming any run that
-#      failed or is not sane, after writing the table.
+# The GPU check: what one GPU does with cl-bench's paper settings, in under 8 minutes on a fresh machine with only
+# PyPI (scripts/gpu_check.py says what it measures). In order:
+#   1. refuses, in one line and non-zero, a machine where CUDA is not usable (before installing anything when no
+#      NVIDIA device is present at all);
+#   2. installs only what it needs: nothing when the Python it finds has cl-bench's dependencies, else cl-bench
+#      without extras into .venv-gpu/ (torch from PyPI, a CUDA build);
+#   3. on data it writes: each paper setting's steps past warm-up (time, syncs, GPU-busy fraction, peak memory)
+#      beside a plain PyTorch loop on the same network and batch; 1, 4 and 8 jobs side by side; the default job in
+#      fp32 and bf16 against the CPU;
+#   4. writes gpu_check.json and gpu_check.md in the folder it names (default outputs/gpu_check/DATE-TIME) and
+#      exits non-zero naming anything flagged.
 #
-#   bash scripts/gpu_check.sh SRC [--cpu] [--docs DIR]
-#     SRC     cifar-10-python.tar.gz (or the folder holding it), an image folder, or an .npz of encoded images
-#     --cpu   the same path on the CPU at tiny sizes (no compile rows): the tests run it so that it cannot rot;
-#             without it, a machine where CUDA is not usable is refused at once, in one line, nothing written
-#     --docs  where benchmarks.json/.md are written (default: the repository's docs/)
+#   bash scripts/gpu_check.sh [--out DIR] [--cpu] [--only WORDS]
+#     --cpu    the rehearsal: the same path on the CPU at tiny sizes (the suite runs it)
+#     --only   the settings whose labels start with these comma-separated words
 #
-# Python: $PYTHON, else the repository's .venv, else python3 (with the repository on PYTHONPATH, so an
-# environment that has torch, hydra and the other dependencies but not cl-bench itself works too).
+# Python: $PYTHON, else the repository's .venv or .venv-gpu, else python3 (with the repository on PYTHONPATH).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-[ $# -ge 1 ] || { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2; }
-src="$1"; shift
-[ -e "$src" ] || { echo "gpu_check: $src does not exist: pass the CIFAR-10 files you have" >&2; exit 2; }
+out="$repo/outputs/gpu_check/$(date +%Y%m%d-%H%M%S)"
+args=()
+cpu=false
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    --cpu) cpu=true; args+=(--cpu); shift ;;
+    --only) args+=(--only "$2"); shift 2 ;;
+    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check: unknown argument $1: see bash scripts/gpu_check.sh --help" >&2; exit 2 ;;
+  esac
+done
+refuse() {
+  echo "gpu_check: CUDA is not usable here ($1): run it on a GPU machine, or add --cpu for the rehearsal on the CPU" >&2
+  exit 1
+}
 if [ -z "${PYTHON:-}" ]; then
-  if [ -x "$repo/.venv/bin/python" ]; then PYTHON="$repo/.venv/bin/python"; else PYTHON=python3; fi
+  for candidate in "$repo/.venv/bin/python" "$repo/.venv-gpu/bin/python" python3; do
+    PYTHON="$candidate"
+    if "$candidate" -c "import torch, hydra" 2>/dev/null; then break; fi
+  done
 fi
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-# Without a usable CUDA GPU the check would prepare the data and then skip every run, exiting 0 as if it had passed.
+deps='import torch, torchvision, hydra, omegaconf, rich, sklearn, scipy, safetensors, yaml, PIL'
+if ! "$PYTHON" -c "$deps" 2>/dev/null; then
+  # Installing torch only to find no GPU would take minutes: without any NVIDIA device, refuse now.
+  if ! $cpu && ! ls /dev/nvidia0 >/dev/null 2>&1 && ! nvidia-smi -L >/dev/null 2>&1; then
+    refuse "no NVIDIA device: neither /dev/nvidia0 nor nvidia-smi"
+  fi
+  echo "gpu_check: installing cl-bench's dependencies into $repo/.venv-gpu" >&2
+  python3 -m venv "$repo/.venv-gpu"
+  "$repo/.venv-gpu/bin/pip" install --quiet "$repo"
+  PYTHON="$repo/.venv-gpu/bin/python"
+fi
 probe='import sys
 try:
     import torch
@@ -34,13 +60,7 @@ try:
     torch.ones(1, device="cuda").add_(1).cpu()  # a driver or device that is visible but does not work
 except Exception as error:
     sys.exit((f"{type(error).__name__}: {error}".splitlines() or [""])[0])'
-if [[ " $* " != *" --cpu "* ]] && ! why="$("$PYTHON" -c "$probe" 2>&1 >/dev/null | tail -n 1)"; then
-  echo "gpu_check: CUDA is not usable here ($why, in $PYTHON): run it on a GPU machine, or add --cpu for the rehearsal on the CPU" >&2
-  exit 1
+if ! $cpu && ! why="$("$PYTHON" -c "$probe" 2>&1 >/dev/null | tail -n 1)"; then
+  refuse "$why, in $PYTHON"
 fi
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-start=$SECONDS
-"$PYTHON" -m cl_bench data prepare cifar10 --from "$src" --root "$work/data"
-"$PYTHON" "$repo/scripts/bench.py" gpu --cifar-root "$work/data" "$@"
-echo "gpu_check: done in $((SECONDS - start)) s"
+exec "$PYTHON" "$repo/scripts/gpu_check.py" --out "$out" "${args[@]}"

@@ -1,102 +1,93 @@
-"""scripts/gpu_check.sh, the prepared GPU run, on the CPU at tiny sizes (--cpu): it prepares CIFAR-10 from an
-archive written here, runs every method through its multiruns and writes the table; its sanity check; and its
-refusal, without --cpu, of a machine where CUDA is not usable."""
-import io
+"""scripts/gpu_check.sh, the GPU check: its CPU rehearsal (--cpu, two paper settings at tiny sizes, the jobs side by
+side and the precision rows), its refusal of a machine without CUDA, and the parts that only a GPU exercises
+whole (the step window around epoch ends, the busy fraction's arithmetic, what gets flagged)."""
 import json
-import pickle
 import subprocess
 import sys
-import tarfile
 import time
+from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 from conftest import ROOT
 
-from cl_bench.methods import METHODS
-
 sys.path.insert(0, str(ROOT / "scripts"))
-import bench  # noqa: E402
+import gpu_check  # noqa: E402
 
 
-def cifar_archive(path, per_class_train: int, per_class_test: int) -> None:
-    """cifar-10-python.tar.gz in the official layout, random pixels (the check runs the path, not the figures)."""
-    rng = np.random.default_rng(0)
-
-    def images(per_class):
-        y = np.repeat(np.arange(10), per_class)
-        return rng.integers(0, 256, (len(y), 3 * 32 * 32), dtype=np.uint8), y
-
-    x, y = images(per_class_train)
-    splits = {f"data_batch_{i + 1}": (x[part], y[part]) for i, part in enumerate(np.array_split(np.arange(len(y)), 5))}
-    splits["test_batch"] = images(per_class_test)
-    with tarfile.open(path, "w:gz") as tar:
-        for name, (x, y) in splits.items():
-            blob = pickle.dumps({b"data": x, b"labels": y.tolist()})
-            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
-            info.size = len(blob)
-            tar.addfile(info, io.BytesIO(blob))
-
-
-@pytest.mark.slow  # whole runs: `make test-fast` leaves them out
-def test_gpu_check_on_the_cpu_runs_every_method_under_debug_fast(tmp_path):
-    """--cpu is debug=fast (two tasks of one batch each, one epoch, no checkpoints): this is also the one test
-    that runs every method that way, in seconds each."""
-    cifar_archive(tmp_path / "cifar-10-python.tar.gz", per_class_train=40, per_class_test=20)
-    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "cifar-10-python.tar.gz"), "--cpu",
-                           "--docs", str(tmp_path / "docs"), "--runs", str(tmp_path / "runs")],
+@pytest.mark.slow  # whole processes: `make test-fast` leaves it out
+def test_the_cpu_rehearsal_times_two_paper_settings_jobs_side_by_side_and_precision(tmp_path):
+    out = tmp_path / "check"
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--cpu", "--only", "cpg,nccl", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads((tmp_path / "docs" / "benchmarks.json").read_text())["gpu"]
-    assert {key.split("/")[0] for key in result["runs"]} == set(METHODS)
-    assert result["flagged"] == [] and all(r["samples_per_s"] > 0 for r in result["runs"].values())
-    table = (tmp_path / "docs" / "benchmarks.md").read_text()
-    assert "## GPU check" in table and all(f"| {name} |" in table for name in METHODS)
-    jobs = {json.loads(f.read_text())["method"]: f.parent for f in (tmp_path / "runs").glob("*/*/metrics.json")}
-    assert set(jobs) == set(METHODS)
-    for name, job in jobs.items():
-        metrics = json.loads((job / "metrics.json").read_text())
-        assert metrics["complete"] and len(metrics["acc"]) == 2 and not (job / "checkpoints").exists(), name
-        assert metrics["time_s"] < 60, name  # seconds, not minutes: a generous bound for a loaded CPU
-    events = [json.loads(line) for line in (jobs["finetune"] / "events.jsonl").read_text().splitlines()]
-    assert [(e["task"], e["epoch"]) for e in events if e["event"] == "epoch_end"] == [(0, 0), (1, 0)]
-
-
-def test_gpu_check_refuses_a_missing_source_in_one_line(tmp_path):
-    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "nothing")], cwd=ROOT,
-                          capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "does not exist" in proc.stderr
+    result = json.loads((out / "gpu_check.json").read_text())
+    assert list(result["settings"]) == ["cpg cifar100_20", "nccl split_cifar100"] and result["flagged"] == []
+    for row in result["settings"].values():
+        assert row["step_ms"] > 0 and row["plain_step_ms"] > 0 and row["batch"] == 8
+        assert row["syncs"] is None and row["gpu_busy"] is None  # the device's counts: none on the CPU
+    assert result["jobs_setting"] == "cpg cifar100_20" and list(result["jobs"]) == ["1", "2"]
+    assert all(row["samples_per_s"] > 0 for row in result["jobs"].values())
+    digits = result["digits"]
+    assert list(digits) == ["cpu fp32", "cpu bf16"]  # on the CPU the device's fp32 row is the reference itself
+    assert digits["cpu fp32"]["precision"] == "fp32" and digits["cpu bf16"]["precision"] == "bf16"
+    assert abs(digits["cpu bf16"]["points_from_cpu"]) <= gpu_check.AGREE["bf16"]
+    table = (out / "gpu_check.md").read_text()
+    assert "| cpg cifar100_20 | 8 |" in table and "| 2 |" in table and "Flagged: nothing" in table
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a usable GPU: the script would run the whole check")
-def test_gpu_check_refuses_a_machine_without_cuda_in_one_line_writing_nothing(tmp_path):
-    """Without --cpu, where CUDA is not usable: a non-zero exit in seconds (torch's import), one line naming the
-    problem, before any data is prepared or any table written (here or in the repository's docs/)."""
-    cifar_archive(tmp_path / "cifar-10-python.tar.gz", per_class_train=1, per_class_test=1)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "benchmarks.json").write_text('{"gpu": "earlier"}')
-    repo_docs = {p: p.read_bytes() for p in (ROOT / "docs").glob("benchmarks.*")}
+def test_a_machine_without_cuda_is_refused_in_one_line_in_seconds_writing_nothing(tmp_path):
     start = time.monotonic()
-    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "cifar-10-python.tar.gz"), "--docs",
-                           str(docs), "--runs", str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
-    assert time.monotonic() - start < 30  # seconds (2 here), not the minutes of preparing and running
-    assert proc.returncode != 0 and proc.stdout == ""
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--out", str(tmp_path / "check")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - start < 30  # seconds (torch's import), not the minutes of the check
+    assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("gpu_check: CUDA is not usable here (")
     assert "torch.cuda.is_available() is False" in proc.stderr and "--cpu" in proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cifar-10-python.tar.gz", "docs"]
-    assert [p.name for p in docs.iterdir()] == ["benchmarks.json"]
-    assert (docs / "benchmarks.json").read_text() == '{"gpu": "earlier"}'
-    assert {p: p.read_bytes() for p in (ROOT / "docs").glob("benchmarks.*")} == repo_docs
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_the_sanity_check_flags_nan_incomplete_and_chance_runs():
-    def run(final, complete=True):
-        return {"acc": [[0.9], final], "complete": complete}
-    assert bench.gpu_sanity(run([0.9, 0.5]), "task", 0.02) is None
-    assert "chance" in bench.gpu_sanity(run([0.5, 0.52]), "task", 0.02)  # mean 0.51: within the margin of 0.5
-    assert "chance" in bench.gpu_sanity(run([0.1, 0.1]), "class", 0.02)
-    assert bench.gpu_sanity(run([float("nan"), 0.9]), "class", 0.02) == "incomplete or NaN"
-    assert bench.gpu_sanity(run([0.9, 0.9], complete=False), "class", 0.02) == "incomplete or NaN"
+def test_an_unknown_argument_or_setting_is_refused_in_one_line(tmp_path):
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--cpus"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "unknown argument --cpus" in proc.stderr
+    proc = subprocess.run([sys.executable, "scripts/gpu_check.py", "--cpu", "--only", "hat", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--only hat names no setting" in proc.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_the_window_times_whole_steps_within_one_epoch():
+    """Warm-up 1, 2 timed, 1 profiled: an epoch's end inside the timed run starts it again at the next whole step,
+    and the probe stops the run once every count is met."""
+    window = gpu_check.Window(torch.device("cpu"), {"warmup": 1, "steps": 2, "profiled": 1})
+    window.epoch_start()
+    window.step()  # the epoch's first step ended: from here steps are whole
+    window.step()  # the warm-up step: timing begins
+    assert window.phase == "timing"
+    window.step()  # one timed step
+    window.epoch_start()  # ...and an epoch's end: that run of timed steps is dropped
+    assert window.caught is None and "step_ms" not in window.result
+    window.step()  # the new epoch's first step: timing begins again
+    window.step()
+    window.step()  # two whole timed steps
+    assert window.phase == "profiling" and window.result["step_ms"] > 0 and window.result["syncs"] is None
+    with pytest.raises(gpu_check.Enough):
+        window.step()
+    assert window.result["gpu_busy"] is None
+
+
+def test_the_busy_fraction_is_the_union_of_kernel_intervals_over_the_wall():
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def event(device, start, end):
+        return SimpleNamespace(device_type=device, time_range=SimpleNamespace(start=start, end=end))
+    prof = SimpleNamespace(events=lambda: [event(cuda, 0, 10), event(cuda, 5, 20), event(cpu, 0, 100),
+                                           event(cuda, 50, 60), event(cuda, 52, 55)])
+    assert gpu_check.busy_fraction(prof, wall_us=100) == pytest.approx(0.30)  # [0, 20] and [50, 60]
+
+
+def test_failed_rows_and_a_device_that_disagrees_with_the_cpu_are_flagged():
+    result = {"settings": {"a": {"failed": "RuntimeError: x"}, "b": {"step_ms": float("nan")}},
+              "jobs": {"4": {"samples_per_s": 1.0}},
+              "digits": {"cpu fp32": {"avg_acc": 0.9}, "gpu bf16": {"avg_acc": 0.8, "disagrees": "more than 3"}}}
+    assert gpu_check.flagged(result) == ["a: RuntimeError: x", "gpu bf16: more than 3", "b: non-finite step time"]

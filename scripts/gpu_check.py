@@ -1,0 +1,438 @@
+"""The GPU check (scripts/gpu_check.sh runs it): what one GPU does with cl-bench's paper settings, in minutes.
+
+On data it writes (CIFAR-10 and CIFAR-100 in their canonical python format, random pixels: a step's cost does not
+depend on them), for each paper setting in SETTINGS, in one process:
+  - the setting's own steps (its backbone, batch, phases and precision: hardware=gpu is bf16 and channels_last),
+    WARMUP steps untimed, then STEPS timed between two device synchronisations;
+  - the host-device syncs inside those steps, counted by torch.cuda.set_sync_debug_mode("warn") (on the CPU
+    rehearsal, where it does not apply: none counted, said so);
+  - the GPU-busy fraction of PROFILED further steps: the union of the device's kernel intervals over the wall time
+    (torch.profiler; the profiler's own host cost makes it a lower bound);
+  - peak device memory over the timed steps;
+  - a plain PyTorch loop (the setting's backbone as built, a linear head, cross-entropy, SGD, the same batch shape,
+    precision and memory format) timed the same way: the method's step over it is its overhead (a method with
+    glances or phases does more work a step; the table says how many samples each step saw).
+Then the jobs a GPU holds side by side: 1, 4 and 8 processes of one setting (JOBS_SETTING), each timing its steps
+once every process is warm (a file barrier), and their summed samples/s. Then precision against the CPU on the
+embedded digits: the default job (method=finetune dataset=split_digits, seed 0, whole) on the device in fp32 and
+bf16 and on the CPU in fp32, final average accuracy each; a device row further than AGREE points from the CPU's is
+flagged.
+
+    python scripts/gpu_check.py --out DIR [--cpu]
+
+writes DIR/gpu_check.json and DIR/gpu_check.md and exits non-zero naming what is flagged (a failed or non-finite
+row, a device row that disagrees). --cpu runs the same path on the CPU at tiny sizes (the suite's rehearsal).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# label: (data, overrides). The issue's paper settings, each by the name a user runs it with.
+SETTINGS = {
+    "cpg cifar100_20": ("cifar100", ["method=cpg", "dataset=cifar100_20"]),
+    "pae cifar100_20": ("cifar100", ["method=cpg", "dataset=cifar100_20", "setting=pae_cifar100_20"]),
+    "gated split_cifar10 task": ("cifar10", ["method=gated", "dataset=split_cifar10", "scenario=task"]),
+    "gated split_cifar10 class": ("cifar10", ["method=gated", "dataset=split_cifar10", "scenario=class"]),
+    "lamaml split_cifar100": ("cifar100", ["method=lamaml", "dataset=split_cifar100"]),
+    "nccl split_cifar100": ("cifar100", ["method=nccl", "dataset=split_cifar100"]),
+    "derpp split_cifar10": ("cifar10", ["method=derpp", "dataset=split_cifar10"]),
+}
+JOBS_SETTING = "derpp split_cifar10"
+# Sizes: images a class written (train, test), steps warm-up / timed / profiled, jobs side by side.
+# Each run of timed or profiled steps lies within one epoch, so a task's training images a batch must exceed them:
+# CIFAR-10's 2-class tasks hold 2 x 2000 (less validation), CIFAR-100's 5-class tasks 5 x 500 (its real count).
+SIZES = {
+    "gpu": {"per_class": {10: (2000, 20), 100: (500, 20)}, "warmup": 20, "steps": 50, "profiled": 10,
+            "jobs": (1, 4, 8), "overrides": []},
+    "cpu": {"per_class": {10: (40, 2), 100: (12, 2)}, "warmup": 1, "steps": 2, "profiled": 1, "jobs": (1, 2),
+            "overrides": ["method.batch_size=8"]},
+}
+DIGITS = ["method=finetune", "dataset=split_digits", "seed=0", "logger=none", "checkpoint.enabled=false"]
+DIGITS_CPU = ["dataset.samples_per_task=60"]  # the rehearsal's cut
+AGREE = {"fp32": 2.0, "bf16": 3.0}  # points of final accuracy a device row may differ from the CPU's fp32
+
+
+# --- data ------------------------------------------------------------------------------------------------------
+def write_cifar(root: Path, classes: int, per_class: tuple[int, int]) -> None:
+    """cifar-10-batches-py/ or cifar-100-python/ in the canonical pickled format, random pixels."""
+    rng = np.random.default_rng(0)
+
+    def batch(n: int, key: str) -> dict:
+        labels = np.repeat(np.arange(classes), n)
+        out = {"data": rng.integers(0, 256, (len(labels), 3072), dtype=np.uint8), key: labels.tolist()}
+        if classes == 100:
+            out["coarse_labels"] = (labels // 5).tolist()  # any grouping of 5: the cost is the same
+        return out
+    if classes == 10:
+        folder, key = root / "cifar-10-batches-py", "labels"
+        train = batch(per_class[0], key)
+        parts = np.array_split(np.arange(len(train[key])), 5)
+        files = {f"data_batch_{i + 1}": {"data": train["data"][part], key: [train[key][j] for j in part]}
+                 for i, part in enumerate(parts)}
+        files["test_batch"] = batch(per_class[1], key)
+    else:
+        folder, key = root / "cifar-100-python", "fine_labels"
+        files = {"train": batch(per_class[0], key), "test": batch(per_class[1], key)}
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        (folder / name).write_bytes(pickle.dumps(content, protocol=3))
+
+
+# --- the steps of one setting ------------------------------------------------------------------------------------
+class Enough(Exception):
+    """The probe has what it needs: the run stops there."""
+
+
+class Window:
+    """The run's recorder. A step runs from one recorder.step() to the next; WARMUP steps are left untimed, then
+    STEPS are timed (syncs counted, peak memory taken) and PROFILED profiled, each run of them within one epoch: an
+    epoch's or a task's end (its evaluation is no step) starts the run in progress again."""
+
+    def __init__(self, device, sizes: dict, barrier: tuple[Path, int] | None = None):
+        self.device, self.sizes, self.barrier = device, sizes, barrier
+        self.phase, self.count, self.whole = "warmup", 0, False
+        self.caught = self.prof = None
+        self.result: dict = {}
+
+    def __getattr__(self, event):  # events the window has no use for
+        return lambda *args, **kwargs: None
+
+    def task_start(self, task) -> None:
+        self.boundary()
+
+    def epoch_start(self, *args) -> None:
+        self.boundary()
+
+    def boundary(self) -> None:
+        self.whole = False  # the step in progress spans the boundary
+        if self.phase == "timing" and self.caught is not None:
+            self.end_timing(record=False)
+        elif self.phase == "profiling" and self.prof is not None:
+            self.prof.stop()
+            self.prof = None
+
+    def step(self) -> None:
+        if not self.whole:  # the first step of an epoch ended: from here steps are whole
+            self.whole, self.count = True, 0
+            self.begin()
+            return
+        self.count += 1
+        if self.phase == "warmup" and self.count >= self.sizes["warmup"]:
+            self.phase, self.count = "timing", 0
+            self.begin()
+        elif self.phase == "timing" and self.count == self.sizes["steps"]:
+            self.end_timing(record=True)
+            self.phase, self.count = "profiling", 0
+            self.begin()
+        elif self.phase == "profiling" and self.count == self.sizes["profiled"]:
+            self.end_profile()
+            raise Enough
+
+    def begin(self) -> None:
+        if self.phase == "timing":
+            self.begin_timing()
+        elif self.phase == "profiling":
+            self.begin_profile()
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            import torch
+            torch.cuda.synchronize(self.device)
+
+    def begin_timing(self) -> None:
+        import torch
+        if self.barrier is not None:  # jobs side by side: each starts timing once every one is warm
+            folder, jobs = self.barrier
+            (folder / str(os.getpid())).touch()
+            while len(list(folder.iterdir())) < jobs:
+                time.sleep(0.05)
+            self.barrier = None
+        self.synchronize()
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            torch.cuda.set_sync_debug_mode("warn")
+        self.caught = warnings.catch_warnings(record=True)
+        self.syncs = self.caught.__enter__()
+        warnings.simplefilter("always")
+        self.t0 = time.perf_counter()
+
+    def end_timing(self, record: bool) -> None:
+        import torch
+        if self.device.type == "cuda":
+            torch.cuda.set_sync_debug_mode("default")
+        self.caught.__exit__(None, None, None)
+        self.caught = None
+        self.synchronize()
+        if not record:
+            return
+        seconds = time.perf_counter() - self.t0
+        syncs = [w for w in self.syncs if "synchroniz" in str(w.message)]
+        self.result.update(
+            step_ms=1e3 * seconds / self.sizes["steps"],
+            syncs=len(syncs) if self.device.type == "cuda" else None,
+            sync_sites=sorted({f"{Path(w.filename).name}:{w.lineno}" for w in syncs})[:5],
+            peak_mem_mb=torch.cuda.max_memory_allocated(self.device) / 2**20 if self.device.type == "cuda" else None)
+
+    def begin_profile(self) -> None:
+        """The device's kernels (on the CPU rehearsal the steps run unprofiled: there is no device to be busy)."""
+        import torch
+        self.synchronize()
+        if self.device.type == "cuda":
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            self.prof = torch.profiler.profile(activities=activities)
+            self.prof.start()
+        self.p0 = time.perf_counter()
+
+    def end_profile(self) -> None:
+        self.synchronize()
+        wall_us = 1e6 * (time.perf_counter() - self.p0)
+        self.result["gpu_busy"] = None
+        if self.prof is not None:
+            self.prof.stop()
+            self.result["gpu_busy"] = busy_fraction(self.prof, wall_us)
+
+
+def busy_fraction(prof, wall_us: float) -> float:
+    """The union of the device kernels' intervals over the wall time."""
+    import torch
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    busy, reach = 0.0, float("-inf")
+    for start, end in spans:
+        if end > reach:
+            busy += end - max(start, reach)
+            reach = end
+    return min(1.0, busy / wall_us)
+
+
+def setting_steps(label: str, data_root: Path, hardware: str, sizes: dict, barrier=None) -> dict:
+    """The setting's WARMUP + STEPS + PROFILED steps in this process, and a plain loop's on the same batch."""
+    from cl_bench import api, train
+    from cl_bench.recorders import Recorders
+    cfg = api.compose(*SETTINGS[label][1], *sizes["overrides"], f"data.root={data_root}", f"hardware={hardware}",
+                      "logger=none", "checkpoint.enabled=false", "seed=0")
+    scenario, method, ctx = train.build(cfg, Recorders([]))
+    window = Window(ctx.device, sizes, barrier)
+    ctx.recorder = Recorders([window])
+    try:
+        for task in scenario.tasks:
+            window.task_start(task)
+            method.learn(task)
+    except Enough:
+        pass
+    if "gpu_busy" not in window.result:
+        return {"failed": f"the run ended in its {window.phase} steps: too few images a task for them in one epoch"}
+    batch = cfg.method.batch_size
+    plain = plain_step_ms(cfg, scenario.info, ctx, batch, sizes)
+    out = {**window.result, "batch": batch, "samples_per_s": 1e3 * batch / window.result["step_ms"],
+           "plain_step_ms": plain, "overhead": window.result["step_ms"] / plain}
+    return out
+
+
+def plain_step_ms(cfg, info, ctx, batch: int, sizes: dict) -> float:
+    """A plain PyTorch loop: the setting's backbone as built and a linear head, cross-entropy, SGD with momentum,
+    in the run's precision and memory format, on one random batch of the setting's shape."""
+    import torch
+
+    from cl_bench import backbones
+    torch.manual_seed(0)
+    memory_format = info.view.memory_format
+    net = torch.nn.Sequential(backbones.build(cfg.backbone, info.input_shape))
+    net.append(torch.nn.Linear(net[0].feature_dim, info.num_outputs))
+    net = net.to(ctx.device, memory_format=memory_format)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, *info.input_shape, device=ctx.device).contiguous(memory_format=memory_format)
+    y = torch.randint(0, info.num_outputs, (batch,), device=ctx.device)
+
+    def step():
+        with ctx.autocast():
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    for _ in range(sizes["warmup"]):
+        step()
+    sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(sizes["steps"]):
+        step()
+    sync()
+    return 1e3 * (time.perf_counter() - t0) / sizes["steps"]
+
+
+# --- sections ----------------------------------------------------------------------------------------------------
+def settings_section(data_root: Path, hardware: str, sizes: dict, labels: list[str]) -> dict:
+    out = {}
+    for label in labels:
+        try:
+            out[label] = setting_steps(label, data_root, hardware, sizes)
+        except Exception as e:  # noqa: BLE001  one setting's failure is its row's
+            out[label] = {"failed": f"{type(e).__name__}: {e}".splitlines()[0]}
+        print(f"gpu_check: {label}: {json.dumps(out[label])}", file=sys.stderr)
+    return out
+
+
+def jobs_section(data_root: Path, hardware: str, sizes: dict, work: Path, label: str) -> dict:
+    """One setting in 1, 4, 8 processes at once (each a worker of this script), timed together."""
+    out = {}
+    for jobs in sizes["jobs"]:
+        barrier = work / f"barrier{jobs}"
+        barrier.mkdir()
+        args = [sys.executable, __file__, "--worker", json.dumps([label, str(data_root), hardware, sizes,
+                                                                   str(barrier), jobs])]
+        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(jobs)]
+        rows = []
+        for proc in procs:
+            stdout, stderr = proc.communicate()
+            lines = stdout.strip().splitlines()
+            rows.append(json.loads(lines[-1]) if proc.returncode == 0 and lines else
+                        {"failed": (stderr.strip().splitlines() or ["?"])[-1]})
+        failed = [r["failed"] for r in rows if "failed" in r]
+        out[str(jobs)] = {"failed": failed[0]} if failed else {
+            "samples_per_s": sum(r["samples_per_s"] for r in rows),
+            "step_ms": statistics.mean(r["step_ms"] for r in rows),
+            "peak_mem_mb": max(r["peak_mem_mb"] or 0 for r in rows) or None}
+        print(f"gpu_check: {jobs} jobs: {json.dumps(out[str(jobs)])}", file=sys.stderr)
+    return out
+
+
+def digits_run(overrides: list[str], run_dir: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "cl_bench", "train", *overrides, f"hydra.run.dir={run_dir}"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"failed": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    m = json.loads((run_dir / "metrics.json").read_text())
+    return {"avg_acc": m["avg_acc"], "precision": m["precision"], "time_s": m["time_s"]}
+
+
+def digits_section(cpu: bool, work: Path) -> dict:
+    """The default job whole on the device in fp32 and bf16, and on the CPU in fp32."""
+    device = "cpu" if cpu else "gpu"
+    cut = DIGITS_CPU if cpu else []
+    rows = {"cpu fp32": ["hardware=cpu"], f"{device} fp32": [f"hardware={device}", "hardware.precision=fp32"],
+            f"{device} bf16": [f"hardware={device}", "hardware.precision=bf16"]}
+    out = {label: digits_run([*DIGITS, *cut, *extra], work / label.replace(" ", "_")) for label, extra in rows.items()}
+    reference = out["cpu fp32"].get("avg_acc")
+    for label, row in out.items():
+        if "avg_acc" in row and reference is not None and label != "cpu fp32":
+            row["points_from_cpu"] = 100 * (row["avg_acc"] - reference)
+            if abs(row["points_from_cpu"]) > AGREE[label.split()[-1]]:
+                row["disagrees"] = f"more than {AGREE[label.split()[-1]]} points from the CPU's fp32"
+    return out
+
+
+def flagged(result: dict) -> list[str]:
+    out = [f"{label}: {row['failed']}" for section in ("settings", "jobs", "digits")
+           for label, row in result[section].items() if "failed" in row]
+    out += [f"{label}: {row['disagrees']}" for label, row in result["digits"].items() if "disagrees" in row]
+    out += [f"{label}: non-finite step time" for label, row in result["settings"].items()
+            if "step_ms" in row and not np.isfinite(row["step_ms"])]
+    return out
+
+
+# --- the table ---------------------------------------------------------------------------------------------------
+def fmt(value, spec: str = ".1f", none: str = "n/a") -> str:
+    return none if value is None else format(value, spec)
+
+
+def render(r: dict) -> str:
+    lines = [f"# GPU check: {r['device']}", "",
+             f"{r['date']}, commit {r['commit']}, torch {r['torch']}, {r['sizes']['warmup']} warm-up, "
+             f"{r['sizes']['steps']} timed and {r['sizes']['profiled']} profiled steps a setting, on random data "
+             f"(`bash scripts/gpu_check.sh{' --cpu' if r['cpu'] else ''}`, {r['seconds']:.0f} s in all).", "",
+             "| setting | batch | step ms | samples/s | plain loop ms | overhead | syncs in timed steps | GPU busy | "
+             "peak MiB |", "|---|---|---|---|---|---|---|---|---|"]
+    for label, row in r["settings"].items():
+        if "failed" in row:
+            lines.append(f"| {label} | failed: {row['failed']} |||||||||")
+            continue
+        lines.append(f"| {label} | {row['batch']} | {row['step_ms']:.1f} | {row['samples_per_s']:.0f} | "
+                     f"{row['plain_step_ms']:.1f} | {row['overhead']:.2f}x | {fmt(row['syncs'], 'd')} | "
+                     f"{fmt(row['gpu_busy'], '.0%')} | {fmt(row['peak_mem_mb'], '.0f')} |")
+    lines += ["", f"Jobs side by side ({r['jobs_setting']}, each timing its steps once all are warm):", "",
+              "| jobs | samples/s, all together | step ms, mean | peak MiB, largest |", "|---|---|---|---|"]
+    for jobs, row in r["jobs"].items():
+        lines.append(f"| {jobs} | failed: {row['failed']} |||" if "failed" in row else
+                     f"| {jobs} | {row['samples_per_s']:.0f} | {row['step_ms']:.1f} | "
+                     f"{fmt(row['peak_mem_mb'], '.0f')} |")
+    lines += ["", "Precision against the CPU (the default job, method=finetune dataset=split_digits, seed 0):", "",
+              "| run | precision | avg_acc | points from the CPU's fp32 | time s |", "|---|---|---|---|---|"]
+    for label, row in r["digits"].items():
+        lines.append(f"| {label} | failed: {row['failed']} ||||" if "failed" in row else
+                     f"| {label} | {row['precision']} | {row['avg_acc']:.4f} | "
+                     f"{fmt(row.get('points_from_cpu'), '+.2f', '–')} | {row['time_s']:.1f} |")
+    lines += ["", "Flagged: " + ("; ".join(r["flagged"]) if r["flagged"] else "nothing"), ""]
+    return "\n".join(lines)
+
+
+def commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return proc.stdout.strip() or "?"
+
+
+def device_name(cpu: bool) -> str:
+    import torch
+    return platform.processor() or platform.machine() if cpu else torch.cuda.get_device_name(0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="the folder the JSON and the table are written to")
+    parser.add_argument("--cpu", action="store_true", help="the rehearsal: the CPU, tiny sizes")
+    parser.add_argument("--only", help="the settings whose labels start with these comma-separated words (the suite's "
+                        "rehearsal runs two); the jobs side by side run the first of them unless it is "
+                        f"{JOBS_SETTING}")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.worker:  # one of the jobs side by side
+        label, data_root, hardware, sizes, barrier, jobs = json.loads(opts.worker)
+        print(json.dumps(setting_steps(label, Path(data_root), hardware, sizes, (Path(barrier), jobs))))
+        return 0
+    import torch
+    start = time.monotonic()
+    sizes = SIZES["cpu" if opts.cpu else "gpu"]
+    hardware = "cpu" if opts.cpu else "gpu"
+    labels = [k for k in SETTINGS if not opts.only or k.startswith(tuple(opts.only.split(",")))]
+    if not labels:
+        parser.error(f"--only {opts.only} names no setting: choose from {', '.join(SETTINGS)}")
+    jobs_label = JOBS_SETTING if JOBS_SETTING in labels else labels[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for classes, per_class in sizes["per_class"].items():
+            write_cifar(work / "data", classes, per_class)
+        result = {"device": device_name(opts.cpu), "cpu": opts.cpu, "torch": torch.__version__, "commit": commit(),
+                  "date": time.strftime("%Y-%m-%d"), "sizes": sizes,
+                  "settings": settings_section(work / "data", hardware, sizes, labels), "jobs_setting": jobs_label,
+                  "jobs": jobs_section(work / "data", hardware, sizes, work, jobs_label),
+                  "digits": digits_section(opts.cpu, work)}
+    result["seconds"] = time.monotonic() - start
+    result["flagged"] = flagged(result)
+    opts.out.mkdir(parents=True, exist_ok=True)
+    (opts.out / "gpu_check.json").write_text(json.dumps(result, indent=1) + "\n")
+    (opts.out / "gpu_check.md").write_text(render(result))
+    print(f"gpu_check: wrote {opts.out}/gpu_check.json and gpu_check.md in {result['seconds']:.0f} s", file=sys.stderr)
+    if result["flagged"]:
+        print("gpu_check: flagged: " + "; ".join(result["flagged"]), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
