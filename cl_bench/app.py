@@ -218,7 +218,7 @@ def task(cfg) -> float:
     _jobs_started += 1
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
-    hardware.enter_multirun(HydraConfig.get().launcher if multirun else None)
+    hardware.enter_multirun(HydraConfig.get().launcher if multirun else None, HydraConfig.get().job.get("num") or 0)
     if multirun and not cfg.logger.group:  # the runs of one sweep form one W&B group, named after its directory
         cfg.logger.group = Path(HydraConfig.get().sweep.dir).name
     try:

@@ -123,12 +123,13 @@ def launcher() -> str:
 
 
 _multirun_launcher = None  # set by app.task, the one module that asks Hydra
+_multirun_job = 0  # the job's number in its multirun (Hydra's job.num)
 
 
-def enter_multirun(launcher) -> None:
-    """Note the launcher's config of the Hydra multirun this job belongs to (None: not in one)."""
-    global _multirun_launcher
-    _multirun_launcher = launcher
+def enter_multirun(launcher, job: int = 0) -> None:
+    """Note the launcher's config of the Hydra multirun this job belongs to (None: not in one) and its number."""
+    global _multirun_launcher, _multirun_job
+    _multirun_launcher, _multirun_job = launcher, job
 
 
 def multirun_launcher():
@@ -136,13 +137,33 @@ def multirun_launcher():
     return _multirun_launcher
 
 
+def multirun_job() -> int:
+    """This job's number in its multirun (0 outside one)."""
+    return _multirun_job
+
+
 def _device(cfg) -> torch.device:
     if cfg.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(cfg.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"hardware.device={cfg.device} but no CUDA GPU is visible: use hardware=cpu or hardware=auto")
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(cfg.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise UserError(f"hardware.device={cfg.device} but no CUDA GPU is visible: use hardware=cpu or "
+                            "hardware=auto")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", placed_gpu(torch.cuda.device_count()))
+        torch.cuda.set_device(device)  # what the run allocates without naming a device goes there too
     return device
+
+
+def placed_gpu(gpus: int) -> int:
+    """The GPU a job takes when its device names none (hardware.device=cuda): in a multirun whose launcher runs jobs
+    side by side (the parallel launcher's n_jobs), job n takes GPU n mod gpus, so that a sweep spreads over a
+    node's GPUs; every other run, and every job on a one-GPU machine, takes GPU 0 (torchrun's ranks are placed by
+    LOCAL_RANK, not here). hardware.device=cuda:N places a run by hand."""
+    launcher = multirun_launcher()
+    side_by_side = launcher is not None and launcher.get("n_jobs") is not None
+    return multirun_job() % gpus if side_by_side and gpus > 1 else 0
 
 
 def _setup(cfg, device: torch.device | None = None, fp32: bool = False) -> Hardware:

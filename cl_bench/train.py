@@ -33,6 +33,8 @@ def build(cfg, recorder, run_dir: Path | None = None):
     official = cfg.method.protocol == "official"
     hw = hardware.setup(cfg.hardware, fp32=official)  # the official protocol: the official code's fp32
     log.info(f"torch threads: {hw.threads} ({hw.threads_reason})")
+    if hardware.multirun_launcher() is not None:  # where the launcher placed this job (hardware.placed_gpu)
+        log.info(f"multirun job {hardware.multirun_job()}: device {hw.device}")
     seed_everything(cfg.seed)
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last,
                                select_on_test=official, per_task_norm=config.per_task_normalization(cfg))

@@ -32,6 +32,21 @@ def test_parallel_sweep_shares_the_cores(tmp_path):
         assert json.loads((tmp_path / job / "metrics.json").read_text())["ran_on"]["launcher"] == "joblib"
         assert threads_line(tmp_path / job) == (f"torch threads: {max(1, CORES // 2)} ({CORES} cores shared by 2 "
                                                 "jobs side by side: hydra.launcher.n_jobs=2)")
+        assert f"multirun job {job}: device cpu" in (tmp_path / job / "train.log").read_text()
+
+
+@pytest.mark.parametrize(("launcher", "job", "gpus", "gpu"), [
+    (None, 5, 4, 0),  # a run alone
+    ({"n_jobs": 8}, 5, 4, 1), ({"n_jobs": 8}, 3, 4, 3), ({"n_jobs": 8}, 4, 4, 0),  # side by side: round robin
+    ({"n_jobs": 8}, 5, 1, 0),  # one GPU: every job on it
+    ({"_target_": "BasicLauncher"}, 5, 4, 0),  # one job after another: GPU 0
+])
+def test_jobs_side_by_side_spread_over_the_gpus(launcher, job, gpus, gpu):
+    try:
+        hardware.enter_multirun(launcher, job)
+        assert hardware.placed_gpu(gpus) == gpu
+    finally:
+        hardware.enter_multirun(None)
 
 
 @pytest.mark.parametrize(("extra", "said"), [([], "torch threads: 1 (torch's default for a run alone: a single run)"),
