@@ -49,6 +49,12 @@ def test_list_names_methods_with_scenarios_datasets_and_backbones():
     for name in [*BASELINES, "split_digits", "cifar100_20", "permuted_mnist", "vgg16_bn", "resnet18_reduced"]:
         assert name in proc.stdout
     assert "task" in proc.stdout.split("independent")[1].splitlines()[0]
+    # the scenarios hardware=ddp runs in (each method's distributed_scenarios, which tests/test_ddp.py holds the
+    # agreement runs to): gated in both, CPG in the task scenario, the online methods in none
+    cells = [[cell.strip() for cell in line.split("│")] for line in proc.stdout.splitlines() if "│" in line]
+    rows = {row[0]: row[1:3] for row in cells if row[0] in ("gated", "cpg", "nccl")}
+    assert rows["gated"] == ["class,task", "class,task"] and rows["cpg"] == ["task", "task"]
+    assert rows["nccl"] == ["class,task", "-"]
 
 
 @pytest.mark.parametrize(("overrides", "says"), [
