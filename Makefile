@@ -133,7 +133,9 @@ LADDER_gated := method.offline_bound_epochs=10
 repro-gated-ladder: $(VENV_STAMP)  ## gated vs ER and iCaRL at 2, 10 and 30 epochs a task, Split MNIST, class scenario (CPU: about 3 hours)
 	$(foreach m,gated er icarl,$(CL) train -m method=$(m) dataset=split_mnist setting=abati_cpu_$(m)_split_mnist \
 	    $(LADDER) $(LADDER_$(m)) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-gated-ladder/$(m)$(NEWLINE))
-	$(PY) scripts/sweep_table.py $(REPRO)/repro-gated-ladder --by method.name method.epochs --versus method.name=er
+	$(PY) scripts/sweep_table.py $(REPRO)/repro-gated-ladder --by method.name method.epochs --versus method.name=er \
+	    --also task_aware_avg_acc:% task_prediction_avg_acc:% capacity.val_task_accuracy_offline:% \
+	    capacity.kernels_frozen
 
 # La-MAML's three MNIST benchmarks (setting/gem_*: montrealrobotics/La-MAML, run_experiments.sh) and its Split
 # CIFAR-100 (setting/la_split_cifar100 and its methods, single and multi pass): La-MAML with the lrs its script

@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/sweep_table.py SWEEP --by method.outer_objective method.beta \
         --versus method.outer_objective=seed method.beta=1.0
-    .venv/bin/python scripts/sweep_table.py SWEEP --by method.name method.epochs --versus method.name=er
+    .venv/bin/python scripts/sweep_table.py SWEEP --by method.name method.epochs --versus method.name=er \
+        --also task_aware_avg_acc:% capacity.kernels_frozen
 
 `cl-bench report` averages runs of one method, dataset and scenario together; a sweep over other values (an
 ablation, a schedule ladder) needs them apart. Per dataset and group (the values of the --by keys, read from each
@@ -43,9 +44,29 @@ def runs(sweep: Path, keys: list[str]) -> list[dict]:
     return found
 
 
-def cell(values: list[float]) -> str:
-    mean, sd = stats.mean_sd([100 * v for v in values])
+def cell(values: list[float], scale: float = 100) -> str:
+    mean, sd = stats.mean_sd([scale * v for v in values])
     return f"{mean:.2f} ± {sd:.2f}"
+
+
+def final(value) -> float:
+    """A metrics.json value as one number: a number itself; a per-task list its mean, a matrix (a row per task
+    learned) the mean of its last row, both as they stand after the last task."""
+    while isinstance(value, list) and value and isinstance(value[-1], list):
+        value = value[-1]
+    return statistics.mean(value) if isinstance(value, list) else float(value)
+
+
+def also_cell(group: list[dict], spec: str) -> str:
+    key, _, unit = spec.partition(":")
+    values = []
+    for r in group:
+        value = r
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            values.append(final(value))
+    return cell(values, 100 if unit == "%" else 1) if len(values) == len(group) else "–"
 
 
 def row(group: list[dict], base: list[dict] | None, args) -> str:
@@ -53,6 +74,7 @@ def row(group: list[dict], base: list[dict] | None, args) -> str:
              cell([r["bti"] for r in group]), cell([r["la"] for r in group])]
     if args.capacity:
         cells.append(f"{statistics.median(max(r['capacity'][args.capacity]) for r in group):.2e}")
+    cells += [also_cell(group, spec) for spec in args.also]
     paired = stats.paired({r["seed"]: 100 * r["avg_acc"] for r in group},
                           {r["seed"]: 100 * r["avg_acc"] for r in base})
     cells.append("–" if group is base or not base else f"{paired.mean:+.2f} [{paired.ci95[0]:+.2f}, "
@@ -63,6 +85,7 @@ def row(group: list[dict], base: list[dict] | None, args) -> str:
 def table(found: list[dict], args) -> list[str]:
     head = ["dataset", *args.by, "seeds", "RA %", "BTI %", "LA %",
             *([f"{args.capacity}: largest, median over seeds"] if args.capacity else []),
+            *(spec.replace(":%", " %") for spec in args.also),
             f"RA − baseline, paired [95% CI], verdict at ±{args.margin:g}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for dataset in sorted({r["dataset"] for r in found}):
@@ -92,6 +115,10 @@ def main() -> None:
     parser.add_argument("--versus", nargs="+", default=[], metavar="KEY=VALUE",
                         help="what a group's baseline has for these --by keys (the rest as the group)")
     parser.add_argument("--capacity", help="a per-task list in metrics.json's capacity to report the largest of")
+    parser.add_argument("--also", nargs="+", default=[], metavar="KEY[:%]",
+                        help="metrics.json values (dotted: capacity.kernels_frozen) as mean ± sd over seeds, a list "
+                             "or matrix by its state after the last task; :% reports fractions in percent; a group "
+                             "whose runs lack one shows –")
     parser.add_argument("--margin", type=float, default=1.0, help="the equivalence margin, points of RA")
     args = parser.parse_args()
     args.versus = dict(pair.split("=", 1) for pair in args.versus)

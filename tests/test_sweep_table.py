@@ -28,3 +28,23 @@ def test_groups_are_paired_against_the_baseline_by_seed(tmp_path):
     assert out[2] == "| split_mnist | 2 | 3 | 70.33 ± 0.58 | -10.00 ± 0.00 | 90.00 ± 0.00 | 2.00e-03 | – |"
     assert out[3] == ("| split_mnist | 10 | 3 | 73.33 ± 1.15 | -10.00 ± 0.00 | 90.00 ± 0.00 | 1.00e-02 "
                       "| +3.00 [+0.52, +5.48], undetermined |")
+
+
+def test_also_reports_values_by_their_state_after_the_last_task(tmp_path):
+    """--also: a number as it is, a per-task list by its mean, a matrix by its last row's mean; :% in percent; a
+    group whose runs lack the key shows –."""
+    for seed, frozen in enumerate([100, 120]):
+        write_run(tmp_path / f"a{seed}", 2, seed, 0.7)
+        metrics = json.loads((tmp_path / f"a{seed}" / "metrics.json").read_text())
+        metrics["capacity"].update(kernels_frozen=frozen, offline=[[1.0], [0.5, 0.7 + 0.1 * seed]])
+        metrics["task_aware_avg_acc"] = 0.9
+        (tmp_path / f"a{seed}" / "metrics.json").write_text(json.dumps(metrics))
+        write_run(tmp_path / f"b{seed}", 10, seed, 0.7)
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_table.py"), str(tmp_path), "--by",
+                          "method.epochs", "--also", "task_aware_avg_acc:%", "capacity.kernels_frozen",
+                          "capacity.offline:%"], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].endswith("| task_aware_avg_acc % | capacity.kernels_frozen | capacity.offline % | RA − baseline, "
+                           "paired [95% CI], verdict at ±1 |")
+    # the offline rows' last: (0.5 + 0.7) / 2 = 0.60 and (0.5 + 0.8) / 2 = 0.65: 62.50 ± 3.54
+    assert "| 90.00 ± 0.00 | 110.00 ± 14.14 | 62.50 ± 3.54 |" in out[2]
+    assert "| – | – | – |" in out[3]
