@@ -6,7 +6,7 @@ import signal
 import time
 
 import pytest
-from conftest import cl_bench, contract_problems, quick_args, train
+from conftest import cl_bench, contract_problems, train
 from test_reliability import start
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
@@ -75,19 +75,3 @@ def test_a_kill_while_hydra_writes_its_record_resumes(tmp_path):
     resumed = cl_bench("train", f"resume={run_dir}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert without_timings(json.loads((run_dir / "metrics.json").read_text())) == without_timings(whole)
-
-
-def test_same_seed_same_metrics_for_every_method(tmp_path):
-    """Every registered method, twice with one seed, in-process (the CLI path is covered above)."""
-    from cl_bench import config, methods
-    from cl_bench import train as train_module
-    config.register()
-    for name, cls in sorted(methods.METHODS.items()):
-        args = quick_args(name, "task" if "task" in cls.scenarios else "class")
-        runs = []
-        for i in (0, 1):
-            run_dir = tmp_path / f"{name}{i}"
-            run_dir.mkdir()
-            train_module.run(config.compose(args), run_dir)
-            runs.append(without_timings(json.loads((run_dir / "metrics.json").read_text())))
-        assert runs[0] == runs[1], name
