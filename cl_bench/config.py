@@ -182,7 +182,9 @@ class HardwareConfig(Checked):
     distributed: bool = False  # data-parallel over the processes torchrun starts (hardware=ddp)
     # CPU threads for torch ops; null: the cores shared evenly by the jobs run side by side (hardware.default_threads)
     threads: int | None = None
-    compile: bool = False  # torch.compile the backbone (minutes of compiling first; pays off on long GPU runs)
+    # torch.compile the backbone (minutes of compiling first; pays off on long GPU runs); each task compiles afresh
+    # and scoring runs eagerly, so that task-specialised graphs never exhaust the recompile limit (train.py)
+    compile: bool = False
 
     def checks(self):
         return [("threads", self.threads is None or self.threads >= 1, "null or at least 1")]

@@ -120,6 +120,10 @@ def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str]) -> 
     every = cfg.checkpoint.every_epochs if writer else 0
     clock = Clock(ctx.shape)
     for task in tasks[start:]:
+        if cfg.hardware.compile:
+            # Graphs specialise on the task (masks, widths, heads): each task compiles afresh, so that a long
+            # sequence never exhausts Dynamo's recompile limit and falls back to eager (issue 46)
+            torch.compiler.reset()
         recorder.task_start(task)
         clock.task_start(task.id)
         with profiled(run_dir if writer and cfg.profile_task == task.id else None, task.id, ctx.device):
@@ -130,7 +134,8 @@ def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str]) -> 
                                         hardware.rng_state(ctx.generator, ctx.device), time.perf_counter() - t0,
                                         within=end.state())
         clock.lap("learn_s")
-        results.add(evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
+        with eager_evaluation(cfg.hardware.compile):
+            results.add(evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
         clock.lap("eval_s")
         for finding in task_health(method, scenario, task, results):
             results.findings.append(finding)
@@ -383,6 +388,13 @@ def task_prediction_row(confusion: list[list[float]]) -> list[float]:
 
 # sweep.objective -> the metrics.json key `cl-bench train` returns to Hydra's sweeper
 OBJECTIVES = {"val_avg_acc": "val_avg_acc", "test_avg_acc": "avg_acc"}
+
+
+def eager_evaluation(compiled: bool):
+    """Scoring every seen task runs each task's path once: compiled, each would be a graph of its own (and past
+    Dynamo's recompile limit, a fallback to eager with a warning); it runs eagerly, which costs little off the
+    training loop."""
+    return torch.compiler.set_stance("force_eager") if compiled else contextlib.nullcontext()
 
 
 def evaluate(method, scenario, task_id: int, future: bool, ctx, batch_size: int):

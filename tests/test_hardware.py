@@ -93,6 +93,36 @@ def test_compile_compiles_the_backbone_in_place():
 
 
 @pytest.mark.slow
+def test_compiled_mask_methods_compile_every_task_and_score_as_eager(tmp_path, monkeypatch):
+    """PackNet's graphs specialise on the task (its masks and widths): before issue 46 the fifth task's graphs went
+    past Dynamo's recompile limit and the run fell back to eager. Each task now compiles afresh and scoring runs
+    eagerly, so every task's training still compiles; a counting backend (a plain FX graph: eager's numerics)
+    counts the graphs between evaluations, and the metrics are the uncompiled run's."""
+    from cl_bench.methods.base import Method
+    events = []
+
+    def counting(gm, example_inputs):
+        events.append("graph")
+        return gm.forward
+
+    monkeypatch.setattr(Method, "compile_backbone", lambda self: self.backbone.compile(backend=counting))
+    evaluate = train_module.evaluate
+    monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: (events.append("scored"), evaluate(*a, **k))[1])
+    config.register()
+    args = ["method=packnet", "logger=none", "checkpoint.enabled=false", "method.epochs=1", "method.retrain_epochs=1"]
+    metrics = []
+    for flag in ("false", "true"):
+        run_dir = tmp_path / flag
+        run_dir.mkdir()
+        train_module.run(config.compose([*args, f"hardware.compile={flag}"]), run_dir)
+        metrics.append(json.loads((run_dir / "metrics.json").read_text()))
+    per_task = " ".join(events).split("scored")
+    assert len(per_task) == 2 * 5 + 1 and all("graph" not in part for part in per_task[:5])  # eager run: none
+    assert all("graph" in part for part in per_task[5:10]), per_task  # every task of the compiled run compiles
+    assert metrics[0]["acc"] == metrics[1]["acc"]
+
+
+@pytest.mark.slow
 def test_a_copy_of_a_compiled_module_runs_on_its_own_weights():
     torch.manual_seed(0)
     original = nn.Linear(3, 2)
