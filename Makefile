@@ -128,11 +128,9 @@ repro-gated-cpu: $(VENV_STAMP)  ## gated vs ER, iCaRL, A-GEM at memory 500, clas
 # Gated without a task id as training lengthens (REPRODUCING.md has the plan): gated, ER and iCaRL in their CPU-sized
 # class-scenario settings, the same 1,000 training images a task for all, at 2, 10 and 30 epochs a task, 3 seeds.
 LADDER := dataset.samples_per_task=1000 grid=epoch_ladder seed=0,1,2 logger=none checkpoint.enabled=false
-# gated's task prediction trained offline on all seen data (a diagnostic: learning unchanged), its upper bound
-LADDER_gated := method.offline_bound_epochs=10
 repro-gated-ladder: $(VENV_STAMP)  ## gated vs ER and iCaRL at 2, 10 and 30 epochs a task, Split MNIST, class scenario (CPU: about 3 hours)
 	$(foreach m,gated er icarl,$(CL) train -m method=$(m) dataset=split_mnist setting=abati_cpu_$(m)_split_mnist \
-	    $(LADDER) $(LADDER_$(m)) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-gated-ladder/$(m)$(NEWLINE))
+	    $(LADDER) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-gated-ladder/$(m)$(NEWLINE))
 	$(PY) scripts/sweep_table.py $(REPRO)/repro-gated-ladder --by method.name method.epochs --versus method.name=er \
 	    --also task_aware_avg_acc:% task_prediction_avg_acc:% capacity.val_task_accuracy_offline:% \
 	    capacity.kernels_frozen

@@ -120,10 +120,7 @@ def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str]) -> 
     every = cfg.checkpoint.every_epochs if writer else 0
     clock = Clock(ctx.shape)
     for task in tasks[start:]:
-        if cfg.hardware.compile:
-            # Graphs specialise on the task (masks, widths, heads): each task compiles afresh, so that a long
-            # sequence never exhausts Dynamo's recompile limit and falls back to eager (issue 46)
-            torch.compiler.reset()
+        fresh_graphs(cfg.hardware.compile)
         recorder.task_start(task)
         clock.task_start(task.id)
         with profiled(run_dir if writer and cfg.profile_task == task.id else None, task.id, ctx.device):
@@ -388,6 +385,13 @@ def task_prediction_row(confusion: list[list[float]]) -> list[float]:
 
 # sweep.objective -> the metrics.json key `cl-bench train` returns to Hydra's sweeper
 OBJECTIVES = {"val_avg_acc": "val_avg_acc", "test_avg_acc": "avg_acc"}
+
+
+def fresh_graphs(compiled: bool) -> None:
+    """hardware.compile: graphs specialise on the task (masks, widths, heads), so each task compiles afresh; a long
+    sequence would otherwise exhaust Dynamo's recompile limit and fall back to eager (issue 46)."""
+    if compiled:
+        torch.compiler.reset()
 
 
 def eager_evaluation(compiled: bool):

@@ -44,7 +44,9 @@ def test_a_machine_without_cuda_is_refused_in_one_line_in_seconds_writing_nothin
     assert time.monotonic() - start < 30  # seconds (torch's import), not the minutes of the check
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("gpu_check: CUDA is not usable here (")
-    assert "torch.cuda.is_available() is False" in proc.stderr and "--cpu" in proc.stderr
+    # why, in the words of whichever probe refused: torch's (a Python with torch) or the device files' (one without)
+    assert ("torch.cuda.is_available() is False" in proc.stderr or "no NVIDIA device" in proc.stderr)
+    assert "--cpu" in proc.stderr
     assert list(tmp_path.iterdir()) == []
 
 
