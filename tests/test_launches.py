@@ -12,8 +12,8 @@ from cl_bench.data import scenarios
 from cl_bench.data.batches import View
 from cl_bench.methods.agem import project
 from cl_bench.methods.heads import Heads
-from cl_bench.methods.lamaml import MixedNet, clip_norm
-from cl_bench.methods.online import clamped, sgd_step
+from cl_bench.methods.lamaml import MixedNet
+from cl_bench.methods.online import clamped, clip_norm, sgd_step
 from cl_bench.nn import calibrated, masked
 
 pytestmark = pytest.mark.usefixtures("one_thread")

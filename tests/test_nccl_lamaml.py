@@ -12,8 +12,7 @@ from cl_bench.backbones.resnet import BasicBlock
 from cl_bench.data import scenarios
 from cl_bench.errors import UserError
 from cl_bench.methods.base import Batch
-from cl_bench.methods.lamaml import clip_norm
-from cl_bench.methods.online import soft_kl
+from cl_bench.methods.online import clip_norm, soft_kl
 from cl_bench.nn import calibrated
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -18,8 +18,7 @@ import torch
 from ..checks import Choice
 from ..errors import UserError
 from .base import CEOutputs
-from .lamaml import clip_norm
-from .online import OnlineConfig, OnlineMethod, sgd_step
+from .online import OnlineConfig, OnlineMethod, clip_norm, sgd_step
 
 
 class Reference(Choice):

@@ -30,7 +30,7 @@ from torch.func import functional_call
 
 from ..checks import Choice
 from ..health import Check
-from .online import OnlineConfig, OnlineMethod, clamped, sgd_step
+from .online import OnlineConfig, OnlineMethod, clamped, clip_norm, sgd_step
 from .parallel import BATCH_NORMS
 
 
@@ -178,11 +178,3 @@ class LaMAML(OnlineMethod):
 
     def capacity(self):
         return {**super().capacity(), "learning_rates": sum(a.numel() for a in self.alpha)}
-
-
-
-def clip_norm(grads, max_norm: float):
-    """Scale a list of gradients so that their joint L2 norm is at most max_norm (on the device)."""
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(grads))))
-    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-    return torch._foreach_mul(list(grads), scale)

@@ -154,6 +154,13 @@ def clamped(grads, bound: float) -> list[torch.Tensor]:
     return torch._foreach_clamp_max(torch._foreach_clamp_min(list(grads), -bound), bound)
 
 
+def clip_norm(grads, max_norm: float):
+    """Scale a list of gradients so that their joint L2 norm is at most max_norm (on the device)."""
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(list(grads))))
+    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    return torch._foreach_mul(list(grads), scale)
+
+
 def soft_kl(logits: torch.Tensor, stored: torch.Tensor, temperature: float) -> torch.Tensor:
     """KL(stored ‖ current) of the outputs softened by T, over the outputs both have (finite), batch mean:
     -inf marks outputs a row does not own (another task's head, or classes unseen when it was stored)."""
