@@ -47,9 +47,8 @@ from ..checks import Choice
 from ..data.scenarios import Split
 from ..errors import UserError
 from .base import Method, MethodConfig, fresh_copy
-from .er import check_new_classes_every_task
 from .loop import in_step
-from .memory import Memory, Rehearsal, rank_within_class
+from .memory import Memory, Rehearsal, check_new_classes_every_task, rank_within_class
 
 
 class CorrectionLayers(Choice):

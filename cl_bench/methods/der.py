@@ -28,8 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from .base import Batch, CEOutputs, Method, MethodConfig
-from .er import check_memory_holds_every_class
-from .memory import Memory, Rehearsal, mean_over_drawn
+from .memory import Memory, Rehearsal, check_memory_holds_every_class, mean_over_drawn
 
 
 @dataclass

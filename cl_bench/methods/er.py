@@ -18,9 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from ..checks import Choice
-from ..errors import UserError
 from .base import Batch, CEOutputs, Method, MethodConfig
-from .memory import Memory, Rehearsal, mean_over_drawn
+from .memory import Memory, Rehearsal, check_memory_holds_every_class, mean_over_drawn
 
 
 class ReplayDraw(Choice):
@@ -53,20 +52,6 @@ class ERConfig(MethodConfig):
                 ("glances", self.glances >= 1, "at least 1"), ("grad_clip_norm", self.grad_clip_norm >= 0, "0 or more"),
                 ("replay_in_first_task", self.memory_policy == "reservoir" or not self.replay_in_first_task,
                  "false: the balanced memory is written at the end of each task, so it is empty during task 0")]
-
-
-def check_memory_holds_every_class(memory_size: int, info) -> None:
-    """A rehearsal memory smaller than the label space cannot hold one sample of each class."""
-    if memory_size < info.num_outputs:
-        raise UserError(f"method.memory_size={memory_size} is below the {info.num_outputs} classes of "
-                        f"{info.dataset} ({info.scenario} scenario): use at least {info.num_outputs}")
-
-
-def check_new_classes_every_task(name: str, info) -> None:
-    """Class-incremental methods (icarl, bic, lucir) need tasks with classes of their own."""
-    if len(set(info.offsets)) < info.num_tasks:
-        raise UserError(f"method={name} learns new classes at every task, but the tasks of {info.dataset} share "
-                        "their labels: use a split dataset (split_digits, split_mnist, split_cifar100, ...)")
 
 
 class ER(Rehearsal, Method):

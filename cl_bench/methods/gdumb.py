@@ -30,9 +30,8 @@ import torch.nn.functional as F
 from ..checks import Choice
 from ..data.scenarios import Split
 from .base import Batch, Method, MethodConfig, reset_parameters
-from .er import check_memory_holds_every_class
 from .heads import Heads
-from .memory import Memory, Rehearsal
+from .memory import Memory, Rehearsal, check_memory_holds_every_class
 
 
 class Regularization(Choice):

@@ -33,8 +33,7 @@ import torch.nn.functional as F
 from ..checks import Choice
 from ..data.scenarios import Split
 from .base import Method, MethodConfig, fresh_copy
-from .er import check_memory_holds_every_class, check_new_classes_every_task
-from .memory import Memory, Rehearsal
+from .memory import Memory, Rehearsal, check_memory_holds_every_class, check_new_classes_every_task
 
 
 class Classifier(Choice):

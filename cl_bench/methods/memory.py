@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import health
+from ..errors import UserError
 
 
 class Memory(nn.Module):
@@ -265,6 +266,20 @@ class Memory(nn.Module):
         self._write(torch.cat([self.x[old_rows], x[taken]]), torch.cat([self.y[old_rows], y[taken]]),
                     torch.cat([self.t[old_rows], t[taken]]))
         self.class_count.copy_(kept_count + accepted)
+
+
+def check_memory_holds_every_class(memory_size: int, info) -> None:
+    """A rehearsal memory smaller than the label space cannot hold one sample of each class."""
+    if memory_size < info.num_outputs:
+        raise UserError(f"method.memory_size={memory_size} is below the {info.num_outputs} classes of "
+                        f"{info.dataset} ({info.scenario} scenario): use at least {info.num_outputs}")
+
+
+def check_new_classes_every_task(name: str, info) -> None:
+    """Class-incremental methods (icarl, bic, lucir) need tasks with classes of their own."""
+    if len(set(info.offsets)) < info.num_tasks:
+        raise UserError(f"method={name} learns new classes at every task, but the tasks of {info.dataset} share "
+                        "their labels: use a split dataset (split_digits, split_mnist, split_cifar100, ...)")
 
 
 def mean_over_drawn(losses: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:

@@ -15,9 +15,8 @@ import torch.nn.functional as F
 from ..checks import Choice
 from ..errors import UserError
 from .base import Batch, Method, MethodConfig
-from .er import check_memory_holds_every_class
 from .loop import NonFiniteLoss, in_step
-from .memory import Memory, Rehearsal
+from .memory import Memory, Rehearsal, check_memory_holds_every_class
 
 
 class OnlinePolicy(Choice):
