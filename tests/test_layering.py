@@ -80,6 +80,18 @@ def test_no_import_circle_between_the_parts_of_the_package():
     assert circles == []
 
 
+def test_no_method_file_imports_another_method_file():
+    """A method's file imports the shared modules of methods/ (base, loop, memory, online, masking, ...), never
+    another method's file: what two methods share lives in a shared module."""
+    from cl_bench.methods import METHODS
+
+    found = imports()
+    method_files = {cls.__module__ for cls in METHODS.values()}
+    crossing = [f"{m} imports {t}" for m in sorted(method_files) for t in sorted(own(found[m], set(found)))
+                if t in method_files and t != m]
+    assert crossing == []
+
+
 def test_no_function_of_the_package_runs_over_fifty_lines():
     """Short functions (issue 32): a longer one is split where its steps are."""
     long = []
