@@ -47,7 +47,6 @@ DOCS = ROOT / "docs"
 WORKLOAD = ["method=finetune", "dataset=split_mnist", "setting=none", "backbone=mlp", "scenario=class",
             "backbone.hidden_sizes=[256,256]", "method.lr=0.01", "method.momentum=0.9", "method.batch_size=128",
             "method.epochs=1", "data.val_fraction=0", "logger=none", "checkpoint.enabled=false"]
-ONLINE = ("nccl", "agem", "lamaml")
 ONLINE_SAMPLES = 200  # per task for the online methods' mlp rows: La-MAML's meta-steps make it the slowest
 # The mask methods' extra phases (goal models, compacting, retraining) cut to one epoch each, so that the
 # comparison is of one training pass.
@@ -56,7 +55,6 @@ SHORT = {
             "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1"],
     "packnet": ["method.retrain_epochs=1"],
 }
-NEEDS_CONV = {"gated"}  # gates act on conv channels
 # The same job in Avalanche and in cl-bench: (Avalanche strategy and flags, cl-bench overrides on WORKLOAD).
 # EWC's lambda is low enough that neither library diverges at lr 0.01 (at lambda 5000, Avalanche's weights turn NaN
 # in the third task); Avalanche adds lambda*F*d^2 with a batched Fisher, where cl-bench with method.fisher=batched
@@ -174,6 +172,22 @@ def method_rows(opts) -> list[tuple[str, list[str]]]:
             ("split_cifar10/resnet18_reduced", cifar)]
 
 
+def is_online(name: str) -> bool:
+    """Whether a method learns from a stream in one pass, in batches of its own (its class says so: an OnlineMethod;
+    a name no longer registered, in stored results, is not)."""
+    from cl_bench.methods import METHODS
+    from cl_bench.methods.online import OnlineMethod
+    return issubclass(METHODS.get(name, object), OnlineMethod)
+
+
+def backbone_has(data: list[str], needs) -> bool:
+    """Whether a workload's backbone (its backbone=NAME override) has every capability a method needs (methods.build
+    refuses the run otherwise: gated needs conv layers, hat a chain of layers)."""
+    from cl_bench.backbones import BACKBONES
+    name = next(a.split("=", 1)[1] for a in data if a.startswith("backbone="))
+    return needs <= BACKBONES[name][0].capabilities
+
+
 def methods(opts) -> dict:
     from cl_bench.methods import METHODS
     out = {}
@@ -187,15 +201,15 @@ def methods(opts) -> dict:
         for label, data in workloads:
             for scenario in ("task", "class"):
                 for name, cls in sorted(METHODS.items()):
-                    if scenario not in cls.scenarios or (name in NEEDS_CONV and "backbone=mlp" in data):
+                    if scenario not in cls.scenarios or not backbone_has(data, cls.needs):
                         continue
                     args = [f"method={name}", f"scenario={scenario}", *data, "logger=none",
                             "checkpoint.enabled=false", "hardware.threads=2"]
-                    if name in ONLINE and not any(a.startswith("dataset.samples_per_task") for a in data):
+                    if is_online(name) and not any(a.startswith("dataset.samples_per_task") for a in data):
                         args.append(f"dataset.samples_per_task={ONLINE_SAMPLES}")
                     # One epoch at finetune's batch size for every method that has epochs: the mask methods
                     # default to batch 32 (CPG's scripts), which alone would double their steps.
-                    args += [] if name in ONLINE else ["method.epochs=1", "method.batch_size=64"]
+                    args += [] if is_online(name) else ["method.epochs=1", "method.batch_size=64"]
                     args += SHORT.get(name, []) + (["method.ewc_lambda=100"] if name == "ewc" else [])
                     try:
                         _, m = cl_bench(args, Path(tmp) / f"{label.replace('/', '_')}_{name}_{scenario}")
@@ -571,11 +585,10 @@ def aten_ancestor(event) -> bool:
 def launch_worker(overrides: list[str]) -> dict:
     """In this process (its cl_bench from PYTHONPATH): the method's steps in task 1, measured by a StepProbe."""
     from cl_bench import api, train
-    from cl_bench.methods.online import OnlineMethod
     from cl_bench.recorders import Recorders
     args = [*LAUNCH_COMMON, *overrides]
     cfg = api.compose(*args)
-    if not issubclass(api.METHODS[cfg.method.name], OnlineMethod):  # epochs enough for the steps to measure
+    if not is_online(cfg.method.name):  # epochs enough for the steps to measure
         per_epoch = -(-LAUNCH_TRAIN // cfg.method.batch_size)
         cfg = api.compose(*args, f"method.epochs={-(-(LAUNCH_WARMUP + 2 * LAUNCH_STEPS) // per_epoch) + 1}")
     probe = StepProbe(task_id=1)
@@ -1064,7 +1077,7 @@ def render_methods(m) -> list[str]:
         base = rows.get(f"{label}/finetune/{scenario}")
         ratio = f"{r['time_s'] / base['time_s']:.2f}" if base else "–"
         lines.append(f"| {key} | {r['time_s']:.2f} | {ratio} | {r['avg_acc']:.4f} | {r['peak_mem_mb']:.0f} |")
-    online = [(k, r) for k, r in rows.items() if k.split("/")[-2] in ONLINE and "failed" not in r]
+    online = [(k, r) for k, r in rows.items() if is_online(k.split("/")[-2]) and "failed" not in r]
     if online:
         lines += ["", "Online methods per incoming batch of 10 (train+eval time over the batches of the stream; "
                   "the evaluation after each task is included):", ""]
