@@ -46,6 +46,9 @@ class MLP(Backbone):
         last = max(i for i, m in enumerate(self.body) if isinstance(m, nn.ReLU))
         self.body[last] = nn.Identity()
 
+    def chain(self) -> list[nn.Module]:
+        return list(self.body)
+
     def forward(self, x):
         return self.body(x)
 

@@ -36,5 +36,8 @@ class PCCNN(Backbone):
         self.init = init  # the method draws its heads alike (methods/base.py)
         initialise(self, init)
 
+    def chain(self) -> list[nn.Module]:
+        return list(self.body)
+
     def forward(self, x):
         return self.body(x)

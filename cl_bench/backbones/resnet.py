@@ -1,16 +1,20 @@
 """ResNet-18: BasicBlocks [2, 2, 2, 2] behind the CIFAR stem (3×3 conv, no max-pool) for 32×32 to 64×64 inputs, or
 ImageNet's (7×7 conv of stride 2, then a 3×3 max-pool of stride 2; He et al. 2016) for 224×224 ones."""
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch import nn
 
 from ..errors import UserError
-from .base import Backbone, Capability
+from .base import Backbone, Capability, ResidualBlock
 
 STEMS = ("cifar", "imagenet")
 
 
-class BasicBlock(nn.Module):
+class BasicBlock(nn.Module, ResidualBlock):
+    """relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the shortcut empty or a 1x1 conv and its batch norm;
+    implements the ResidualBlock contract (backbones/base.py) by its places, whatever module a converter put there."""
+
     def __init__(self, c_in, c_out, stride):
         super().__init__()
         self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
@@ -31,6 +35,28 @@ class BasicBlock(nn.Module):
             return self.relu(out) + self.shortcut(x)
         out = out + self.shortcut(x)
         return self.relu(out) if self.final_relu else out
+
+    # --- the ResidualBlock contract ----------------------------------------------------------------------
+    def inner(self) -> tuple[nn.Module, nn.Module, nn.Module]:
+        return self.conv1, self.bn1, self.conv2
+
+    def shortcut_convs(self) -> list[nn.Module]:
+        return list(self.shortcut)[:1]  # the 1x1 conv, first in its place
+
+    def output_convs(self) -> list[nn.Module]:
+        return [self.conv2, *self.shortcut_convs()]
+
+    def replace_first(self, unit: nn.Module) -> None:
+        self.conv1, self.bn1 = unit, nn.Identity()
+
+    def replace_norms(self, make: Callable[[nn.Module], nn.Module]) -> None:
+        for owner, name in ((self, "bn1"), (self, "bn2"), (self.shortcut, "1")):
+            norm = getattr(owner, name, None)
+            if isinstance(norm, nn.BatchNorm2d):
+                setattr(owner, name, make(norm))
+
+    def add_after_activation(self) -> None:
+        self.activation_before_add = True
 
 
 class ResNet18(Backbone):
@@ -56,6 +82,9 @@ class ResNet18(Backbone):
         self.layers = nn.Sequential(*blocks)
         self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.feature_dim = c_in
+
+    def residual_blocks(self) -> list[BasicBlock]:
+        return [m for m in self.modules() if isinstance(m, BasicBlock)]  # found wherever a converter wrapped them
 
     def remove_final_relu(self) -> None:
         """The last block ends at its residual sum, as the official LUCIR ResNet's last block (see

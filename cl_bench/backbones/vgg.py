@@ -45,5 +45,8 @@ class VGG16BN(Backbone):
         """Features straight from the classifier body's last linear layer (see backbones.remove_final_relu)."""
         self.classifier[-1] = nn.Identity()
 
+    def chain(self) -> list[nn.Module]:
+        return [*self.features, *self.classifier]
+
     def forward(self, x):
         return self.classifier(self.features(x))
