@@ -15,28 +15,27 @@ bias, FCM λ). Per incoming batch of task t:
   alone, scaled by β·reg (the seed backpropagates `ewc_loss` only; the KL serves to build F);
   outer_objective=paper on Eq. 5's ½·penalty + β·reg·KL.
 
-The memory batches of the inner and outer losses come from tasks before t (the seed's memory_sampling(t)), with
-the soft predictions each sample got when it was stored. The KL is KL(stored ‖ current), the direction of the
-seed code's kl(log_softmax(z / T), stored). The Fisher is (∂L/∂θ ÷ ψ)², which is (∂L/∂θ̃)²: the seed divides
-the base weights' gradient by tile(ψ), recovering the calibrated weights' gradient. On a ResNet the seed's
-residual block adds the shortcut after the second activation and leaves the 1x1 shortcut conv uncalibrated
-(block_form=seed, default); block_form=standard keeps the backbone's ReLU after the sum and calibrates every
-conv. Defaults: no published values could be found. From La-MAML's MNIST runs (montrealrobotics/La-MAML,
-run_experiments.sh:14-36): batch 10, 5 glances, 200 memories, replay 10; lr 0.1 for both loops is the opt_wt and
-opt_lr of its C-MAML and Sync lines there (La-MAML's own line uses opt_lr 0.3); the elementwise clamp of inner
-gradients at ±2 is the seed's, at La-MAML's grad_clip_norm default 2.0 (parser.py:94), a clamp La-MAML's MNIST
-model computes but never applies (model/lamaml.py:52 discards the result; lamaml_cifar.py:83 applies it). With
-reg = β = 1, T = 2 and γ = 0.5 (chosen on validation data before the seed's glances and outer objective were
-adopted: see REPRODUCING.md).
+The memory batches of the inner and outer losses come from tasks before t (the seed's memory_sampling(t)), with the
+soft predictions each sample got when it was stored. The KL is KL(stored ‖ current), the direction of the seed
+code's kl(log_softmax(z / T), stored). The Fisher is (∂L/∂θ ÷ ψ)², which is (∂L/∂θ̃)²: the seed divides the base
+weights' gradient by tile(ψ), recovering the calibrated weights' gradient. On a backbone with residual blocks
+(Backbone.residual_blocks: ResNet) the seed's block adds the shortcut after the second activation and leaves the 1x1
+shortcut conv uncalibrated (block_form=seed, default); block_form=standard keeps the backbone's ReLU after the sum
+and calibrates every conv. Defaults: no published values could be found. From La-MAML's MNIST runs
+(montrealrobotics/La-MAML, run_experiments.sh:14-36): batch 10, 5 glances, 200 memories, replay 10; lr 0.1 for both
+loops is the opt_wt and opt_lr of its C-MAML and Sync lines there (La-MAML's own line uses opt_lr 0.3); the
+elementwise clamp of inner gradients at ±2 is the seed's, at La-MAML's grad_clip_norm default 2.0 (parser.py:94), a
+clamp La-MAML's MNIST model computes but never applies (model/lamaml.py:52 discards the result; lamaml_cifar.py:83
+applies it). With reg = β = 1, T = 2 and γ = 0.5 (chosen on validation data before the seed's glances and outer
+objective were adopted: see REPRODUCING.md).
 """
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from ..backbones.resnet import BasicBlock
+from ..backbones.base import backbones_in
 from ..checks import Choice
 from ..health import Check
 from ..nn import calibrated
@@ -90,12 +89,11 @@ class NCCL(OnlineMethod):
     health_checks = (*OnlineMethod.health_checks, calibration_inert)
 
     def __init__(self, cfg, backbone, info, ctx):
-        blocks = [m for m in backbone.modules() if isinstance(m, BasicBlock)]
         keep = set()
-        if cfg.block_form == "seed":
-            for block in blocks:
-                block.activation_before_add = True
-                keep.update(m for m in block.shortcut.modules() if isinstance(m, nn.Conv2d))
+        if cfg.block_form == "seed":  # each residual block as the seed's, its shortcut conv left plain
+            for block in (block for b in backbones_in(backbone) for block in b.residual_blocks()):
+                block.add_after_activation()
+                keep.update(block.shortcut_convs())
         calibrated.convert(backbone, cfg.fcm_form, keep)
         super().__init__(cfg, backbone, info, ctx)
         calibrated.convert(self.heads, cfg.fcm_form)

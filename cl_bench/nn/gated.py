@@ -3,8 +3,9 @@ channels of a shared block are computed, and every batch norm keeps per-task sta
 
 `convert(backbone, num_tasks)` puts the gates where the paper does, after the activation:
 - a conv -> batch norm -> ReLU triple of a Sequential (convnet, VGG, ResNet's stem) becomes one GatedUnit;
-- a ResNet BasicBlock gets one gate after ReLU(BN1(conv1)) and one after ReLU(residual sum), the latter owning
-  conv2 and the 1x1 shortcut conv, which have no gate of their own (lit-leo/cgate's ResNet-18 places them so);
+- each of the backbone's residual blocks (Backbone.residual_blocks: ResNet's BasicBlocks) gets one gate after
+  ReLU(BN1(conv1)) and one after ReLU(residual sum), the latter owning conv2 and the 1x1 shortcut conv, which have
+  no gate of their own (lit-leo/cgate's ResNet-18 places them so);
 - every batch norm becomes a TaskNorm (one BatchNorm2d per task), so that old tasks' statistics stay theirs.
 A unit's gating module reads the unit's input (for a residual block, the block's input) and its hard 0/1 gates
 multiply the unit's output; the kernels it guards are the output channels of the convs it owns.
@@ -18,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..backbones.resnet import BasicBlock
+from ..backbones import BACKBONES, Capability
+from ..backbones.base import ResidualBlock, backbones_in
 from ..errors import UserError
 
 
@@ -233,18 +235,20 @@ def convert(backbone: nn.Module, num_tasks: int, hidden: int = 16, tau: float = 
     def unit(body, convs, c_in):
         return GatedUnit(body, convs, c_in, num_tasks, hidden, tau, open_bias, noise)
 
+    residual = {id(block) for b in backbones_in(backbone) for block in b.residual_blocks()}
     blocks = [(parent, name, child) for parent in backbone.modules() for name, child in parent.named_children()
-              if isinstance(child, BasicBlock)]
+              if id(child) in residual]
     in_blocks = {id(m) for _, _, block in blocks for m in block.modules()}
     for seq in [m for m in backbone.modules() if isinstance(m, nn.Sequential) and id(m) not in in_blocks]:
         _gate_triples(seq, unit, num_tasks)
     for parent, name, block in blocks:
-        c_in = block.conv1.in_channels
-        setattr(parent, name, unit(_gate_block(block, unit, num_tasks), _block_convs(block), c_in))
+        c_in = block.inner()[0].in_channels
+        setattr(parent, name, unit(_gate_block(block, unit, num_tasks), block.output_convs(), c_in))
     layers = layers_of(backbone)
     if not layers:
-        raise UserError(f"gated needs a conv backbone with batch norm (convnet, resnet18_reduced, resnet18, "
-                        f"vgg16_bn); {type(backbone).__name__} has no conv to gate")
+        able = ", ".join(name for name, (cls, _) in BACKBONES.items() if Capability.conv_bn in cls.capabilities)
+        raise UserError(f"gated needs a conv backbone with batch norm ({able}); {type(backbone).__name__} has no "
+                        "conv to gate")
     owned = {id(c) for layer in layers for c in layer.convs}
     norms = {id(bn) for norm in norms_of(backbone) for bn in norm.bns}
     if any(isinstance(m, nn.Conv2d) and id(m) not in owned or isinstance(m, nn.BatchNorm2d) and id(m) not in norms
@@ -254,22 +258,13 @@ def convert(backbone: nn.Module, num_tasks: int, hidden: int = 16, tau: float = 
     return layers
 
 
-def _gate_block(block: BasicBlock, unit, num_tasks: int) -> BasicBlock:
+def _gate_block(block: ResidualBlock, unit, num_tasks: int) -> ResidualBlock:
     """One gate after ReLU(BN1(conv1)), inside the block, and per-task batch norms; the block's own forward stays
     as it is (its ReLU of the gated, non-negative output changes nothing)."""
-    block.conv1 = unit(nn.Sequential(block.conv1, TaskNorm(block.bn1, num_tasks), nn.ReLU()), [block.conv1],
-                       block.conv1.in_channels)
-    block.bn1 = nn.Identity()
-    block.bn2 = TaskNorm(block.bn2, num_tasks)
-    for i, m in enumerate(block.shortcut):
-        if isinstance(m, nn.BatchNorm2d):
-            block.shortcut[i] = TaskNorm(m, num_tasks)
+    conv1, bn1, _ = block.inner()
+    block.replace_first(unit(nn.Sequential(conv1, TaskNorm(bn1, num_tasks), nn.ReLU()), [conv1], conv1.in_channels))
+    block.replace_norms(lambda bn: TaskNorm(bn, num_tasks))
     return block
-
-
-def _block_convs(block: BasicBlock) -> list[nn.Conv2d]:
-    """The convs whose output channels are the block's: conv2 and the shortcut's 1x1 conv, if it has one."""
-    return [block.conv2, *(m for m in block.shortcut if isinstance(m, nn.Conv2d))]
 
 
 def _gate_triples(seq: nn.Sequential, unit, num_tasks: int) -> None:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..backbones.base import backbones_in
 from ..errors import UserError
 
 
@@ -481,18 +482,30 @@ def set_task(module: nn.Module, task_id: int) -> None:
 
 
 def growth_groups(module: nn.Module) -> list[tuple[MaskedLayer, TaskBatchNorm | None, MaskedLayer | None]]:
-    """(producer, its batch norm, consumer) triples whose shared width growth widens.
+    """(producer, its batch norm, consumer) triples whose shared width growth widens, in each backbone of module
+    (the backbone, or a method holding it) as the backbone describes itself (backbones/base.py).
 
-    A residual block (conv1, bn1, conv2) widens only inside, so the shortcut keeps its shape. A plain
-    chain (mlp, convnet, vgg: layers registered in data-flow order) widens every layer's output, the last
-    one's too (consumer None: the heads read it), as ivclab/CPG's VGG widens its last feature layer."""
-    blocks = [m for m in module.modules() if isinstance(getattr(m, "conv1", None), MaskedConv2d)
-              and isinstance(getattr(m, "bn1", None), TaskBatchNorm) and isinstance(getattr(m, "conv2", None),
-                                                                                     MaskedConv2d)]
-    if blocks:
-        return [(b.conv1, b.bn1, b.conv2) for b in blocks]
+    A residual block's inner triple (conv1, norm1, conv2) widens only inside, so the shortcut keeps its shape. A
+    plain chain (mlp, convnet, vgg) widens every layer's output, the last one's too (consumer None: the heads read
+    it), as ivclab/CPG's VGG widens its last feature layer."""
+    groups = []
+    for backbone in backbones_in(module):
+        blocks = [block.inner() for block in backbone.residual_blocks()]
+        if blocks:
+            groups += [(conv1, bn1, conv2) for conv1, bn1, conv2 in blocks if isinstance(conv1, MaskedConv2d)
+                       and isinstance(bn1, TaskBatchNorm) and isinstance(conv2, MaskedConv2d)]
+        elif backbone.chain():
+            groups += _chain_groups(backbone.chain())
+        else:
+            raise UserError(f"growth needs a backbone that names its residual blocks or its chain of layers "
+                            f"(backbones/base.py); {type(backbone).__name__} names neither")
+    return groups
+
+
+def _chain_groups(chain: list[nn.Module]) -> list[tuple[MaskedLayer, TaskBatchNorm | None, MaskedLayer | None]]:
+    """Each masked layer of the chain with the batch norm after it and the masked layer that reads it."""
     groups, producer, bn = [], None, None
-    for m in module.modules():
+    for m in chain:
         if isinstance(m, TaskBatchNorm):
             bn = m
         elif isinstance(m, MaskedLayer):
