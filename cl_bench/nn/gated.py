@@ -3,7 +3,7 @@ channels of a shared block are computed, and every batch norm keeps per-task sta
 
 `convert(backbone, num_tasks)` puts the gates where the paper does, after the activation:
 - a conv -> batch norm -> ReLU triple of a Sequential (convnet, VGG, ResNet's stem) becomes one GatedUnit;
-- each of the backbone's residual blocks (Backbone.residual_blocks: ResNet's BasicBlocks) gets one gate after
+- each residual block the backbone names (Backbone.residual_blocks: ResNet's) gets one gate after
   ReLU(BN1(conv1)) and one after ReLU(residual sum), the latter owning conv2 and the 1x1 shortcut conv, which have
   no gate of their own (lit-leo/cgate's ResNet-18 places them so);
 - every batch norm becomes a TaskNorm (one BatchNorm2d per task), so that old tasks' statistics stay theirs.
