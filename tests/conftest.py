@@ -2,12 +2,14 @@ import json
 import math
 import multiprocessing
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
 import traceback
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 # One torch thread per process, here and in the CLI runs the tests start: `make test` runs two pytest workers on
@@ -193,3 +195,17 @@ def one_thread(monkeypatch):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def cifar10(tmp_path_factory) -> str:
+    """cifar-10-batches-py as the official archive unpacks, 6 training and 4 test images per class."""
+    root = tmp_path_factory.mktemp("data")
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for name, per_class in [*((f"data_batch_{i}", 6) for i in range(1, 6)), ("test_batch", 4)]:
+        labels = np.repeat(np.arange(10), per_class)
+        images = rng.integers(0, 256, (len(labels), 3 * 32 * 32), dtype=np.uint8)
+        (folder / name).write_bytes(pickle.dumps({b"data": images, b"labels": labels.tolist()}))
+    return str(root)

@@ -5,9 +5,7 @@ The pairs run on CIFAR-10's canonical files written here (random pixels: 3x32x32
 takes), in a scenario the method supports, with the backbones at small widths and shape=true on top of debug=fast,
 so that every phase a method runs (CPG's goal models, growth, each compacting target and refit) is one batch."""
 import math
-import pickle
 
-import numpy as np
 import pytest
 
 from cl_bench import api, backbones, methods
@@ -23,20 +21,6 @@ FAST = ["dataset=split_cifar10", "dataset.num_tasks=2", "debug=fast", "shape=tru
         "dataset.val_samples_per_task=4", "logger=none"]
 
 
-@pytest.fixture(scope="module")
-def cifar10(tmp_path_factory) -> str:
-    """cifar-10-batches-py as the official archive unpacks, 6 training and 4 test images per class."""
-    root = tmp_path_factory.mktemp("data")
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for name, per_class in [*((f"data_batch_{i}", 6) for i in range(1, 6)), ("test_batch", 4)]:
-        labels = np.repeat(np.arange(10), per_class)
-        images = rng.integers(0, 256, (len(labels), 3 * 32 * 32), dtype=np.uint8)
-        (folder / name).write_bytes(pickle.dumps({b"data": images, b"labels": labels.tolist()}))
-    return str(root)
-
-
 def test_every_backbone_is_small_here():
     assert set(SMALL) == set(backbones.BACKBONES)
 
@@ -44,8 +28,8 @@ def test_every_backbone_is_small_here():
 def missing(method: str, backbone: str) -> list[str]:
     """The capabilities the method needs (with its default remove_final_relu) that the backbone lacks."""
     cls = methods.get(method)
-    needs = set(cls.needs) | ({Capability.final_relu_switch} if getattr(cls.Config, "remove_final_relu", False)
-                              else set())
+    needs = set(cls.needs_for(cls.Config())) | ({Capability.final_relu_switch}
+                                                 if getattr(cls.Config, "remove_final_relu", False) else set())
     return sorted(needs - set(backbones.BACKBONES[backbone][0].capabilities))
 
 

@@ -9,8 +9,10 @@ from conftest import cl_bench, contract_problems, train
 from safetensors.torch import load_file
 
 from cl_bench import backbones, checkpoint, config, methods, recorders
+from cl_bench.backbones.base import Capability
 from cl_bench.data import scenarios
 from cl_bench.data.batches import View
+from cl_bench.errors import UserError
 from cl_bench.methods.cpg import cubic_sparsity
 from cl_bench.nn import masked
 from cl_bench.train import run
@@ -175,6 +177,44 @@ def test_residual_blocks_widen_inside_only():
     block = method.backbone.layers[2]
     assert block.conv1.weight.shape[0] == block.conv2.weight.shape[1] == 5  # int(4 channels × √2), as the official
     assert block.conv2.weight.shape[0] == 4 and block.shortcut[0].weight.shape[:2] == (4, 2)
+
+
+# Widths at which growth's int(width x sqrt(2)) adds units to every layer
+WIDENING = {"mlp": ["backbone.hidden_sizes=[8,8]"], "convnet": ["backbone.channels=[8,8]"],
+            "resnet18": ["backbone.nf=4"], "resnet18_reduced": ["backbone.nf=4"],
+            "vgg16_bn": ["backbone.width=0.125", "backbone.hidden=16"]}
+
+
+@pytest.mark.parametrize("name", sorted(WIDENING))
+def test_every_backbone_that_declares_widen_grows_and_keeps_old_tasks(cifar10, name):
+    """On 32x32 CIFAR-10 files (every backbone takes them), at widths that grow."""
+    assert Capability.widen in backbones.BACKBONES[name][0].capabilities
+    cfg, tasks, make = build("method=cpg", f"backbone={name}", *WIDENING[name], "dataset=split_cifar10",
+                             f"data.root={cifar10}")
+    method = make()
+    for layer in method.layers:
+        layer.claim(0)
+    x = method.info.view.eval(tasks[0].train.x[:16])
+    method.eval()
+    with torch.no_grad():
+        before = method.predict(x, 0)
+        widths = [layer.weight.shape[0] for layer in method.layers]
+        method.widen(2.0, 1)  # the backbone's layers and, where its features widen, the heads' input
+        assert [layer.weight.shape[0] for layer in method.layers] != widths, "growth added units"
+        assert torch.equal(method.predict(x, 0), before)
+        assert method.predict(x, 1).shape == before.shape
+
+
+def test_growth_is_refused_on_a_backbone_it_cannot_widen_and_allowed_without_growth():
+    """pc_cnn flattens its last conv map into a linear layer (on 32x32 input a 4x4 map): growth would widen that
+    layer's input by the map's area. CPG with growth refuses it in one line; with max_multiplier 1 it builds."""
+    assert Capability.widen not in backbones.BACKBONES["pc_cnn"][0].capabilities
+    _, _, make = build("method=cpg", "backbone=pc_cnn", "backbone.channels=4")
+    with pytest.raises(UserError, match=r"method=cpg needs a backbone with layers growth can widen .*capability "
+                                        r"widen.*use backbone="):
+        make()
+    _, _, make = build("method=cpg", "backbone=pc_cnn", "backbone.channels=4", "method.max_multiplier=1")
+    assert make().cfg.max_multiplier == 1
 
 
 @pytest.mark.slow

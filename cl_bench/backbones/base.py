@@ -18,11 +18,14 @@ class Capability(Choice):
     chain = "chain"  # each conv / linear layer reads the units of the layer before it, no skip connection (HAT)
     conv_bn = "conv_bn"  # convolutions, each followed by its own batch norm (gated's channel gates, task norms)
     final_relu_switch = "final_relu_switch"  # remove_final_relu(): features that take negative values (LUCIR)
+    widen = "widen"  # growth widens its layers: residual blocks inside, or a chain pooled before its linear layers
 
 
 WHAT = {Capability.chain: "its layers in one chain, each reading the layer before it (no skip connection)",
         Capability.conv_bn: "convolutions each followed by a batch norm",
-        Capability.final_relu_switch: "a final ReLU it can drop (remove_final_relu)"}
+        Capability.final_relu_switch: "a final ReLU it can drop (remove_final_relu)",
+        Capability.widen: "layers growth can widen (residual blocks, or convs pooled before any linear layer: a "
+                          "flattened conv map would widen a linear layer's input by its area)"}
 
 
 @runtime_checkable

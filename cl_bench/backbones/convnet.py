@@ -18,7 +18,7 @@ def conv_block(c_in, c_out):
 class ConvNet(Backbone):
     """A small conv net for 8×8 digits and 28×28 MNIST: conv blocks, 2×2 max-pools, global average pool."""
 
-    capabilities = frozenset({Capability.chain, Capability.conv_bn, Capability.final_relu_switch})
+    capabilities = frozenset({Capability.chain, Capability.conv_bn, Capability.final_relu_switch, Capability.widen})
 
     def __init__(self, input_shape, channels):
         super().__init__()

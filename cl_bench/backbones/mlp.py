@@ -27,7 +27,7 @@ class MLPConfig(Checked):
 class MLP(Backbone):
     """Fully connected ReLU network over flattened pixels."""
 
-    capabilities = frozenset({Capability.chain, Capability.final_relu_switch})
+    capabilities = frozenset({Capability.chain, Capability.final_relu_switch, Capability.widen})
 
     def __init__(self, input_shape, hidden_sizes, init=Init.pytorch, input_dropout=0.0, hidden_dropout=0.0):
         super().__init__()

@@ -62,7 +62,7 @@ class BasicBlock(nn.Module, ResidualBlock):
 class ResNet18(Backbone):
     """ResNet-18 with the CIFAR stem (3×3 conv, no max-pool) or, with stem="imagenet", ImageNet's."""
 
-    capabilities = frozenset({Capability.conv_bn, Capability.final_relu_switch})
+    capabilities = frozenset({Capability.conv_bn, Capability.final_relu_switch, Capability.widen})
 
     def __init__(self, input_shape, nf, stem: str = "cifar"):
         super().__init__()

@@ -24,7 +24,7 @@ class VGGConfig(Checked):
 class VGG16BN(Backbone):
     """VGG-16 with batch norm for 32×32 inputs: conv stack to 512×1×1, then the 512-4096-4096 classifier body."""
 
-    capabilities = frozenset({Capability.chain, Capability.conv_bn, Capability.final_relu_switch})
+    capabilities = frozenset({Capability.chain, Capability.conv_bn, Capability.final_relu_switch, Capability.widen})
 
     def __init__(self, input_shape, hidden, width=1.0):
         super().__init__()

@@ -57,7 +57,7 @@ def check_distributed(name: str, scenario: str) -> None:
 
 def build(cfg, backbone, info, ctx) -> Method:
     check_scenario(cfg.name, info.scenario)
-    backbones.require(backbone, get(cfg.name).needs, f"method={cfg.name}")
+    backbones.require(backbone, get(cfg.name).needs_for(cfg), f"method={cfg.name}")
     if isinstance(cfg, DictConfig):
         # The method's own Config dataclass: hot loops read hyperparameters, and an attribute of a DictConfig
         # costs ~80 µs (a third of an MLP's training step here), one of a dataclass well under 1 µs.

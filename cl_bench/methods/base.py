@@ -163,6 +163,11 @@ class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
     def resumed(self, learned_tasks: list[Task]) -> None:
         """Called after loading a checkpoint, with the tasks already learned (for methods that keep data)."""
 
+    @classmethod
+    def needs_for(cls, cfg) -> frozenset[str]:
+        """What this run of the method asks of its backbone: `needs`, and what its options add."""
+        return cls.needs
+
     def compile_backbone(self) -> None:
         """hardware.compile: torch.compile the backbone in place (its state-dict keys unchanged)."""
         self.backbone.compile()

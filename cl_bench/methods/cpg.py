@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..backbones.base import Capability
 from ..checks import Choice
 from ..errors import UserError
 from ..health import Check
@@ -168,6 +169,12 @@ class CPG(MaskedMethod):
                                            "replaced", "method.refit_baseline=compacted keeps only a refit that "
                                                        "beats the compacted model; or raise method.retrain_epochs")
     health_checks = (no_own_weights, hoarded, exhausted, refit_worse, PICKS_ALL, PICKS_NONE)
+
+    @classmethod
+    def needs_for(cls, cfg) -> frozenset[str]:
+        """Growth (max_multiplier above 1) widens the backbone's layers: pc_cnn flattens a 4x4 conv map into its
+        first linear layer, whose input a widened conv would grow by the map's area, so it is refused there."""
+        return cls.needs | ({Capability.widen} if cfg.max_multiplier > 1 else set())
 
     def __init__(self, cfg, backbone, info, ctx):
         # The unconverted backbone, the template of goal_source=independent's models; kept out of the
