@@ -162,18 +162,24 @@ def test_cpg_grows_keeps_old_tasks_and_checkpoints(tmp_path):
     assert fresh.capacity() == method.capacity()
 
 
-def test_residual_blocks_widen_inside_only():
-    cfg, tasks, make = build("method=cpg", "backbone=resnet18_reduced", "backbone.nf=2")
-    method = make()
+def grows_keeping_task_0(method, tasks, grow) -> None:
+    """Task 0 claims every weight, grow() widens the network, and task 0's outputs stay what they were while task
+    1's come at their shape."""
     for layer in method.layers:
         layer.claim(0)
     x = method.info.view.eval(tasks[0].train.x[:16])
     method.eval()
     with torch.no_grad():
         before = method.predict(x, 0)
-        masked.widen(method.backbone, 2.0, from_task=1)
+        grow()
         assert torch.equal(method.predict(x, 0), before)
         assert method.predict(x, 1).shape == before.shape
+
+
+def test_residual_blocks_widen_inside_only():
+    cfg, tasks, make = build("method=cpg", "backbone=resnet18_reduced", "backbone.nf=2")
+    method = make()
+    grows_keeping_task_0(method, tasks, lambda: masked.widen(method.backbone, 2.0, from_task=1))
     block = method.backbone.layers[2]
     assert block.conv1.weight.shape[0] == block.conv2.weight.shape[1] == 5  # int(4 channels × √2), as the official
     assert block.conv2.weight.shape[0] == 4 and block.shortcut[0].weight.shape[:2] == (4, 2)
@@ -192,17 +198,10 @@ def test_every_backbone_that_declares_widen_grows_and_keeps_old_tasks(cifar10, n
     cfg, tasks, make = build("method=cpg", f"backbone={name}", *WIDENING[name], "dataset=split_cifar10",
                              f"data.root={cifar10}")
     method = make()
-    for layer in method.layers:
-        layer.claim(0)
-    x = method.info.view.eval(tasks[0].train.x[:16])
-    method.eval()
-    with torch.no_grad():
-        before = method.predict(x, 0)
-        widths = [layer.weight.shape[0] for layer in method.layers]
-        method.widen(2.0, 1)  # the backbone's layers and, where its features widen, the heads' input
-        assert [layer.weight.shape[0] for layer in method.layers] != widths, "growth added units"
-        assert torch.equal(method.predict(x, 0), before)
-        assert method.predict(x, 1).shape == before.shape
+    widths = [layer.weight.shape[0] for layer in method.layers]
+    # the backbone's layers and, where its features widen, the heads' input
+    grows_keeping_task_0(method, tasks, lambda: method.widen(2.0, 1))
+    assert [layer.weight.shape[0] for layer in method.layers] != widths, "growth added units"
 
 
 def test_growth_is_refused_on_a_backbone_it_cannot_widen_and_allowed_without_growth():
