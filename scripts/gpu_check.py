@@ -53,6 +53,7 @@ SETTINGS = {
     "derpp split_cifar10": ("cifar10", ["method=derpp", "dataset=split_cifar10"]),
 }
 JOBS_SETTING = "derpp split_cifar10"
+BARRIER_S = 300  # how long a job side by side waits for the others to be warm
 # Sizes: images a class written (train, test), steps warm-up / timed / profiled, jobs side by side.
 # Each run of timed or profiled steps lies within one epoch, so a task's training images a batch must exceed them:
 # CIFAR-10's 2-class tasks hold 2 x 2000 (less validation), CIFAR-100's 5-class tasks 5 x 500 (its real count).
@@ -159,7 +160,10 @@ class Window:
         if self.barrier is not None:  # jobs side by side: each starts timing once every one is warm
             folder, jobs = self.barrier
             (folder / str(os.getpid())).touch()
+            deadline = time.monotonic() + BARRIER_S
             while len(list(folder.iterdir())) < jobs:
+                if time.monotonic() > deadline:  # a job that failed before warming up never arrives
+                    raise RuntimeError(f"the other jobs were not warm after {BARRIER_S} s")
                 time.sleep(0.05)
             self.barrier = None
         self.synchronize()
@@ -296,7 +300,9 @@ def jobs_section(data_root: Path, hardware: str, sizes: dict, work: Path, label:
         barrier.mkdir()
         args = [sys.executable, __file__, "--worker", json.dumps([label, str(data_root), hardware, sizes,
                                                                    str(barrier), jobs])]
-        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # each job the cores' share, as a parallel sweep gives its jobs (hardware.default_threads)
+        env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
+        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
                  for _ in range(jobs)]
         rows = []
         for proc in procs:
