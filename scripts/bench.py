@@ -48,13 +48,6 @@ WORKLOAD = ["method=finetune", "dataset=split_mnist", "setting=none", "backbone=
             "backbone.hidden_sizes=[256,256]", "method.lr=0.01", "method.momentum=0.9", "method.batch_size=128",
             "method.epochs=1", "data.val_fraction=0", "logger=none", "checkpoint.enabled=false"]
 ONLINE_SAMPLES = 200  # per task for the online methods' mlp rows: La-MAML's meta-steps make it the slowest
-# The mask methods' extra phases (goal models, compacting, retraining) cut to one epoch each, so that the
-# comparison is of one training pass.
-SHORT = {
-    "cpg": ["method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1",
-            "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1"],
-    "packnet": ["method.retrain_epochs=1"],
-}
 # The same job in Avalanche and in cl-bench: (Avalanche strategy and flags, cl-bench overrides on WORKLOAD).
 # EWC's lambda is low enough that neither library diverges at lr 0.01 (at lambda 5000, Avalanche's weights turn NaN
 # in the third task); Avalanche adds lambda*F*d^2 with a batched Fisher, where cl-bench with method.fisher=batched
@@ -172,6 +165,13 @@ def method_rows(opts) -> list[tuple[str, list[str]]]:
             ("split_cifar10/resnet18_reduced", cifar)]
 
 
+def short(name: str) -> list[str]:
+    """The method's extra phases (goal models, compacting, retraining) cut to one epoch each (its class's
+    short_schedule), so that a comparison is of one training pass."""
+    from cl_bench.methods import METHODS
+    return list(METHODS[name].short_schedule) if name in METHODS else []
+
+
 def is_online(name: str) -> bool:
     """Whether a method learns from a stream in one pass, in batches of its own (its class says so: an OnlineMethod;
     a name no longer registered, in stored results, is not)."""
@@ -210,7 +210,7 @@ def methods(opts) -> dict:
                     # One epoch at finetune's batch size for every method that has epochs: the mask methods
                     # default to batch 32 (CPG's scripts), which alone would double their steps.
                     args += [] if is_online(name) else ["method.epochs=1", "method.batch_size=64"]
-                    args += SHORT.get(name, []) + (["method.ewc_lambda=100"] if name == "ewc" else [])
+                    args += short(name) + (["method.ewc_lambda=100"] if name == "ewc" else [])
                     try:
                         _, m = cl_bench(args, Path(tmp) / f"{label.replace('/', '_')}_{name}_{scenario}")
                     except Failed as e:
@@ -229,8 +229,8 @@ SCALING_TASKS = (5, 10, 20)
 SCALING = {
     "finetune": [], "ewc": [], "lwf": [], "er": [], "joint": [], "independent": ["scenario=task"],
     "nccl": [], "agem": [], "lamaml": [f"dataset.samples_per_task={ONLINE_SAMPLES}"],  # its meta-steps are slow
-    "packnet": ["scenario=task", *SHORT["packnet"]], "piggyback": ["scenario=task"],
-    "cpg": ["scenario=task", *SHORT["cpg"]],
+    "packnet": ["scenario=task", *short("packnet")], "piggyback": ["scenario=task"],
+    "cpg": ["scenario=task", *short("cpg")],
     "gated": ["scenario=task", "backbone=convnet", "backbone.channels=[16,32]"],
 }
 
@@ -467,7 +467,7 @@ def masks(opts) -> dict:
             for i in range(opts.repeats):
                 for (which, src), name in ((c, n) for c in checkouts.items() for n in MASK_METHODS):
                     args = [f"method={name}", "scenario=task", *data, "logger=none", "checkpoint.enabled=false",
-                            "hardware.threads=2", "method.epochs=1", "method.batch_size=64", *SHORT.get(name, [])]
+                            "hardware.threads=2", "method.epochs=1", "method.batch_size=64", *short(name)]
                     m = cl_bench_at(src, args, Path(tmp) / f"{label.replace('/', '_')}_{which}_{name}{i}")
                     times[which, name].append(m["time_s"])
             for which in checkouts:
@@ -479,7 +479,7 @@ def masks(opts) -> dict:
         for name in ("packnet", "cpg"):
             run_dir = Path(tmp) / f"profile_{name}"
             cl_bench_at(ROOT, [f"method={name}", "scenario=task", *method_rows(opts)[0][1], "debug=profile",
-                               "profile_task=1", "method.epochs=1", "method.batch_size=64", *SHORT.get(name, [])],
+                               "profile_task=1", "method.epochs=1", "method.batch_size=64", *short(name)],
                         run_dir)
             out["profiles"][name] = top_operators((run_dir / "profile" / "task_001.txt").read_text())
     return {"repeats": opts.repeats, "before": opts.before_label, **out}
@@ -505,7 +505,7 @@ def launch_rows() -> dict[str, list[str]]:
     """label: overrides, a row a method, and CPG past its mask_lr_stop (picking scores at lr 0) as a row of its own."""
     from cl_bench.methods import METHODS
     rows = {name: [f"method={name}", f"scenario={'task' if 'task' in cls.scenarios else 'class'}",
-                   *SHORT.get(name, [])] for name, cls in sorted(METHODS.items())}
+                   *short(name)] for name, cls in sorted(METHODS.items())}
     # CPG's first task frees weights here (every ramp step releases, any sparsity passes), so that the second owns
     # some: a task owning none keeps its mask lr to the end (the official rule), and mask_lr_stop would not show.
     rows["cpg"] += ["method.prune_frequency=1", "method.train_acc_bar=0", "method.allow_acc_loss=0.99"]

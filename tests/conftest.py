@@ -135,14 +135,6 @@ def contract_problems(run_dir: Path) -> list[str]:
     return out
 
 
-# The mask methods' extra phases (goals, compacting, retraining), cut to one epoch each.
-SHORT = {
-    "cpg": ["method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1",
-            "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1"],
-    "packnet": ["method.retrain_epochs=1"],
-}
-
-
 def run_phases(phases):
     """Run a method's generator of training phases (train_task, or a helper it `yield from`s) to its end; its
     return value (what the helper returns to `yield from`)."""
@@ -171,7 +163,8 @@ def quick_args(name: str, scenario: str) -> list[str]:
     methods: 40 samples per task), no logging or checkpoints."""
     args = [f"method={name}", f"scenario={scenario}", "logger=none", "checkpoint.enabled=false", "dataset.num_tasks=2"]
     args.append("dataset.samples_per_task=40" if is_online(name) else "method.epochs=1")
-    return args + SHORT.get(name, [])
+    from cl_bench.methods import METHODS
+    return args + list(METHODS[name].short_schedule)  # the extra phases (goals, compacting, retraining) cut short
 
 
 @pytest.fixture(autouse=True, scope="session")

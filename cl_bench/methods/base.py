@@ -85,6 +85,9 @@ class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
     distributed_scenarios: ClassVar[frozenset[str]] = frozenset()
     # What the method asks of its backbone beyond features (backbones/base.py Capability): checked by build().
     needs: ClassVar[frozenset[str]] = frozenset()
+    # Overrides that cut the phases beyond training (goal models, compacting, retraining) to one epoch each: the
+    # quick runs of the tests and of scripts/bench.py compare one training pass with them.
+    short_schedule: ClassVar[tuple[str, ...]] = ()
     # Whether a task can be resumed from a checkpoint written within it (checkpoint.every_epochs): true where
     # every phase of train_task is a fit() call and nothing between phases depends on how training went.
     # Otherwise a string saying why not.

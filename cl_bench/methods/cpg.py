@@ -169,6 +169,8 @@ class CPG(MaskedMethod):
                                            "replaced", "method.refit_baseline=compacted keeps only a refit that "
                                                        "beats the compacted model; or raise method.retrain_epochs")
     health_checks = (no_own_weights, hoarded, exhausted, refit_worse, PICKS_ALL, PICKS_NONE)
+    short_schedule = ("method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1",
+                      "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1")
 
     @classmethod
     def needs_for(cls, cfg) -> frozenset[str]:
