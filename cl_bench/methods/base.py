@@ -85,6 +85,11 @@ class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
     distributed_scenarios: ClassVar[frozenset[str]] = frozenset()
     # What the method asks of its backbone beyond features (backbones/base.py Capability): checked by build().
     needs: ClassVar[frozenset[str]] = frozenset()
+    # How the method uses its backbone beyond calling it, when it does: the converter that rewrites it ("masked",
+    # "gated", "calibrated", "hat", "final_relu") or the functional transforms that run it ("functional"). Methods
+    # of one family exercise a backbone alike: tests/test_method_backbone_pairs.py runs each family on every
+    # backbone, and every method on one.
+    backbone_use: ClassVar[str] = ""
     # Overrides that cut the phases beyond training (goal models, compacting, retraining) to one epoch each: the
     # quick runs of the tests and of scripts/bench.py compare one training pass with them.
     short_schedule: ClassVar[tuple[str, ...]] = ()

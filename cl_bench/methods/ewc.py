@@ -65,6 +65,7 @@ class EWCConfig(MethodConfig):
 
 class EWC(QuadraticPenalty):
     name = "ewc"
+    backbone_use = "functional"  # per-sample gradients by torch.func
     scenarios = frozenset({"task", "class"})
     distributed_scenarios = frozenset({"task", "class"})
     Config = EWCConfig

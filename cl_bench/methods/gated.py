@@ -141,6 +141,7 @@ READ_BY = {"after_task": ("task_classifier_epochs",),
 
 class Gated(Method):
     name = "gated"
+    backbone_use = "gated"  # nn/gated.py
     scenarios = frozenset({"task", "class"})
     needs = frozenset({Capability.conv_bn})  # a gate per conv and a batch norm per task behind it (nn/gated.py)
     # Every phase is a fit(); the class scenario's rehearsal draws are made alike on every rank and sharded, and

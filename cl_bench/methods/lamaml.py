@@ -86,6 +86,7 @@ RATES_AT_ZERO = 0.5  # rates_at_zero trips when at least this share of the learn
 
 class LaMAML(OnlineMethod):
     name = "lamaml"
+    backbone_use = "functional"  # fast weights by torch.func.functional_call
     Config = LaMAMLConfig
     rates_at_zero = Check("lamaml.rates_at_zero", "half or more of the learned learning rates are at or below zero, "
                                                   "which the relu clips to zero: those weights no longer learn",

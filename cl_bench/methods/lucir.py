@@ -136,6 +136,7 @@ class CosineHead(nn.Module):
 
 class LUCIR(Rehearsal, Method):
     name = "lucir"
+    backbone_use = "final_relu"  # backbones.remove_final_relu
     scenarios = frozenset({"class"})
     # every phase is one fit(); imprinting and herding run the same on every rank
     distributed_scenarios = frozenset({"class"})

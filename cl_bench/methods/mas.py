@@ -55,6 +55,7 @@ class MASConfig(MethodConfig):
 
 class MAS(QuadraticPenalty):
     name = "mas"
+    backbone_use = "functional"  # per-sample gradients by torch.func
     scenarios = frozenset({"task", "class"})
     distributed_scenarios = frozenset({"task", "class"})
     Config = MASConfig

@@ -61,6 +61,7 @@ PICKS_NONE = Check("masks.picks_none", "a task's picking mask drops every earlie
 
 
 class MaskedMethod(Method):
+    backbone_use = "masked"  # nn/masked.py's layers (packnet, piggyback, cpg)
     """Base of the methods whose tasks own subsets of one network's weights."""
 
     scenarios = frozenset({"task"})

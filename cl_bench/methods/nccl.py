@@ -80,6 +80,7 @@ INERT_CHANGE = 1e-6  # calibration_inert: no calibration entry moved by more tha
 
 class NCCL(OnlineMethod):
     name = "nccl"
+    backbone_use = "calibrated"  # nn/calibrated.py
     Config = NCCLConfig
     soft_targets = True
     calibration_inert = Check("nccl.calibration_inert", "the outer steps left every calibration parameter where "
