@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..backbones import Capability, require
+from ..errors import UserError
 
 
 class HATLayer(nn.Module):
@@ -75,7 +76,11 @@ def convert(backbone: nn.Module, num_tasks: int, s_max: float, per_task_bn: bool
     """Wrap every conv / linear layer of a plain chain backbone in a HATLayer; returns them in data-flow order."""
     require(backbone, {Capability.chain}, "method=hat")  # methods.build checked it already: direct calls too
     _convert(backbone, num_tasks, s_max, per_task_bn)
-    layers = layers_of(backbone)
+    # a unit's mask gates the next's input: the order is the data flow, which the backbone's chain() gives
+    layers = [m for m in backbone.chain() if isinstance(m, HATLayer)]
+    if len(layers) != len(layers_of(backbone)):
+        raise UserError(f"method=hat: {type(backbone).__name__}'s chain() leaves out some of its conv or linear "
+                        "layers, so their masks would not be chained")
     for before, after in zip(layers, layers[1:]):
         after.previous = before
     return layers
