@@ -25,6 +25,12 @@ def without_timings(m):
     return {k: v for k, v in m.items() if k not in DROP}
 
 
+def written(run_dir) -> int:
+    """The events a run has written so far (events.jsonl's lines)."""
+    events = run_dir / "events.jsonl"
+    return events.read_text().count("\n") if events.is_file() else 0
+
+
 @pytest.mark.parametrize("method", sorted(CASES))
 def test_random_sigkills_lose_nothing(tmp_path, method):
     overrides = [*CASES[method], "logger=none"]
@@ -33,14 +39,18 @@ def test_random_sigkills_lose_nothing(tmp_path, method):
     proc = cl_bench("train", f"hydra.run.dir={tmp_path / 'whole'}", "checkpoint.keep=all", *overrides, fresh=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
-    # Kill moments are drawn as shares of the uninterrupted run's own duration, so that the first kill lands
-    # while the run is alive however fast or loaded the machine is (a fixed 1-6 s window missed whole runs on an
-    # idle machine): start-up, training, evaluation or a checkpoint write.
-    duration = time.monotonic() - began
+    # Kill moments are drawn by the killed run's own progress, not by the clock: three event counts in the first
+    # half of the uninterrupted run's events.jsonl, each kill landing a random share of a typical gap between
+    # events after the run has written that many (count 0: during start-up). A schedule in seconds assumed the
+    # killed run as fast as the uninterrupted one, and a load that changed between them let it finish unkilled.
+    events = len((tmp_path / "whole" / "events.jsonl").read_text().splitlines())
+    gap = (time.monotonic() - began) / (events + 1)
     run_dir, rng, kills = tmp_path / "killed", random.Random(method), 0
     proc = start(f"hydra.run.dir={run_dir}", *overrides)
-    while kills < 3:
-        time.sleep(rng.uniform(0.15, 0.7) * duration)
+    for target in sorted(rng.randrange(max(1, events // 2)) for _ in range(3)):
+        while written(run_dir) < target and proc.poll() is None:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 1.0) * gap)
         if proc.poll() is not None:
             break
         proc.send_signal(signal.SIGKILL)
