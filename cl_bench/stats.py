@@ -70,6 +70,25 @@ def paired(a: dict[int, float], b: dict[int, float]) -> Paired:
                   interval(mean, sd, len(seeds), 1 - ALPHA))
 
 
+def welch(a: list[float], b: list[float]) -> Paired:
+    """mean(a) - mean(b) for two unpaired samples (runs whose seeds draw different random streams, such as the
+    same seeds on a CPU and on a GPU): Welch's interval on the Welch-Satterthwaite degrees of freedom. Its sd holds
+    the difference's standard error, and its n the smaller sample's size, so that a side with one value leaves the
+    verdict undetermined."""
+    (ma, sa), (mb, sb) = mean_sd(a), mean_sd(b)
+    n = min(len(a), len(b))
+    if n < 2:
+        return Paired(ma - mb, math.nan, n, (math.nan, math.nan), (math.nan, math.nan))
+    va, vb = sa**2 / len(a), sb**2 / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else float(n - 1)
+
+    def ci(level: float) -> tuple[float, float]:
+        half = t_quantile(0.5 + level / 2, df) * se
+        return ma - mb - half, ma - mb + half
+    return Paired(ma - mb, se, n, ci(1 - 2 * ALPHA), ci(1 - ALPHA))
+
+
 def seeds_for_power(sd: float, margin: float, power: float = POWER, most: int = 1000) -> int:
     """The fewest paired seeds at which TOST calls a pair whose true difference is 0 equivalent with the given
     power, for a paired sd of `sd`: the smallest n with t(1-alpha, n-1) + t(1-(1-power)/2, n-1) <= margin sqrt(n)

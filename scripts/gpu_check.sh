@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# The GPU check: what one GPU does with cl-bench's paper settings, in under 8 minutes on a fresh machine with only
-# PyPI (scripts/gpu_check.py says what it measures). In order:
+# The GPU check: what one GPU does with cl-bench's paper settings (scripts/gpu_check.py says what it measures). On
+# its first H200 (2026-12-04, docs/benchmarks.md) four of the seven settings took 500 s: a short lease runs it in
+# parts (--only, --sections), each part's rows written as they come. In order:
 #   1. refuses, in one line and non-zero, a machine where CUDA is not usable (before installing anything when no
 #      NVIDIA device is present at all);
-#   2. installs only what it needs: nothing when the Python it finds has cl-bench's dependencies, else cl-bench
-#      without extras into .venv-gpu/ (torch from PyPI, a CUDA build);
+#   2. installs only what it needs: nothing when the Python it finds has cl-bench's dependencies (PYTHONPATH counts:
+#      a machine without a registry takes the missing ones as carried wheels), else cl-bench without extras into
+#      .venv-gpu/ from PyPI (torch, a CUDA build);
 #   3. on data it writes: each paper setting's steps past warm-up (time, syncs, GPU-busy fraction, peak memory)
 #      beside a plain PyTorch loop on the same network and batch; 1, 4 and 8 jobs side by side; the default job in
 #      fp32 and bf16 against the CPU;
 #   4. writes gpu_check.json and gpu_check.md in the folder it names (default outputs/gpu_check/DATE-TIME) and
 #      exits non-zero naming anything flagged.
 #
-#   bash scripts/gpu_check.sh [--out DIR] [--cpu] [--only WORDS]
+#   bash scripts/gpu_check.sh [--out DIR] [--cpu] [--only WORDS] [--sections LIST]
 #     --cpu    the rehearsal: the same path on the CPU at tiny sizes (the suite runs it)
 #     --only   the settings whose labels start with these comma-separated words
+#     --sections  which of settings,jobs,digits to run, in that order (default all three): a second call's rest
 #
 # Python: $PYTHON, else the repository's .venv or .venv-gpu, else python3 (with the repository on PYTHONPATH).
 set -euo pipefail
@@ -26,7 +29,8 @@ while [ $# -gt 0 ]; do
     --out) out="$2"; shift 2 ;;
     --cpu) cpu=true; args+=(--cpu); shift ;;
     --only) args+=(--only "$2"); shift 2 ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --sections) args+=(--sections "$2"); shift 2 ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument $1: see bash scripts/gpu_check.sh --help" >&2; exit 2 ;;
   esac
 done

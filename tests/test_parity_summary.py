@@ -46,6 +46,20 @@ def test_verdicts_equivalent_different_and_the_margin():
     assert stats.paired({0: 1.0}, {0: 0.0}).verdict(1.0) == stats.UNDETERMINED  # one seed tells nothing
 
 
+def test_welch_difference_of_unpaired_samples_by_hand():
+    # a = 1, 2, 3 (mean 2, sd 1) and b = 2, 4, 6 (mean 4, sd 2): variances of the means 1/3 and 4/3, standard error
+    # sqrt(5/3) = 1.2910, Welch-Satterthwaite df (5/3)^2 / ((1/3)^2 / 2 + (4/3)^2 / 2) = 2.9412, t(0.975, 2.9412) =
+    # 3.2188: the 95% interval is -2 +- 4.1554, whatever order the seeds came in (nothing is paired)
+    w = stats.welch([3.0, 1.0, 2.0], [2.0, 4.0, 6.0])
+    assert (w.mean, w.sd, w.n) == pytest.approx((-2.0, 1.2910, 3), abs=1e-4)
+    assert w.ci95 == pytest.approx((-2 - 4.1554, -2 + 4.1554), abs=1e-3)
+    assert w.verdict(1.0) == stats.UNDETERMINED
+    # b's spread 0: the df fall to a's n - 1 = 2 and the interval to the one-sample one, 2 +- 4.3027 / sqrt(3)
+    assert stats.welch([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]).ci95 == pytest.approx((2 - 2.4842, 2 + 2.4842), abs=1e-3)
+    assert stats.welch([10.0, 10.1, 9.9], [0.0, 0.1, -0.1]).verdict(2.0) == stats.DIFFERENT
+    assert stats.welch([1.0], [0.0, 0.5]).verdict(5.0) == stats.UNDETERMINED  # one value a side tells nothing
+
+
 def test_seeds_for_power_by_hand():
     # the smallest n with t(0.95, n-1) + t(0.90, n-1) <= margin sqrt(n) / sd; at sd 1, margin 1: n = 10 gives
     # 1.8331 + 1.3830 = 3.216 > 3.162, n = 11 gives 1.8125 + 1.3722 = 3.185 <= 3.317
