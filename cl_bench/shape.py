@@ -4,8 +4,9 @@ minutes on a CPU: peak host and device memory, the bytes of the method's state (
 beside it), of every checkpoint written and kept, and the seconds of each phase. Recorded in metrics.json's
 `shape` section and printed after each task.
 
-Method.fit caps its epochs and batches through Shape; loops a method runs itself (the online stream, BiC's bias
-correction, EWC's Fisher, MAS's importance) go through the same Method helpers, so no method tests for the mode."""
+Loop.fit (methods/loop.py) caps its epochs and batches through Shape; loops a method runs itself (the online
+stream, BiC's bias correction, EWC's Fisher, MAS's importance) go through the same Loop helpers, so no method tests
+for the mode."""
 import contextlib
 import itertools
 import resource

@@ -250,7 +250,7 @@ def resume(method, run_dir, tasks, generator, device, recorder):
 
     A checkpoint written within task t is resumed from the state at t's start (the checkpoint of task t-1,
     or the initial one): train_task then runs again, its fit() phases already done are skipped, and the
-    phase in flight continues from the saved state after its saved epoch (Method.resume_within)."""
+    phase in flight continues from the saved state after its saved epoch (Loop.resume_within)."""
     found = checkpoint.load(run_dir, within=True)
     if found is None:  # stopped before its first checkpoint: from the start
         return Results.empty(method.info.scenario), 0, 0.0
@@ -268,7 +268,7 @@ def resume(method, run_dir, tasks, generator, device, recorder):
         side = [checkpoint.optimizer_state(part, state, prefix=f"_optim_side{j}.")
                 for j, part in enumerate(meta["within"].get("side_optimizers", []))]
         state, rng = checkpoint.split_rng(state)
-        method.resume_within(ResumePoint(meta["within"]["phase"], meta["within"]["epoch"], {**state, **masks},
+        method.loop.resume_within(ResumePoint(meta["within"]["phase"], meta["within"]["epoch"], {**state, **masks},
                                          optimizer, rng, set_rng, side))
         if start == 0:  # within the first task: from the initial state, as built
             return results, 0, meta["elapsed_s"]

@@ -42,7 +42,7 @@ def test_budget_splits_each_class_share_nine_to_one():
 def test_held_out_samples_never_reach_stage_1_and_alone_fit_the_correction(monkeypatch):
     method, tasks = bic("method.memory_size=100", "dataset.num_tasks=2", "method.bias_epochs=3")
     stage1, stage2, frozen = [], [], []
-    fit, correct_bias, eval_outputs = method.fit, method.correct_bias, method.eval_outputs
+    fit, correct_bias, eval_outputs = method.loop.fit, method.correct_bias, method.eval_outputs
 
     def recording_fit(task, loss_fn, **kw):
         def loss(batch):
@@ -62,7 +62,7 @@ def test_held_out_samples_never_reach_stage_1_and_alone_fit_the_correction(monke
             stage2[-1].append(raw)
         return eval_outputs(raw, fn)
 
-    monkeypatch.setattr(method, "fit", recording_fit)
+    monkeypatch.setattr(method.loop, "fit", recording_fit)
     monkeypatch.setattr(method, "correct_bias", recording_correct_bias)
     monkeypatch.setattr(method, "eval_outputs", recording_eval_outputs)
 
@@ -101,8 +101,8 @@ def test_stage_1_trains_on_the_new_data_left_and_the_stored_exemplars(monkeypatc
     method.learn(tasks[0])
     stored = [v.clone() for v in method.memory.stored()]  # views of rows rewritten after the task
     seen = []
-    fit = method.fit
-    monkeypatch.setattr(method, "fit", lambda task, loss_fn, data, **kw: (seen.append(data),
+    fit = method.loop.fit
+    monkeypatch.setattr(method.loop, "fit", lambda task, loss_fn, data, **kw: (seen.append(data),
                                                                           fit(task, loss_fn, data=data, **kw))[1])
     method.learn(tasks[1])
     data = seen[0]

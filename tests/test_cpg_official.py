@@ -176,9 +176,10 @@ def test_the_goal_model_decays_conv_and_linear_weights_only(monkeypatch):
     cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]")
     method = make()
     captured = {}
-    monkeypatch.setattr(method, "fit", lambda task, loss, params, optimizer, after_backward, model: phase_returning(
-        captured.update(params=params, decay=after_backward, weight_decay=optimizer.param_groups[0]["weight_decay"],
-                        model=model)))
+    def fit(task, loss, params, optimizer, after_backward, model):
+        return phase_returning(captured.update(params=params, decay=after_backward, model=model,
+                                               weight_decay=optimizer.param_groups[0]["weight_decay"]))
+    monkeypatch.setattr(method.loop, "fit", fit)
     monkeypatch.setattr(method, "accuracy", lambda *a, **k: 0.5)
     run_phases(method.goal_model(tasks[0]))
     params = captured["params"]
@@ -253,8 +254,9 @@ def test_fit_drops_the_lr_at_its_milestones():
     method = make()
     lrs = []
     opt = torch.optim.SGD(method.heads.parameters(), lr=1.0)
-    run_phases(method.fit(tasks[0], lambda b: method.loss(b, 0), params=method.heads.parameters(), epochs=3,
-                          optimizer=opt, milestones=[2], after_epoch=lambda e: lrs.append(opt.param_groups[0]["lr"])))
+    run_phases(method.loop.fit(tasks[0], lambda b: method.loss(b, 0), params=method.heads.parameters(), epochs=3,
+                               optimizer=opt, milestones=[2],
+                               after_epoch=lambda e: lrs.append(opt.param_groups[0]["lr"])))
     assert lrs == [1.0, 0.1, 0.1]
 
 
@@ -331,7 +333,7 @@ def goal_fits(monkeypatch, method, accuracies):
             net.fill_(float(len(fits)))
         yield from ()
 
-    monkeypatch.setattr(method, "fit", fit)
+    monkeypatch.setattr(method.loop, "fit", fit)
     monkeypatch.setattr(method, "accuracy", lambda *a, **k: next(handed))
     return fits
 
@@ -446,7 +448,7 @@ def test_gradual_pruning_updates_masks_and_zeroes_weights_when_the_official_mana
     method.begin_task(0)
     task = tasks[0]
     method.cfg.batch_size = -(-len(task.train) // 4)  # 4 steps an epoch
-    assert method.steps_per_epoch(task.train) == 4
+    assert method.loop.steps_per_epoch(task.train) == 4
     seen = {"steps": 0, "releases": [], "held": []}
     release, protect = method.release, method.protect
 

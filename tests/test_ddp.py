@@ -135,14 +135,14 @@ def test_each_rank_augments_its_own_shard_from_its_own_stream():
         method, ctx = rank_view(rank)
         shared = ctx.generator.get_state()
         parallel.seed_shard_augmentation(method.ctx, task_id=0, phase=0, epoch=3)
-        batch = method._training_batch(raw, y, t, step=0)
+        batch = method.loop._training_batch(raw, y, t, step=0)
         assert torch.equal(batch.raw, raw[rank::2]) and torch.equal(batch.y, y[rank::2])
         assert batch.unsharded().raw is raw  # what a memory stores: the global batch
         assert torch.equal(ctx.generator.get_state(), shared)  # the shared stream stays as one process draws it
         parallel.seed_shard_augmentation(method.ctx, task_id=0, phase=0, epoch=3)  # a resumed epoch augments as before
-        assert torch.equal(method._training_batch(raw, y, t, step=0).x, batch.x)
+        assert torch.equal(method.loop._training_batch(raw, y, t, step=0).x, batch.x)
         parallel.seed_shard_augmentation(method.ctx, task_id=0, phase=0, epoch=3)
-        batches.append(method.augment(raw[:4]))  # the same rows through each rank's stream
+        batches.append(method.loop.augment(raw[:4]))  # the same rows through each rank's stream
     assert not torch.equal(batches[0], batches[1])
 
 

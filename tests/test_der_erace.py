@@ -19,7 +19,7 @@ TINY = ("backbone.hidden_sizes=[16]", "method.epochs=1")
 def capture_loss(method, task):
     """The per-step loss train_task hands to fit(), without training."""
     seen = {}
-    method.fit = lambda task, loss, **kwargs: phase_returning(seen.update(loss=loss, **kwargs))
+    method.loop.fit = lambda task, loss, **kwargs: phase_returning(seen.update(loss=loss, **kwargs))
     method.heads.seen = method.info.seen_outputs(task.id)
     run_phases(method.train_task(task))
     return seen

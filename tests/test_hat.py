@@ -213,8 +213,8 @@ def test_plateau_schedule_on_validation(monkeypatch):
                           recorder=log)
     losses = iter([3.0, 1.0, 2.0, 2.0, 0.5, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0])
     snapshots, lrs, opts = [], [], []
-    make = method.make_optimizer
-    monkeypatch.setattr(method, "make_optimizer", lambda *a, **k: opts.append(make(*a, **k)) or opts[-1])
+    make = method.loop.make_optimizer
+    monkeypatch.setattr(method.loop, "make_optimizer", lambda *a, **k: opts.append(make(*a, **k)) or opts[-1])
 
     def fake_val(task):
         assert task is tasks[0]

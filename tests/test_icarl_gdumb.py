@@ -99,8 +99,8 @@ def test_distillation_targets_are_the_previous_models_sigmoid_outputs(monkeypatc
         return loss
 
     monkeypatch.setattr(icarl_module.F, "binary_cross_entropy_with_logits", recording_bce)
-    fit = method.fit
-    monkeypatch.setattr(method, "fit", lambda task, loss_fn, **kw: fit(task, recording_loss(loss_fn), **kw))
+    fit = method.loop.fit
+    monkeypatch.setattr(method.loop, "fit", lambda task, loss_fn, **kw: fit(task, recording_loss(loss_fn), **kw))
     method.learn(tasks[1])
     batch = fitted[0]
     logits, targets = calls[0]
@@ -143,7 +143,7 @@ def test_gdumb_retrains_a_fresh_network_on_the_memory_alone(monkeypatch):
     method.learn(tasks[0])
     trained = {k: v.clone() for k, v in method.state_dict().items() if "memory" not in k}
     seen = {}
-    fit = method.fit
+    fit = method.loop.fit
 
     def recording_fit(task, loss_fn, data, **kw):
         seen["start"] = {k: v.clone() for k, v in method.state_dict().items() if "memory" not in k}
@@ -154,7 +154,7 @@ def test_gdumb_retrains_a_fresh_network_on_the_memory_alone(monkeypatch):
             return loss_fn(batch)
         return fit(task, loss, data=data, **kw)
 
-    monkeypatch.setattr(method, "fit", recording_fit)
+    monkeypatch.setattr(method.loop, "fit", recording_fit)
     torch.manual_seed(123)
     method.learn(tasks[1])
     # A fresh initialisation: what building the network from scratch draws from the same random state.

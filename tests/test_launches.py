@@ -199,7 +199,7 @@ def test_cpgs_goal_model_takes_the_runs_memory_format(monkeypatch, channels_last
     method = methods.build(cfg.method, backbones.build(cfg.backbone, info.input_shape), info,
                            methods.Context(CPU, None, torch.Generator().manual_seed(0), recorders.Recorder()))
     trained = {}
-    monkeypatch.setattr(method, "fit", lambda task, loss, model, **kwargs: iter(trained.update(model=model) or ()))
+    monkeypatch.setattr(method.loop, "fit", lambda task, loss, model, **kwargs: iter(trained.update(model=model) or ()))
     monkeypatch.setattr(method, "accuracy", lambda *args, **kwargs: 0.5)
     task = type("Task", (), {"id": 0, "num_classes": 2, "val": None})()
     run_phases(method.goal_model(task))

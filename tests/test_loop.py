@@ -39,14 +39,14 @@ class Forgetful(Finetune):
     """A method author's slip: fit() called without `yield from`, so its phase would never run."""
 
     def train_task(self, task):
-        self.fit(task, lambda batch: self.loss(batch, task.id))
+        self.loop.fit(task, lambda batch: self.loss(batch, task.id))
 
 
 def test_a_fit_never_run_is_refused_not_skipped():
     exp = experiment("method=finetune")
     method = Forgetful(exp.method.cfg, exp.method.backbone, exp.info, exp.ctx)
     before = [p.detach().clone() for p in method.parameters()]
-    with pytest.raises(RuntimeError, match=r"made 1 fit\(\) phase\(s\) it did not run.*yield from self.fit"):
+    with pytest.raises(RuntimeError, match=r"made 1 fit\(\) phase\(s\) it did not run.*yield from self.loop.fit"):
         method.learn(exp.tasks[0])
     assert all(torch.equal(a, b) for a, b in zip(before, method.parameters()))  # nothing trained
 
@@ -59,7 +59,7 @@ class ForgetfulHelper(Finetune):
         yield from ()
 
     def phase_one(self, task):
-        yield from self.fit(task, lambda batch: self.loss(batch, task.id))
+        yield from self.loop.fit(task, lambda batch: self.loss(batch, task.id))
 
 
 def test_a_training_helper_never_run_is_refused_too():

@@ -91,8 +91,8 @@ def test_the_loss_of_a_later_task_sums_ce_less_forget_and_margin_ranking(monkeyp
     method.learn(tasks[0])
     method.learn(tasks[1])
     before = copy.deepcopy(method.backbone)
-    captured, fit = {}, method.fit
-    monkeypatch.setattr(method, "fit", lambda task, loss_fn, data, params: (captured.update(
+    captured, fit = {}, method.loop.fit
+    monkeypatch.setattr(method.loop, "fit", lambda task, loss_fn, data, params: (captured.update(
         loss=loss_fn, data=data, params=params), fit(task, loss_fn, data=data, params=params, epochs=0))[1])
     method.learn(tasks[2])  # the phase runs, for no epoch
     data = captured["data"]
@@ -146,8 +146,8 @@ def test_a_later_task_freezes_the_old_class_vectors_and_imprints_the_new_ones(mo
     off, _ = build(*TINY, "method.imprint=false")
     off.learn(tasks[0])
     drawn = off.heads.weights[1].detach().clone()
-    fit = off.fit
-    monkeypatch.setattr(off, "fit", lambda *a, **k: fit(*a, **{**k, "epochs": 0}))
+    fit = off.loop.fit
+    monkeypatch.setattr(off.loop, "fit", lambda *a, **k: fit(*a, **{**k, "epochs": 0}))
     off.learn(tasks[1])
     assert torch.equal(off.heads.weights[1], drawn)  # not imprinted: the initial draw
 
@@ -197,14 +197,14 @@ def test_balanced_finetuning_trains_the_class_vectors_alone_on_the_exemplars(mon
     method, tasks = build(*TINY, "method.balanced_finetune=true", "method.finetune_epochs=2")
     method.learn(tasks[0])
     calls = []
-    fit = method.fit
+    fit = method.loop.fit
 
     def recording_fit(task, loss_fn, data, params, **kw):
         calls.append({"data": data, "params": params, "backbone": copy.deepcopy(method.backbone.state_dict()),
                       "sigma": float(method.heads.sigma.detach()), **kw})
         return fit(task, loss_fn, data=data, params=params, **kw)
 
-    monkeypatch.setattr(method, "fit", recording_fit)
+    monkeypatch.setattr(method.loop, "fit", recording_fit)
     method.learn(tasks[1])
     assert len(calls) == 2
     tuning = calls[1]

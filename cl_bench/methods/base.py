@@ -1,6 +1,6 @@
 """The Method contract: what a method author implements (train_task) and what a run asks of every method (learn,
 predict, capacity, its state), with the loss helpers methods share. Training itself runs through the epoch loop it
-inherits (loop.py); what the run lends it is context.py, heads are in heads.py, data-parallel training in
+owns, `self.loop` (loop.py); what the run lends it is context.py, heads are in heads.py, data-parallel training in
 parallel.py."""
 import abc
 import copy
@@ -19,7 +19,7 @@ from ..data.scenarios import Info, Task
 from ..health import Check, Finding
 from .context import Context
 from .heads import Heads
-from .loop import Batch, EpochEnd, EpochLoop, ResumePoint
+from .loop import Batch, EpochEnd, Loop
 
 
 class Optimizer(Choice):
@@ -75,7 +75,7 @@ class MethodConfig(Checked):
                 ("lr", self.lr > 0, "a positive number"), ("weight_decay", self.weight_decay >= 0, "0 or more")]
 
 
-class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
+class Method(nn.Module, metaclass=abc.ABCMeta):
     """A continual learner. Subclasses set name, scenarios and Config, and implement train_task."""
 
     name: ClassVar[str]
@@ -110,10 +110,7 @@ class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
         self.weight_init = getattr(backbone, "init", Init.pytorch)
         initialise(self.heads, self.weight_init)
         self.register_buffer("tasks_learned", torch.zeros((), dtype=torch.long))
-        self._phase = 0  # fit() calls made so far in the current task
-        self._resume_at: ResumePoint | None = None
-        self._phase_name = "train"  # what debug=shape's record calls fit()'s phases (phase_named)
-        self._fits_made = self._fits_run = 0  # fit() phases of the current task made, and run (fits_not_run)
+        self.loop = Loop(self)  # the epoch loop the method trains through, with its state (loop.py)
 
     # --- the contract -------------------------------------------------------------------------------
     def learn(self, task: Task) -> None:
@@ -125,23 +122,17 @@ class Method(EpochLoop, nn.Module, metaclass=abc.ABCMeta):
         """All of one task's training, yielding where the loop stands after each epoch of each phase: the run
         decides there whether to checkpoint (train.py)."""
         self.heads.seen = self.info.seen_outputs(task.id)
-        self._phase = self._fits_made = self._fits_run = 0
+        self.loop.start_task()
         phases = self.train_task(task)
         if phases is not None:
             yield from phases
-        if self.fits_not_run() or (phases is not None and not self._fits_run):  # a helper not `yield from`-ed
-            raise RuntimeError(f"{type(self).__name__}.train_task made {self.fits_not_run()} fit() phase(s) it did "
-                               f"not run and ran {self._fits_run}: fit(), and a helper that calls it, is a "
-                               "generator: call it as `yield from self.fit(...)`")
-        if self._resume_at is not None:
-            raise RuntimeError(f"task {task.id} ended before reaching phase {self._resume_at.phase} of its "
-                               "within-task checkpoint: the method's phases are not reproducible")
+        self.loop.finish_task(task, ran_phases=phases is not None)
         self.tasks_learned.fill_(task.id + 1)
 
     @abc.abstractmethod
     def train_task(self, task: Task) -> Iterator[EpochEnd] | None:
         """Every phase of one task's training (the method's own procedure): a generator that runs each phase as
-        `yield from self.fit(...)`, passing the run each epoch's end. A method whose training is its own loop,
+        `yield from self.loop.fit(...)`, passing the run each epoch's end. A method whose training is its own loop,
         without fit(), may return None."""
 
     def forward(self, x: torch.Tensor, task_id: int | None) -> torch.Tensor:

@@ -139,9 +139,9 @@ class BiC(Rehearsal, Method):
         self.alpha[task.id], self.beta[task.id] = 1.0, 0.0
         held, trained = budget(self.cfg.memory_size, self.info.seen_outputs(task.id), self.cfg.val_fraction)
         data = Split.cat([self.hold_out(task.train, held), Split(*self.memory.stored())])
-        yield from self.fit(task, self.stage1_loss(task), data=data)
+        yield from self.loop.fit(task, self.stage1_loss(task), data=data)
         if task.id > 0:
-            with self.phase("bias_correction"):
+            with self.loop.phase("bias_correction"):
                 self.correct_bias(task)
         self.memory.add_herding(data.x, data.y, data.t, self.eval_outputs(data.x, self.backbone), per_class=trained)
 
@@ -214,9 +214,9 @@ class BiC(Rehearsal, Method):
         beta = torch.zeros((), device=logits.device, requires_grad=True)
         opt = torch.optim.SGD([alpha, beta], lr=cfg.bias_lr, momentum=cfg.momentum)
         sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(cfg.bias_lr_milestones), cfg.lr_gamma)
-        for _ in range(self.phase_epochs(cfg.bias_epochs)):
+        for _ in range(self.loop.phase_epochs(cfg.bias_epochs)):
             order = torch.randperm(len(held), device=logits.device, generator=self.ctx.generator)
-            for idx in self.phase_batches(order.split(cfg.batch_size)):
+            for idx in self.loop.phase_batches(order.split(cfg.batch_size)):
                 with in_step():
                     corrected = logits[idx] * torch.where(new, alpha, fixed_scale) + torch.where(new, beta, fixed_shift)
                     loss = F.cross_entropy(corrected, held.y[idx]) + cfg.beta_l2 * beta ** 2 / 2

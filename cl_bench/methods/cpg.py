@@ -236,7 +236,7 @@ class CPG(MaskedMethod):
         """train_weights, returning the last epoch's training accuracy (counted on the device, read once; over
         every rank's shard when data-parallel)."""
         hits, seen = torch.zeros((), dtype=torch.long, device=self.ctx.device), 0
-        last = (self.phase_epochs(epochs) - 1) * self.steps_per_epoch(task.train)
+        last = (self.loop.phase_epochs(epochs) - 1) * self.loop.steps_per_epoch(task.train)
 
         def loss(batch):
             nonlocal seen
@@ -270,7 +270,7 @@ class CPG(MaskedMethod):
             self.restore(start)
             self.param_multiplier.fill_(multiplier)
             self.widen(multiplier, task.id)
-            with self.phase_named(f"grow_{multiplier}x"):
+            with self.loop.phase_named(f"grow_{multiplier}x"):
                 acc, train_acc = yield from self.pick_and_train(task)
             log.info(f"task {task.id}: grown to {multiplier}x: selection acc {acc:.4f}, train acc {train_acc:.4f}")
         return acc, goal is not None and acc < goal
@@ -284,10 +284,10 @@ class CPG(MaskedMethod):
         for target in self.cfg.prune_targets:
             if must is not None and sparsity >= must:
                 break
-            with self.phase_named(f"prune_{target}"):
+            with self.loop.phase_named(f"prune_{target}"):
                 train_acc = yield from self.gradual_prune(task, sparsity, target)
             sparsity = target
-            if train_acc <= self.cfg.train_acc_bar and not self.every_phase:  # the official script stops here
+            if train_acc <= self.cfg.train_acc_bar and not self.loop.every_phase:  # the official script stops here
                 log.info(f"task {task.id}: sparsity {target}: train acc {train_acc:.4f}, compacting stops")
                 self.compacting_stop = (target, train_acc)
                 break
@@ -346,16 +346,16 @@ class CPG(MaskedMethod):
 
     def ramp_steps(self, task) -> int:
         """The steps of the cubic ramp within a compacting phase as it runs (debug=shape cuts it to one batch)."""
-        ramp = min(self.cfg.prune_ramp_epochs, self.phase_epochs(self.cfg.prune_epochs))
-        return ramp * self.steps_per_epoch(task.train)
+        ramp = min(self.cfg.prune_ramp_epochs, self.loop.phase_epochs(self.cfg.prune_epochs))
+        return ramp * self.loop.steps_per_epoch(task.train)
 
     def short_ramp(self, task) -> int | None:
         """prune_timing=official updates the masks after ramp step k (0-based, k <= the ramp's steps and below the
         phase's) only where k is a multiple of prune_frequency: with none such, compacting releases nothing and every
         sparsity target is a name only. Said in one line before the task trains (the steps need the task's data),
         once a run; returns the last step an update could follow then, None when the ramp releases."""
-        per_epoch, every = self.steps_per_epoch(task.train), self.cfg.prune_frequency
-        end, phase = self.ramp_steps(task), self.phase_epochs(self.cfg.prune_epochs) * per_epoch
+        per_epoch, every = self.loop.steps_per_epoch(task.train), self.cfg.prune_frequency
+        end, phase = self.ramp_steps(task), self.loop.phase_epochs(self.cfg.prune_epochs) * per_epoch
         last = min(end, phase - 1)
         if self.cfg.prune_timing != "official" or self.ctx.shape is not None or end == 0 or last >= every:
             return None
@@ -389,7 +389,7 @@ class CPG(MaskedMethod):
                 stale += 1
             return stale >= self.cfg.refit_patience
 
-        with self.phase_named("refit"):
+        with self.loop.phase_named("refit"):
             yield from self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr,
                                           mask_lr=self.cfg.retrain_mask_lr, milestones=[], after_epoch=after_epoch)
         self.restore(before if best is None else best)
@@ -491,10 +491,11 @@ class CPG(MaskedMethod):
                     w.grad.add_(w, alpha=self.cfg.weight_decay)
 
         params = list(model.parameters())
-        with self.phase_named("goal"):
-            yield from self.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)),
-                                params=params, model=model,  # data-parallel: its gradients averaged too
-                                optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0), after_backward=decay)
+        with self.loop.phase_named("goal"):
+            yield from self.loop.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)),
+                                     params=params, model=model,  # data-parallel: its gradients averaged too
+                                     optimizer=self.loop.make_optimizer(params, lr=lr, weight_decay=0.0),
+                                     after_backward=decay)
         model.eval()
         return self.accuracy(task.val, task.id, model), net
 

@@ -83,11 +83,11 @@ class DER(Rehearsal, Method):
 
         def store(batch: Batch):
             whole = batch.unsharded()  # data-parallel: the global batch and its logits, gathered from the ranks
-            logits = self.unshard(pending.pop("logits"), len(whole.y))
+            logits = self.loop.unshard(pending.pop("logits"), len(whole.y))
             self.memory.add(whole.raw, whole.y, whole.t, logits=logits.masked_fill(logits.isinf(), 0),
                             generator=self.ctx.generator)
 
-        yield from self.fit(task, loss, after_step=store)
+        yield from self.loop.fit(task, loss, after_step=store)
 
     def dark_logits(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """The logits DER stores and matches, in the label space's layout: the single head's every output
@@ -106,8 +106,8 @@ class DER(Rehearsal, Method):
     def replay(self):
         """One memory batch, augmented as training batches are: (x, y, t, stored logits, which rows are real)."""
         drawn = self.memory.sample_distinct(self.cfg.replay_batch_size, self.ctx.generator)
-        raw, y, t, logits, drawn = self.shard(*drawn)  # data-parallel: every rank draws alike, trains on its rows
-        return self.augment(raw, t), y, t, logits, drawn
+        raw, y, t, logits, drawn = self.loop.shard(*drawn)  # data-parallel: every rank draws alike, trains on its rows
+        return self.loop.augment(raw, t), y, t, logits, drawn
 
     def replay_loss(self) -> torch.Tensor:
         x, _, t, stored, drawn = self.replay()

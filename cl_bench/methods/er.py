@@ -81,7 +81,7 @@ class ER(Rehearsal, Method):
             if not (replay and (task.id > 0 or batch.step > 0)):
                 return self.mixed_loss(batch, self.cfg.ce_outputs)
             raw, y, t, drawn = self.draw(m)
-            mixed = Batch(None, torch.cat([batch.x, self.augment(raw, t)]), torch.cat([batch.y, y]),
+            mixed = Batch(None, torch.cat([batch.x, self.loop.augment(raw, t)]), torch.cat([batch.y, y]),
                           torch.cat([batch.t, t]))
             if drawn is None:
                 return self.mixed_loss(mixed, self.cfg.ce_outputs)
@@ -97,18 +97,19 @@ class ER(Rehearsal, Method):
 
         after_backward = clip if self.cfg.grad_clip_norm > 0 else None
         if self.cfg.memory_policy == "balanced":
-            yield from self.fit(task, loss, after_backward=after_backward, glances=self.cfg.glances)
+            yield from self.loop.fit(task, loss, after_backward=after_backward, glances=self.cfg.glances)
             self.memory.add_task(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
         else:
-            yield from self.fit(task, loss, after_step=store, after_backward=after_backward, glances=self.cfg.glances)
+            yield from self.loop.fit(task, loss, after_step=store, after_backward=after_backward,
+                                     glances=self.cfg.glances)
 
     def draw(self, m: int):
         """This rank's rows of a replay batch of m (data-parallel: every rank draws alike) and, for a distinct
         draw, which rows are real draws (None: all are)."""
         if self.cfg.replay_draw == "distinct" and self.cfg.memory_policy == "reservoir":
             raw, y, t, _, drawn = self.memory.sample_distinct(m, self.ctx.generator)
-            return self.shard(raw, y, t, drawn)
-        return (*self.shard(*self.memory.sample(m, self.ctx.generator)[:3]), None)
+            return self.loop.shard(raw, y, t, drawn)
+        return (*self.loop.shard(*self.memory.sample(m, self.ctx.generator)[:3]), None)
 
     def capacity(self):
         return {**super().capacity(), **self.memory.capacity()}

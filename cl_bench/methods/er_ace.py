@@ -105,7 +105,7 @@ class ERACE(Rehearsal, Method):
             whole = batch.unsharded()
             self.memory.add(whole.raw, whole.y, whole.t, generator=self.ctx.generator)
 
-        yield from self.fit(task, loss, after_step=store)
+        yield from self.loop.fit(task, loss, after_step=store)
 
     def incoming_classes(self, y: torch.Tensor) -> torch.Tensor:
         """Record the batch's classes as met, and return the outputs its loss keeps: the classes present in the
@@ -118,8 +118,8 @@ class ERACE(Rehearsal, Method):
 
     def replay_loss(self) -> torch.Tensor:
         raw, y, _, _, drawn = self.memory.sample_distinct(self.cfg.replay_batch_size, self.ctx.generator)
-        raw, y, drawn = self.shard(raw, y, drawn)
-        return mean_over_drawn(F.cross_entropy(self.logits(self.augment(raw)), y, reduction="none"), drawn)
+        raw, y, drawn = self.loop.shard(raw, y, drawn)
+        return mean_over_drawn(F.cross_entropy(self.logits(self.loop.augment(raw)), y, reduction="none"), drawn)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """The outputs the training losses read (method.ce_outputs)."""

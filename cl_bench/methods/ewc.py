@@ -94,7 +94,7 @@ class EWC(QuadraticPenalty):
 
         per_sample = vmap(grad(log_likelihood, has_aux=True), in_dims=(None, 0, 0))
         with torch.compiler.set_stance("force_eager"):  # the transforms trace the plain modules
-            for raw, y, t in self.phase_batches(task.train.batches(chunk)):
+            for raw, y, t in self.loop.phase_batches(task.train.batches(chunk)):
                 grads, log_p = per_sample(params, self.info.view.eval(raw, t), self.targets(y, task.id))
                 p = log_p.exp()
                 for n, g in grads.items():
@@ -107,7 +107,7 @@ class EWC(QuadraticPenalty):
         of the mean cross-entropy of the true labels, weighted by the batch size; divided by the sample count."""
         fisher = {n: torch.zeros_like(self.get_parameter(n)) for n in self.anchored}
         self.eval()
-        for raw, y, t in self.phase_batches(task.train.batches(self.cfg.batch_size)):
+        for raw, y, t in self.loop.phase_batches(task.train.batches(self.cfg.batch_size)):
             self.zero_grad(set_to_none=True)
             with self.ctx.autocast():
                 loss = F.cross_entropy(self(self.info.view.eval(raw, t), task.id), self.targets(y, task.id))
@@ -120,7 +120,7 @@ class EWC(QuadraticPenalty):
         return {n: f / len(task.train) for n, f in fisher.items()}
 
     def consolidate(self, task):
-        with self.phase("fisher"):
+        with self.loop.phase("fisher"):
             fisher = self.fisher(task)
         with torch.no_grad():
             self._accumulate(fisher)

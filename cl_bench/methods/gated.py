@@ -220,9 +220,9 @@ class Gated(Method):
     def _fit_path(self, task):
         for layer in self.layers:
             layer.start_task()
-        steps = self.steps_per_epoch(task.train)
+        steps = self.loop.steps_per_epoch(task.train)
         params = self._path_params(task.id)
-        optimizer = self.make_optimizer(params)
+        optimizer = self.loop.make_optimizer(params)
         if self._joint(task):
             classifier = [*self.task_classifier.parameters()]
             optimizer.add_param_group({"params": classifier, "lr": self._classifier_lr()})  # the path's decay
@@ -243,8 +243,8 @@ class Gated(Method):
             if self.cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
 
-        yield from self.fit(task, loss, params=params, optimizer=optimizer, after_backward=after_backward,
-                            after_step=lambda _: self._restore_frozen())
+        yield from self.loop.fit(task, loss, params=params, optimizer=optimizer, after_backward=after_backward,
+                                 after_step=lambda _: self._restore_frozen())
 
     def _classifier_lr(self) -> float:
         return self.cfg.lr if self.cfg.task_classifier_lr is None else self.cfg.task_classifier_lr
@@ -255,8 +255,8 @@ class Gated(Method):
         task counts alike (the current batch 1/(t+1))."""
         raw, _, t_memory = self.memory.sample_uniform_tasks(self.cfg.replay_batch_size or self.cfg.batch_size,
                                                             self.ctx.generator)
-        raw, t_memory = self.shard(raw, t_memory)  # data-parallel: this rank's rows of the draw all ranks make
-        x = torch.cat([batch.x, self.augment(raw, t_memory)])
+        raw, t_memory = self.loop.shard(raw, t_memory)  # data-parallel: this rank's rows of the draw all ranks make
+        x = torch.cat([batch.x, self.loop.augment(raw, t_memory)])
         # The current path on both batches alike (task_loss_norm, default: its running statistics, as evaluation):
         # were the current batch on its batch statistics and the memory not, the classifier could tell the tasks
         # apart by that alone, and at evaluation, where every sample is on running statistics, name no sample the
@@ -342,9 +342,10 @@ class Gated(Method):
             return F.cross_entropy(self._task_logits(features), batch.t, weight=weight)
 
         params = list(self.task_classifier.parameters())
-        with self.phase_named("task_classifier"):
-            yield from self.fit(task, loss, data=data, params=params, epochs=epochs,
-                                optimizer=self.make_optimizer(params, lr=self._classifier_lr(), weight_decay=0.0))
+        with self.loop.phase_named("task_classifier"):
+            yield from self.loop.fit(task, loss, data=data, params=params, epochs=epochs,
+                                     optimizer=self.loop.make_optimizer(params, lr=self._classifier_lr(),
+                                                                        weight_decay=0.0))
 
     # --- class scenario: the diagnostic upper bound of task prediction (offline_bound_epochs) ---------------
     def _offline_bound(self, count: int) -> torch.Tensor:
@@ -361,7 +362,7 @@ class Gated(Method):
                     m.reset_parameters()
             features, tasks = self._path_features([task.train for task in self.seen_tasks], count)
             weight = len(tasks) / (count * torch.bincount(tasks, minlength=count).float())
-            opt = self.make_optimizer(list(classifier.parameters()), lr=self._classifier_lr(), weight_decay=0.0)
+            opt = self.loop.make_optimizer(list(classifier.parameters()), lr=self._classifier_lr(), weight_decay=0.0)
             for _ in range(self.cfg.offline_bound_epochs):
                 for idx in torch.randperm(len(tasks), device=tasks.device, generator=generator).split(
                         self.cfg.batch_size):

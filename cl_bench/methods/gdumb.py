@@ -136,8 +136,8 @@ class GDumb(Rehearsal, Method):
     def fit_memory(self, task):
         data = Split(*self.memory.stored())
         params = [p for p in self.parameters() if p.requires_grad]
-        optimizer = self.make_optimizer(params)
-        steps = self.steps_per_epoch(data)
+        optimizer = self.loop.make_optimizer(params)
+        steps = self.loop.steps_per_epoch(data)
         mix = self.cfg.regularization == "cutmix"
 
         def loss(batch: Batch):
@@ -154,8 +154,8 @@ class GDumb(Rehearsal, Method):
         def clip():
             torch.nn.utils.clip_grad_norm_(params, self.cfg.clip_norm)
 
-        yield from self.fit(task, loss, data=data, params=params, optimizer=optimizer, after_backward=clip,
-                            milestones=[])
+        yield from self.loop.fit(task, loss, data=data, params=params, optimizer=optimizer, after_backward=clip,
+                                 milestones=[])
 
     def capacity(self):
         mem = sum(b.numel() * b.element_size() for b in self.memory.buffers())

@@ -152,9 +152,9 @@ class HAT(Method):
         # Weight decay (none in the official) is added by hand to the masked weights' gradients before their mask,
         # so that it never moves what earlier tasks use; the optimiser decays the task's own head and batch norms;
         # the embeddings are never decayed.
-        opt = self.make_optimizer([{"params": masked + embeddings, "weight_decay": 0.0},
+        opt = self.loop.make_optimizer([{"params": masked + embeddings, "weight_decay": 0.0},
                                    {"params": own, "weight_decay": cfg.weight_decay}])
-        steps = self.steps_per_epoch(task.train)
+        steps = self.loop.steps_per_epoch(task.train)
         samples = len(task.train)
         current = {"s": 1.0}
 
@@ -185,8 +185,8 @@ class HAT(Method):
                     e.clamp_(-cfg.thres_emb, cfg.thres_emb)
 
         after_epoch = self._plateau(task, opt) if cfg.lr_schedule == "plateau" else None
-        yield from self.fit(task, loss, params=params, optimizer=opt, after_backward=after_backward,
-                            after_step=after_step, after_epoch=after_epoch)
+        yield from self.loop.fit(task, loss, params=params, optimizer=opt, after_backward=after_backward,
+                                 after_step=after_step, after_epoch=after_epoch)
         if after_epoch is not None:
             after_epoch.restore_best()
         self._accumulate_attention(t)

@@ -1,9 +1,10 @@
-"""The epoch loop every method trains through (fit), its phases under debug=shape, a task resumed from within,
-and the training batch: what Method (methods/base.py) inherits to train, apart from the contract a method author
-implements. Data-parallel training's own pieces are in parallel.py.
+"""The epoch loop every method trains through (Loop.fit), its phases under debug=shape, a task resumed from
+within, and the training batch. Each Method (methods/base.py) owns one Loop, `method.loop`, which keeps the
+loop's own state (the phase counter, the resume point, the phase names); the method keeps the contract a method
+author implements. Data-parallel training's own pieces are in parallel.py.
 
 fit() is a generator: it yields an EpochEnd after every epoch, and a method's train_task passes them on
-(`yield from self.fit(...)`), so that the run (train.py) holds control at each epoch's end and decides there
+(`yield from self.loop.fit(...)`), so that the run (train.py) holds control at each epoch's end and decides there
 whether to checkpoint; nothing in the loop calls up into the run."""
 import contextlib
 from collections.abc import Callable, Iterator
@@ -92,9 +93,38 @@ def stepping() -> bool:
     return StepMarker.depth > 0
 
 
-class EpochLoop:
-    """The training half of Method: fit() and the helpers a method's own loops use (phases, shards, augmentation).
-    It reads the method's cfg, ctx, info and heads, and its _phase and _resume_at (set by Method)."""
+class Loop:
+    """A method's training: fit() and the helpers a method's own loops use (phases, shards, augmentation), with
+    the loop's state. It reads its method's cfg, ctx and info and trains the method's parameters; the method
+    calls start_task() and finish_task() around each task (Method.learning)."""
+
+    def __init__(self, method):
+        self.method = method
+        self.phase_index = 0  # fit() calls made so far in the current task
+        self.resume_at: ResumePoint | None = None  # where a within-task checkpoint resumes the next task
+        self.phase_name = "train"  # what debug=shape's record calls fit()'s phases (phase_named)
+        self.fits_made = self.fits_run = 0  # fit() phases of the current task made, and run (fits_not_run)
+
+    @property
+    def cfg(self):
+        return self.method.cfg
+
+    @property
+    def ctx(self):
+        return self.method.ctx
+
+    def start_task(self) -> None:
+        self.phase_index = self.fits_made = self.fits_run = 0
+
+    def finish_task(self, task: Task, ran_phases: bool) -> None:
+        """The checks at a task's end: every fit() made was run, and a within-task resume point was reached."""
+        if self.fits_not_run() or (ran_phases and not self.fits_run):  # a helper not `yield from`-ed
+            raise RuntimeError(f"{type(self.method).__name__}.train_task made {self.fits_not_run()} fit() phase(s) "
+                               f"it did not run and ran {self.fits_run}: fit(), and a helper that calls it, is a "
+                               "generator: call it as `yield from self.loop.fit(...)`")
+        if self.resume_at is not None:
+            raise RuntimeError(f"task {task.id} ended before reaching phase {self.resume_at.phase} of its "
+                               "within-task checkpoint: the method's phases are not reproducible")
 
     def make_optimizer(self, params, lr: float | None = None, weight_decay: float | None = None):
         cfg = self.cfg
@@ -111,17 +141,17 @@ class EpochLoop:
     def fit(self, task: Task, loss_fn, **options) -> Iterator[EpochEnd]:
         """One phase of the task through the epoch loop (_fit), yielding each epoch's end; named by phase_named in
         debug=shape's record; options: LoopOptions' fields. It runs only as it is iterated: `yield from` it."""
-        self._fits_made += 1
-        return self._phase_run(task, loss_fn, LoopOptions(**options), self._phase_name)
+        self.fits_made += 1
+        return self._phase_run(task, loss_fn, LoopOptions(**options), self.phase_name)
 
     def _phase_run(self, task: Task, loss_fn, options: LoopOptions, name: str) -> Iterator[EpochEnd]:
-        self._fits_run += 1
+        self.fits_run += 1
         with self.phase(name):
             yield from self._fit(task, loss_fn, options)
 
     def fits_not_run(self) -> int:
         """fit() phases made in this task that never ran: a train_task that called fit() without `yield from`."""
-        return self._fits_made - self._fits_run
+        return self.fits_made - self.fits_run
 
     def _fit(self, task: Task, loss_fn, options: LoopOptions) -> Iterator[EpochEnd]:
         """The common epoch loop: on-device shuffled batches, one optimiser and lr schedule (×lr_gamma at the
@@ -131,21 +161,21 @@ class EpochLoop:
         epochs = options.epochs
         data = task.train if data is None else data
         epochs = self.phase_epochs(self.cfg.epochs if epochs is None else epochs)
-        params = [p for p in (self.parameters() if params is None else params) if p.requires_grad]
+        params = [p for p in (self.method.parameters() if params is None else params) if p.requires_grad]
         opt = optimizer or self.make_optimizer(params)
         milestones = self.cfg.lr_milestones if milestones is None else milestones
         sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(milestones), self.cfg.lr_gamma)
         steps = self.steps_per_epoch(data)
-        phase, self._phase = self._phase, self._phase + 1
+        phase, self.phase_index = self.phase_index, self.phase_index + 1
         first_epoch = 0
-        if self._resume_at is not None:
-            if phase < self._resume_at.phase:  # finished before the stop: its result is in the saved state
+        if self.resume_at is not None:
+            if phase < self.resume_at.phase:  # finished before the stop: its result is in the saved state
                 return
-            first_epoch = self._resume_at.restore(self, opt, sched, side_optimizers)
-            self._resume_at = None
-        objective = parallel.objective(self, loss_fn, params, options.model)
+            first_epoch = self.resume_at.restore(self.method, opt, sched, side_optimizers)
+            self.resume_at = None
+        objective = parallel.objective(self.method, loss_fn, params, options.model)
         for epoch in range(first_epoch, epochs):
-            self.train()
+            self.method.train()
             parallel.seed_shard_augmentation(self.ctx, task.id, phase, epoch)
             self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
             total, first_bad, skipped = self._epoch(data, objective, opt, epoch * steps, glances,
@@ -156,7 +186,7 @@ class EpochLoop:
             if after_epoch is not None and after_epoch(epoch):
                 break
         if self.ctx.world_size > 1:
-            for module in (self, options.model):
+            for module in (self.method, options.model):
                 if module is not None:
                     parallel.average_batch_norm_statistics(module)
 
@@ -222,11 +252,11 @@ class EpochLoop:
     @contextlib.contextmanager
     def phase_named(self, name: str):
         """Within it, fit()'s phases carry this name in debug=shape's record ("train" elsewhere)."""
-        outer, self._phase_name = self._phase_name, name
+        outer, self.phase_name = self.phase_name, name
         try:
             yield
         finally:
-            self._phase_name = outer
+            self.phase_name = outer
 
     def phase(self, name: str):
         """Around a phase a method runs outside fit(): timed under debug=shape."""
@@ -236,7 +266,7 @@ class EpochLoop:
     def _training_batch(self, raw, y, t, step: int) -> Batch:
         """One augmented training batch: data-parallel, this rank's shard of the global batch, augmented alone."""
         if self.ctx.world_size == 1:
-            return Batch(raw, self.info.view.train(raw, self.ctx.generator, t), y, t, step)
+            return Batch(raw, self.method.info.view.train(raw, self.ctx.generator, t), y, t, step)
         whole = Batch(raw, None, y, t, step)
         raw, y, t = self.shard(raw, y, t)
         return Batch(raw, self.augment(raw, t), y, t, step, whole)
@@ -251,12 +281,12 @@ class EpochLoop:
 
     def augment(self, raw: torch.Tensor, t: torch.Tensor | None = None) -> torch.Tensor:
         """Training view of stored pixels (a replay draw) of tasks t, from this rank's augmentation stream."""
-        return self.info.view.train(raw, self.ctx.augment_generator, t)
+        return self.method.info.view.train(raw, self.ctx.augment_generator, t)
 
     def resume_within(self, point: "ResumePoint") -> None:
         """Continue the next task from a checkpoint written within it: fit() phases before point.phase are
         skipped (their result is in point.state), and point.phase continues after point.epoch."""
-        self._resume_at = point
+        self.resume_at = point
 
 
 @dataclass
@@ -272,7 +302,7 @@ class ResumePoint:
     set_rng: Callable
     side_optimizers: list = field(default_factory=list)
 
-    def restore(self, method: EpochLoop, opt, sched, side_optimizers=()) -> int:
+    def restore(self, method, opt, sched, side_optimizers=()) -> int:
         """Put everything back as it was after `epoch`; returns the epoch to continue with."""
         if len(side_optimizers) != len(self.side_optimizers):
             raise RuntimeError(f"the within-task checkpoint holds {len(self.side_optimizers)} side optimisers, "

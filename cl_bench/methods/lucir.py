@@ -170,17 +170,17 @@ class LUCIR(Rehearsal, Method):
         # the old classes' weight vectors are left out: frozen
         params = [*self.backbone.parameters(), self.heads.sigma, self.heads.weights[task.id]]
         if task.id == 0:
-            yield from self.fit(task, lambda batch: self.loss(batch, task.id), data=data, params=params)
+            yield from self.loop.fit(task, lambda batch: self.loss(batch, task.id), data=data, params=params)
         else:
             teacher = fresh_copy(self.backbone).eval().requires_grad_(False)
             if self.cfg.imprint:
                 self.imprint(task)
-            yield from self.fit(task, self.incremental_loss(task, teacher), data=data, params=params)
-        if self._resume_at is not None:
+            yield from self.loop.fit(task, self.incremental_loss(task, teacher), data=data, params=params)
+        if self.loop.resume_at is not None:
             # Resuming within the finetuning phase: the phase above was skipped, and the saved state holds this
             # task's exemplars and the backbone they were herded with (the finetuning leaves it unchanged).
             seen = self.heads.seen
-            self.load_state_dict(self._resume_at.state)
+            self.load_state_dict(self.loop.resume_at.state)
             self.heads.seen = seen
         else:
             per_class = self.cfg.memory_size // self.info.num_outputs if self.cfg.memory_budget == "per_class" else None
@@ -219,9 +219,10 @@ class LUCIR(Rehearsal, Method):
 
         self._features_frozen = True
         try:
-            yield from self.fit(task, loss, data=Split(*self.memory.stored()), params=params,
-                                epochs=cfg.finetune_epochs, optimizer=self.make_optimizer(params, lr=cfg.finetune_lr),
-                                milestones=cfg.finetune_milestones)
+            yield from self.loop.fit(task, loss, data=Split(*self.memory.stored()), params=params,
+                                     epochs=cfg.finetune_epochs,
+                                     optimizer=self.loop.make_optimizer(params, lr=cfg.finetune_lr),
+                                     milestones=cfg.finetune_milestones)
         finally:
             self._features_frozen = False
 

@@ -82,14 +82,14 @@ class MAS(QuadraticPenalty):
             batch_grad = grad(squared_norm)
         # A compiled backbone runs eagerly here: the transforms trace the plain modules.
         with torch.compiler.set_stance("force_eager"):
-            for raw, _, t in self.phase_batches(task.train.batches(self.cfg.batch_size)):
+            for raw, _, t in self.loop.phase_batches(task.train.batches(self.cfg.batch_size)):
                 grads = batch_grad(params, self.info.view.eval(raw, t))
                 for n, g in grads.items():
                     total[n].add_(g.abs().sum(0) if self.cfg.per_sample else g.abs())
         return {n: t / len(task.train) for n, t in total.items()}
 
     def consolidate(self, task):
-        with self.phase("importance"):
+        with self.loop.phase("importance"):
             importance = self.output_importance(task)
         alpha = self.cfg.alpha
         if alpha is None:

@@ -162,7 +162,7 @@ class MaskedMethod(Method):
         for score in scores:
             score.requires_grad_(mask_lr > 0)
         mask_opt = torch.optim.Adam(scores, lr=mask_lr) if scores and mask_lr > 0 else None
-        steps_per_epoch = self.steps_per_epoch(task.train)
+        steps_per_epoch = self.loop.steps_per_epoch(task.train)
         # The official code keeps the masks learning to the end when the task has no weights of its own.
         stop_masks = self.owns_weights(task.id)
 
@@ -174,11 +174,12 @@ class MaskedMethod(Method):
             if after_step is not None:
                 after_step(batch.step + 1)
 
-        yield from self.fit(task, loss_fn or (lambda batch: self.loss(batch, task.id)), params=params, epochs=epochs,
-                            optimizer=self.make_optimizer(params, lr=lr, weight_decay=0.0),
-                            after_backward=lambda: self.protect(task.id), after_step=on_step,
-                            side_optimizers=(mask_opt,) if mask_opt is not None else (), milestones=milestones,
-                            after_epoch=after_epoch)
+        yield from self.loop.fit(task, loss_fn or (lambda batch: self.loss(batch, task.id)), params=params,
+                                 epochs=epochs,
+                                 optimizer=self.loop.make_optimizer(params, lr=lr, weight_decay=0.0),
+                                 after_backward=lambda: self.protect(task.id), after_step=on_step,
+                                 side_optimizers=(mask_opt,) if mask_opt is not None else (), milestones=milestones,
+                                 after_epoch=after_epoch)
 
     def step_scores(self, mask_opt, lr: float, next_lr: float) -> None:
         """The picking scores' Adam step at lr, none at lr 0: Adam (no weight decay here) then moves no score, and its

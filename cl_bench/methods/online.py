@@ -78,8 +78,8 @@ class OnlineMethod(Rehearsal, Method):
         self.replay_ready = False  # whether the memory holds anything yet (false only for the very first batch)
 
     def train_task(self, task):
-        steps, epochs = self.steps_per_epoch(task.train), self.phase_epochs(self.cfg.epochs)
-        with self.phase("stream"):
+        steps, epochs = self.loop.steps_per_epoch(task.train), self.loop.phase_epochs(self.cfg.epochs)
+        with self.loop.phase("stream"):
             for epoch in range(epochs):  # multi-pass: the stream again; the memory keeps the first pass's
                 self.learn_pass(task, epoch, epochs, steps)
 
@@ -101,7 +101,7 @@ class OnlineMethod(Rehearsal, Method):
 
     def stream(self, task):
         """The task's training data, once, in shuffled batches of batch_size."""
-        for raw, y, t in self.phase_batches(task.train.batches(self.cfg.batch_size, self.ctx.generator)):
+        for raw, y, t in self.loop.phase_batches(task.train.batches(self.cfg.batch_size, self.ctx.generator)):
             yield Batch(raw, self.info.view.train(raw, self.ctx.generator, t), y, t)
 
     def observe(self, batch: Batch, task, store: bool) -> torch.Tensor:
