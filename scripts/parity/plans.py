@@ -87,7 +87,7 @@ PLANS: dict[tuple[str, str], Plan] = {
 PILOT_SEEDS = (0, 1, 2)
 PENDING: dict[tuple[str, str], str] = {
     ("cpg", "cpg_learn"): "the learning cut with growth on (issue 45), revised after a first pilot stopped on seed 0 "
-                          "(scripts/parity/cpg.py): its pilot has not run",
+                          "(scripts/parity/cpg.py): its pilot has run seed 0 of its seeds 0-2",
     ("cpg", "pae_learn"): "the learning cut with growth on (issue 45), revised after a first pilot stopped on seed 0: "
                           "its pilot has not run",
     ("cpg", "packnet_learn"): "the learning cut (issue 45), revised after a first pilot stopped on seed 0: its pilot "
