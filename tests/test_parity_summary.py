@@ -112,6 +112,14 @@ def test_every_row_has_a_plan_or_waits_on_its_pilot_and_says_so(toy, monkeypatch
     assert "No seed plan yet: a new cut. Pilot, seeds 0-2: reference 82.00 ± 2.00 (n=3)" in text
 
 
+def test_seeds_resume_a_plan_but_never_leave_it():
+    from parity import common
+    assert common.only((0, 1, 2), None, "m_1") == (0, 1, 2)
+    assert common.only((0, 1, 2), [2, 1], "m_1") == (1, 2)  # the plan's order, whatever the order asked
+    with pytest.raises(SystemExit, match="--seeds 3 5 is not among row m_1's planned seeds 0 1 2"):
+        common.only((0, 1, 2), [1, 3, 5], "m_1")
+
+
 def test_make_parity_runs_the_plan_not_chosen_seeds():
     def runner_line(*extra):
         out = subprocess.run(["make", "-n", "parity-cpg", "REF=/src/CPG", "DATA=/data", "ROWS=cpg pae", *extra],

@@ -274,13 +274,26 @@ def main(reference) -> None:
     copy = None
     if args.side != "cl-bench":
         copy = patched_copy(args.ref.resolve(), reference.PINNED, reference.PATCHES, work, args.any_commit)
-    planned = {name: plans.seeds(reference.NAME, name, pilot=args.pilot) for name in args.rows}  # refused up front
+    planned = {name: only(plans.seeds(reference.NAME, name, pilot=args.pilot), args.seeds, name)
+               for name in args.rows}  # refused up front
     for name, seeds in planned.items():
         for seed in seeds:
             if args.side != "cl-bench":
                 run_reference_side(reference, copy, name, seed, work, args)
             if args.side != "reference":
                 run_clbench_side(reference, reference.ROWS[name], name, seed, work, args)
+
+
+def only(planned: tuple[int, ...], chosen: list[int] | None, row: str) -> tuple[int, ...]:
+    """--seeds: part of the planned seeds (a run cut short resumes at its next seed); a seed outside the plan is
+    refused, since rows are judged over the seeds fixed before they ran."""
+    if chosen is None:
+        return planned
+    outside = sorted(set(chosen) - set(planned))
+    if outside:
+        raise SystemExit(f"--seeds {' '.join(map(str, outside))} is not among row {row}'s planned seeds "
+                         f"{' '.join(map(str, planned))}: choose from those (the plans: scripts/parity/plans.py)")
+    return tuple(seed for seed in planned if seed in chosen)
 
 
 def run_reference_side(reference, copy: Path, name: str, seed: int, work: Path, args, diagnostic: str = "") -> None:
@@ -349,6 +362,7 @@ def arguments(reference) -> argparse.ArgumentParser:
     parser.add_argument("--rows", nargs="+", choices=sorted(reference.ROWS), default=list(reference.ROWS))
     parser.add_argument("--side", choices=("both", "reference", "cl-bench"), default="both")
     parser.add_argument("--pilot", action="store_true", help="rerun the pilot's seeds instead of the plan's")
+    parser.add_argument("--seeds", type=int, nargs="+", help="run only these of the planned (or pilot's) seeds")
     parser.add_argument("--diagnostic", choices=sorted(getattr(reference, "DIAGNOSTICS", {})),
                         help="run one of the reference's diagnostics (its side, its seeds) instead of the rows")
     parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")

@@ -15,7 +15,8 @@ tool, for CPG the picking refit and its tool; then inference of every task learn
 
   python scripts/parity/cpg.py --ref ~/src/CPG --rows cpg [--pilot] --data-root DIR --python REF_VENV/bin/python
 
-runs the row's seed plan (scripts/parity/plans.py), or its pilot's seeds with --pilot.
+runs the row's seed plan (scripts/parity/plans.py), or its pilot's seeds with --pilot; --seeds N ... runs only
+those of them (a run cut short resumes).
 
 The learning cut (rows cpg_learn, pae_learn, packnet_learn; LEARN below), meant to end every task at or above 80%
 on both sides (unmeasured until their pilot runs): Split CIFAR-10's five 2-class tasks, 2500 training images a task
