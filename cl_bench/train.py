@@ -117,19 +117,14 @@ def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str]) -> 
         results, start, elapsed = resume(method, run_dir, tasks, ctx.generator, ctx.device, recorder)
     recorder.run_start(cfg, scenario.info, run_dir, start)
     t0 = time.perf_counter() - elapsed
-    every = cfg.checkpoint.every_epochs if writer else 0
+    every = cfg.checkpoint.every_epochs if writer else 0  # within-task checkpoints: every so many epochs
     clock = Clock(ctx.shape)
     for task in tasks[start:]:
         fresh_graphs(cfg.hardware.compile)
         recorder.task_start(task)
         clock.task_start(task.id)
         with profiled(run_dir if writer and cfg.profile_task == task.id else None, task.id, ctx.device):
-            for end in method.learning(task):  # the loop hands back each epoch's end: checkpoint there or go on
-                if every and (end.epoch + 1) % every == 0:
-                    with guard():
-                        checkpoint.save(run_dir, task.id, method, results.to_meta(),
-                                        hardware.rng_state(ctx.generator, ctx.device), time.perf_counter() - t0,
-                                        within=end.state())
+            method.learn(task, within_task_saver(run_dir, method, results, ctx, guard, t0, every))
         clock.lap("learn_s")
         with eager_evaluation(cfg.hardware.compile):
             results.add(evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
@@ -153,6 +148,21 @@ def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str]) -> 
         record["shape"] = shape_of(ctx, method, run_dir)
     recorder.run_end(record)
     return objective(record, cfg.sweep.objective)
+
+
+def within_task_saver(run_dir: Path, method, results, ctx, guard, t0: float, every: int):
+    """What the loop calls at each epoch's end (Method.learn's at_epoch_end): a within-task checkpoint after every
+    `every` epochs of a phase; None when there are none to write."""
+    if not every:
+        return None
+
+    def at_epoch_end(end) -> None:
+        if (end.epoch + 1) % every == 0:
+            with guard():
+                checkpoint.save(run_dir, end.task.id, method, results.to_meta(),
+                                hardware.rng_state(ctx.generator, ctx.device), time.perf_counter() - t0,
+                                within=end.state())
+    return at_epoch_end
 
 
 class Clock:

@@ -135,22 +135,6 @@ def contract_problems(run_dir: Path) -> list[str]:
     return out
 
 
-def run_phases(phases):
-    """Run a method's generator of training phases (train_task, or a helper it `yield from`s) to its end; its
-    return value (what the helper returns to `yield from`)."""
-    try:
-        while True:
-            next(phases)
-    except StopIteration as done:
-        return done.value
-
-
-def phase_returning(value=None):
-    """A stand-in for a training helper in a monkeypatch: a generator that trains nothing and returns value."""
-    return value
-    yield
-
-
 def is_online(name: str) -> bool:
     """Whether a method learns from a stream in one pass (its class says so: an OnlineMethod)."""
     from cl_bench.methods import METHODS

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import cl_bench, phase_returning, run_phases, train
+from conftest import cl_bench, train
 from test_packnet_cpg import COMMON, TINY, build, compose_cfg
 
 from cl_bench.data import scenarios
@@ -28,7 +28,7 @@ def scripted_cpg(monkeypatch, accuracies: dict, train_accs: dict | None = None, 
                              f"method.allow_acc_loss={allow_acc_loss}")
     method = make()
     state = {"sparsity": 0.0, "tried": [], "kept": None}
-    monkeypatch.setattr(method, "gradual_prune", lambda task, initial, target: phase_returning((
+    monkeypatch.setattr(method, "gradual_prune", lambda task, initial, target: ((
         state["tried"].append(target), state.update(sparsity=target), (train_accs or {}).get(target, 1.0))[-1]))
     monkeypatch.setattr(method, "accuracy", lambda split, task_id, model=None: accuracies[state["sparsity"]])
     monkeypatch.setattr(method, "snapshot", lambda: state["sparsity"])
@@ -41,7 +41,7 @@ def test_a_dip_does_not_end_compaction_and_the_highest_passing_ratio_is_kept(mon
     # accuracy meets the goal; here 0.2 dips below it and 0.7 is the last to meet it
     accs = dict(zip(TARGETS, [0.91, 0.84, 0.90, 0.92, 0.90, 0.88, 0.86, 0.80, 0.70, 0.60]))
     method, tasks, state = scripted_cpg(monkeypatch, accs)
-    acc = run_phases(method.compact(tasks[1], 0.85, 0.93, exhausted=False))
+    acc = method.compact(tasks[1], 0.85, 0.93, exhausted=False)
     assert state["tried"] == TARGETS and state["kept"] == 0.7 and acc == 0.86
 
 
@@ -50,18 +50,18 @@ def test_an_allowed_accuracy_loss_lets_a_sparser_ratio_pass_as_the_reference_cho
     # 0.05 the goal 0.85 lets 0.8 (0.80) pass, the highest ratio within it; 0.9 (0.70) stays out
     accs = dict(zip(TARGETS, [0.91, 0.84, 0.90, 0.92, 0.90, 0.88, 0.86, 0.80, 0.70, 0.60]))
     method, tasks, state = scripted_cpg(monkeypatch, accs, allow_acc_loss=0.05)
-    assert run_phases(method.compact(tasks[1], 0.85, 0.93, exhausted=False)) == 0.80 and state["kept"] == 0.8
+    assert method.compact(tasks[1], 0.85, 0.93, exhausted=False) == 0.80 and state["kept"] == 0.8
 
 
 def test_a_failure_at_the_first_ratio_does_not_keep_everything(monkeypatch):
     accs = dict(zip(TARGETS, [0.80, 0.90, 0.90, 0.89, 0.70, 0.6, 0.6, 0.6, 0.6, 0.6]))
     method, tasks, state = scripted_cpg(monkeypatch, accs)
-    assert run_phases(method.compact(tasks[1], 0.85, 0.93, exhausted=False)) == 0.89 and state["kept"] == 0.4
+    assert method.compact(tasks[1], 0.85, 0.93, exhausted=False) == 0.89 and state["kept"] == 0.4
 
 
 def test_no_passing_ratio_keeps_the_unpruned_model(monkeypatch):
     method, tasks, state = scripted_cpg(monkeypatch, dict.fromkeys(TARGETS, 0.5))
-    assert run_phases(method.compact(tasks[1], 0.85, 0.93, exhausted=False)) == 0.93 and state["kept"] == 0.0
+    assert method.compact(tasks[1], 0.85, 0.93, exhausted=False) == 0.93 and state["kept"] == 0.0
 
 
 # main: ratio_allow_for_curr_task = round(1.0 / (remain_num_tasks + 1), 1), pruned to 1 - that; Python's round
@@ -76,17 +76,17 @@ def test_the_ratio_a_task_is_pruned_to_when_growth_runs_out(left):
 def test_an_exhausted_task_keeps_its_highest_recorded_ratio_whatever_its_accuracy(monkeypatch):
     # second-to-last task of 5 (one left): the sweep stops once it reaches 0.5 and keeps it, below the goal
     method, tasks, state = scripted_cpg(monkeypatch, dict.fromkeys(TARGETS, 0.3))
-    assert run_phases(method.compact(tasks[3], 0.85, 0.6, exhausted=True)) == 0.3
+    assert method.compact(tasks[3], 0.85, 0.6, exhausted=True) == 0.3
     assert state["tried"] == [0.1, 0.2, 0.3, 0.4, 0.5] and state["kept"] == 0.5
     method, tasks, state = scripted_cpg(monkeypatch, dict.fromkeys(TARGETS, 0.3))
-    run_phases(method.compact(tasks[4], 0.85, 0.6, exhausted=True))  # the last task: nothing to leave room for
+    method.compact(tasks[4], 0.85, 0.6, exhausted=True)  # the last task: nothing to leave room for
     assert state["tried"] == [] and state["kept"] == 0.0
 
 
 def test_compaction_stops_when_training_accuracy_drops_to_the_bar(monkeypatch):
     # main, prune mode: a target is recorded only with train accuracy above 0.95, else the script breaks off
     method, tasks, state = scripted_cpg(monkeypatch, dict.fromkeys(TARGETS, 0.9), train_accs={0.4: 0.95})
-    run_phases(method.compact(tasks[1], 0.85, 0.93, exhausted=False))
+    method.compact(tasks[1], 0.85, 0.93, exhausted=False)
     assert state["tried"] == [0.1, 0.2, 0.3, 0.4] and state["kept"] == 0.3
 
 
@@ -98,8 +98,8 @@ def test_growth_needs_both_the_goal_and_training_accuracy_above_the_bar(monkeypa
         method = make()
         method.begin_task(0)
         scripted = iter(results)
-        monkeypatch.setattr(method, "pick_and_train", lambda task, r=scripted: phase_returning(next(r)))
-        acc, exhausted = run_phases(method.pick_and_grow(tasks[0], goal=0.85))
+        monkeypatch.setattr(method, "pick_and_train", lambda task, r=scripted: next(r))
+        acc, exhausted = method.pick_and_grow(tasks[0], goal=0.85)
         assert (float(method.param_multiplier) > 1) == grows
         assert exhausted == (acc < 0.85) and (not exhausted or float(method.param_multiplier) == 2.0)
 
@@ -127,14 +127,13 @@ def test_the_refit_restarts_the_mask_and_keeps_its_best_epoch(monkeypatch):
             seen["epochs"] += 1
             if after_epoch(epoch):
                 break
-        yield from ()
 
     monkeypatch.setattr(method, "accuracy", accuracy)
     monkeypatch.setattr(method, "train_weights", train_weights)
     monkeypatch.setattr(method, "snapshot", lambda: seen["epochs"])
     monkeypatch.setattr(method, "restore", lambda snap: seen.update(restored=snap))
     method.cfg.retrain_epochs = 1
-    assert run_phases(method.refit_picking(tasks[1], acc=0.80)) == 0.75
+    assert method.refit_picking(tasks[1], acc=0.80) == 0.75
     assert seen["scores"] == pytest.approx([method.cfg.mask_init])  # restarted at 0.01 before anything was measured
     assert seen["restored"] == 2 and seen["epochs"] == 7  # best after epoch 1 (2 epochs in); 5 stale, stop
     assert REFIT_OUTCOMES[int(method.refit_per_task[1])] == "kept an epoch"  # what metrics.json reports for it
@@ -148,12 +147,12 @@ def test_a_refit_that_never_beats_the_restarted_mask_leaves_the_compacted_model(
     method.begin_task(1)
     accs = iter([0.9] + [0.8] * 10)
     monkeypatch.setattr(method, "accuracy", lambda split, task_id, model=None: next(accs))
-    monkeypatch.setattr(method, "train_weights", lambda *a, after_epoch=None, **k: phase_returning(
+    monkeypatch.setattr(method, "train_weights", lambda *a, after_epoch=None, **k: (
         [after_epoch(e) for e in range(5)]))
     monkeypatch.setattr(method, "snapshot", lambda: "compacted")
     restored = []
     monkeypatch.setattr(method, "restore", restored.append)
-    assert run_phases(method.refit_picking(tasks[1], acc=0.95)) == 0.95 and restored == ["compacted"]
+    assert method.refit_picking(tasks[1], acc=0.95) == 0.95 and restored == ["compacted"]
     assert REFIT_OUTCOMES[int(method.refit_per_task[1])] == "kept nothing"
 
 
@@ -177,11 +176,11 @@ def test_the_goal_model_decays_conv_and_linear_weights_only(monkeypatch):
     method = make()
     captured = {}
     def fit(task, loss, params, optimizer, after_backward, model):
-        return phase_returning(captured.update(params=params, decay=after_backward, model=model,
+        return (captured.update(params=params, decay=after_backward, model=model,
                                                weight_decay=optimizer.param_groups[0]["weight_decay"]))
     monkeypatch.setattr(method.loop, "fit", fit)
     monkeypatch.setattr(method, "accuracy", lambda *a, **k: 0.5)
-    run_phases(method.goal_model(tasks[0]))
+    method.goal_model(tasks[0])
     params = captured["params"]
     for p in params:
         p.grad = torch.zeros_like(p)
@@ -242,9 +241,9 @@ def test_packnet_drops_its_retraining_lr_at_epoch_25(monkeypatch):
     cfg, tasks, make = build(*TINY["packnet"], *COMMON)
     method = make()
     calls = []
-    monkeypatch.setattr(method, "train_weights", lambda task, epochs, lr, **k: phase_returning(calls.append(
+    monkeypatch.setattr(method, "train_weights", lambda task, epochs, lr, **k: (calls.append(
         (epochs, lr, k.get("milestones")))))
-    run_phases(method.train_task(tasks[0]))
+    method.train_task(tasks[0])
     assert calls == [(2, 0.05, None), (1, 1e-3, [25])]
     assert compose_cfg("method=packnet").method.retrain_lr_milestones == [25]
 
@@ -254,9 +253,9 @@ def test_fit_drops_the_lr_at_its_milestones():
     method = make()
     lrs = []
     opt = torch.optim.SGD(method.heads.parameters(), lr=1.0)
-    run_phases(method.loop.fit(tasks[0], lambda b: method.loss(b, 0), params=method.heads.parameters(), epochs=3,
+    method.loop.fit(tasks[0], lambda b: method.loss(b, 0), params=method.heads.parameters(), epochs=3,
                                optimizer=opt, milestones=[2],
-                               after_epoch=lambda e: lrs.append(opt.param_groups[0]["lr"])))
+                               after_epoch=lambda e: lrs.append(opt.param_groups[0]["lr"]))
     assert lrs == [1.0, 0.1, 0.1]
 
 
@@ -331,7 +330,6 @@ def goal_fits(monkeypatch, method, accuracies):
         fits.append({"task": task.id, "lr": optimizer.param_groups[0]["lr"], "start": net.detach().clone()})
         with torch.no_grad():
             net.fill_(float(len(fits)))
-        yield from ()
 
     monkeypatch.setattr(method.loop, "fit", fit)
     monkeypatch.setattr(method, "accuracy", lambda *a, **k: next(handed))
@@ -345,7 +343,7 @@ def test_finetune_goals_chain_from_an_earlier_tasks_goal_model(monkeypatch):
                              "method.goal_source=finetune")
     method = make()
     fits = goal_fits(monkeypatch, method, [0.7, 0.8, 0.6, 0.9])
-    goals = [run_phases(method.task_goal(task)) for task in tasks]
+    goals = [method.task_goal(task) for task in tasks]
     assert goals == [0.7, 0.8, 0.6, 0.9]
     assert [f["lr"] for f in fits] == [method.cfg.lr, 5e-3, 5e-3, 5e-3]
     assert not torch.all(fits[0]["start"] == fits[0]["start"].flatten()[0])  # task 0: freshly initialised
@@ -365,19 +363,19 @@ def test_goal_repeats_keep_the_best_goal_and_all_max_the_best_of_both_sources(mo
                              "method.goal_source=finetune", "method.goal_repeats=3")
     method = make()
     goal_fits(monkeypatch, method, [0.5, 0.9, 0.7])
-    assert run_phases(method.task_goal(tasks[0])) == 0.9
+    assert method.task_goal(tasks[0]) == 0.9
     assert sorted(method.ctx.store.memory) == [(0, f"cpg_goal_chain{c}") for c in range(3)]
     cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", "backbone.hidden_sizes=[8]",
                              "method.goal_source=all_max")
     method = make()
     fits = goal_fits(monkeypatch, method, [0.6, 0.8, 0.9, 0.7])  # task 0: scratch, finetune; task 1: the same
-    assert run_phases(method.task_goal(tasks[0])) == 0.8 and run_phases(method.task_goal(tasks[1])) == 0.9
+    assert method.task_goal(tasks[0]) == 0.8 and method.task_goal(tasks[1]) == 0.9
     assert [f["lr"] for f in fits] == [method.cfg.lr, method.cfg.lr, method.cfg.lr, 5e-3]
     for source in ("independent", "fixed", "none"):
         cfg, tasks, make = build(*CPG_MLP, *COMMON, "backbone=mlp", f"method.goal_source={source}")
         method = make()
         goal_fits(monkeypatch, method, [0.5])
-        run_phases(method.task_goal(tasks[0]))
+        method.task_goal(tasks[0])
         assert not method.ctx.store.memory  # only fine-tune chains keep their networks
 
 
@@ -391,13 +389,13 @@ def test_a_refit_below_the_compacted_accuracy_is_kept_only_under_the_official_ba
     method.begin_task(1)
     accs = iter([0.5, 0.85] + [0.8] * 10)  # the restarted mask, then the refit's epochs
     monkeypatch.setattr(method, "accuracy", lambda split, task_id, model=None: next(accs))
-    monkeypatch.setattr(method, "train_weights", lambda *a, after_epoch=None, **k: phase_returning(
+    monkeypatch.setattr(method, "train_weights", lambda *a, after_epoch=None, **k: (
         [after_epoch(e) for e in range(6)]))
     snaps = iter(["compacted", "refit epoch 0"])
     monkeypatch.setattr(method, "snapshot", lambda: next(snaps))
     restored = []
     monkeypatch.setattr(method, "restore", restored.append)
-    assert run_phases(method.refit_picking(tasks[1], acc=0.95)) == kept
+    assert method.refit_picking(tasks[1], acc=0.95) == kept
     assert restored == ["refit epoch 0" if baseline == "restarted" else "compacted"]
 
 
@@ -468,7 +466,7 @@ def test_gradual_pruning_updates_masks_and_zeroes_weights_when_the_official_mana
         seen["held"].append(sum(int(((layer.owner == 0) & (layer.weight != 0)).sum()) for layer in method.layers))
 
     method.release, method.protect = spy_release, spy_protect
-    run_phases(method.gradual_prune(task, 0.0, 0.5))
+    method.gradual_prune(task, 0.0, 0.5)
     assert seen["releases"] == [(3, 0.4375, True), (5, 0.5, True)]
     # nonzero free weights from the release after step 3 until epoch 0 ends, after step 5 until the phase ends
     assert [held > 0 for held in seen["held"]] == [False, False, False, True, False, True, True, True]
@@ -488,5 +486,5 @@ def test_immediate_pruning_releases_on_its_grid_and_the_ramps_end_and_zeroes_at_
     release = method.release
     method.release = lambda task_id, sparsity, cutoff=False: (calls.append((round(sparsity, 6), cutoff)),
                                                                release(task_id, sparsity, cutoff))
-    run_phases(method.gradual_prune(task, 0.0, 0.5))
+    method.gradual_prune(task, 0.0, 0.5)
     assert calls == [(round(0.5 - 0.5 * 0.25 ** 3, 6), False), (0.5, False)]  # steps 3 and 4 (the ramp's end)

@@ -5,7 +5,6 @@ import re
 
 import pytest
 import torch
-from conftest import run_phases
 
 from cl_bench import backbones, config, methods, recorders
 from cl_bench.data import scenarios
@@ -37,7 +36,7 @@ def learn_first_task(*overrides):
     said = Warnings()
     ctx = methods.Context(torch.device("cpu"), None, torch.Generator().manual_seed(0), said)
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
-    run_phases(method.learning(scenario.tasks[0]))
+    method.learn(scenario.tasks[0])
     return method, scenario.tasks, said.said
 
 
@@ -73,7 +72,7 @@ def test_a_ramp_shorter_than_prune_frequency_is_warned_and_nothing_is_said_relea
     assert masks_sparsity(method) == 0 and float(method.sparsity[0]) == 0 and kept_in_log(caplog) == 0
     hoarded = [f for f in method.health(tasks[0]) if f.check == "cpg.hoarded"]
     assert len(hoarded) == 1 and "none a multiple of method.prune_frequency 10" in hoarded[0].detail
-    run_phases(method.learning(tasks[1]))
+    method.learn(tasks[1])
     assert len(said) == 1  # once a run
 
 

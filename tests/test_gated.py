@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import cl_bench, contract_problems, phase_returning, train
+from conftest import cl_bench, contract_problems, train
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
@@ -232,7 +232,7 @@ def test_joint_objective_trains_the_task_classifier_with_the_task():
     before = [p.detach().clone() for p in method.task_classifier.parameters()]
     calls = []
     # the post-hoc fit must not run
-    method._fit_task_classifier = lambda task, epochs: phase_returning(calls.append(task.id))
+    method._fit_task_classifier = lambda task, epochs: calls.append(task.id)
     method.learn(tasks[1])
     assert calls == []
     assert all(not torch.equal(a, p) for a, p in zip(before, method.task_classifier.parameters()))
@@ -381,7 +381,7 @@ def test_the_task_classifier_learning_rate_and_refit_are_read():
     assert all(torch.allclose(a, p, atol=1e-6) for a, p in zip(before, slow.task_classifier.parameters()))
     refit, tasks = build("class", epochs=1, memory_size=60, task_classifier_refit_epochs=2)
     calls = []
-    refit._fit_task_classifier = lambda task, epochs: phase_returning(calls.append((task.id, epochs)))
+    refit._fit_task_classifier = lambda task, epochs: calls.append((task.id, epochs))
     refit.learn(tasks[0])
     refit.learn(tasks[1])
     assert calls == [(0, 2), (1, 2)]

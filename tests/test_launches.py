@@ -4,7 +4,6 @@ scores take no Adam step at lr 0, and CPG's growth and goal models keep a run's 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_phases
 from torch import nn
 
 from cl_bench import backbones, config, methods, recorders
@@ -202,7 +201,7 @@ def test_cpgs_goal_model_takes_the_runs_memory_format(monkeypatch, channels_last
     monkeypatch.setattr(method.loop, "fit", lambda task, loss, model, **kwargs: iter(trained.update(model=model) or ()))
     monkeypatch.setattr(method, "accuracy", lambda *args, **kwargs: 0.5)
     task = type("Task", (), {"id": 0, "num_classes": 2, "val": None})()
-    run_phases(method.goal_model(task))
+    method.goal_model(task)
     convs = [m.weight for m in trained["model"].modules() if isinstance(m, nn.Conv2d)]
     want = torch.channels_last if channels_last else torch.contiguous_format
     assert convs and all(masked.memory_format(w) == want for w in convs)

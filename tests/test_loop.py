@@ -1,5 +1,6 @@
-"""The epoch loop hands the run each epoch's end (methods/loop.py): fit() yields, a method's train_task passes the
-yields on, and a phase made but never run is refused rather than silently skipped."""
+"""The epoch loop hands the run each epoch's end (methods/loop.py): fit() is a plain call that trains its phase and
+calls the run's at_epoch_end after each epoch, so a method's helpers are plain functions that return what they
+measured."""
 import pytest
 import torch
 
@@ -16,54 +17,52 @@ def experiment(*overrides):
     return api.build(api.compose(*TINY, *overrides))
 
 
-def test_learning_yields_each_epoch_of_each_phase_in_turn():
+def test_learning_hands_the_run_each_epoch_of_each_phase_in_turn():
     exp = experiment("method=packnet", "method.epochs=2", "method.retrain_epochs=3")
-    ends = list(exp.method.learning(exp.tasks[0]))
+    ends, learned = [], []
+    exp.method.learn(exp.tasks[0], lambda end: (ends.append(end), learned.append(int(exp.method.tasks_learned))))
     assert all(isinstance(end, EpochEnd) and end.task.id == 0 for end in ends)
     # PackNet's two phases: training, then retraining after the pruning between them
     assert [(end.phase, end.epoch) for end in ends] == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
     state = ends[-1].state()
     assert (state["phase"], state["epoch"]) == (1, 2) and "state" in state["optimizer"]
-    assert int(exp.method.tasks_learned) == 1  # the task counts as learned once its last end was taken
+    # the run is called between epochs, before the task counts as learned; after its last phase, it does
+    assert learned == [0] * 5 and int(exp.method.tasks_learned) == 1
+    assert exp.method.loop.at_epoch_end is None  # the run's callback is the task's, not kept past it
 
 
-def test_the_task_is_learned_only_when_its_yields_run_out():
-    exp = experiment("method=finetune", "method.epochs=3")
-    steps = exp.method.learning(exp.tasks[0])
-    first = next(steps)
-    assert first.epoch == 0 and int(exp.method.tasks_learned) == 0  # the run holds control between epochs
-    assert [end.epoch for end in steps] == [1, 2] and int(exp.method.tasks_learned) == 1
-
-
-class Forgetful(Finetune):
-    """A method author's slip: fit() called without `yield from`, so its phase would never run."""
+class Helpers(Finetune):
+    """A method whose phases run through plain helper functions that return what they measured."""
 
     def train_task(self, task):
-        self.loop.fit(task, lambda batch: self.loss(batch, task.id))
+        self.first_loss = self.train_phase(task, epochs=1)
+        self.train_phase(task, epochs=2)
+
+    def train_phase(self, task, epochs):
+        losses = []
+        self.loop.fit(task, lambda batch: self.loss(batch, task.id), epochs=epochs,
+                      after_epoch=lambda epoch: losses.append(epoch))
+        return losses
 
 
-def test_a_fit_never_run_is_refused_not_skipped():
+def test_helpers_are_plain_functions_and_each_fit_trains_when_called():
     exp = experiment("method=finetune")
-    method = Forgetful(exp.method.cfg, exp.method.backbone, exp.info, exp.ctx)
+    method = Helpers(exp.method.cfg, exp.method.backbone, exp.info, exp.ctx)
     before = [p.detach().clone() for p in method.parameters()]
-    with pytest.raises(RuntimeError, match=r"made 1 fit\(\) phase\(s\) it did not run.*yield from self.loop.fit"):
-        method.learn(exp.tasks[0])
-    assert all(torch.equal(a, b) for a, b in zip(before, method.parameters()))  # nothing trained
+    ends = []
+    method.learn(exp.tasks[0], ends.append)
+    assert method.first_loss == [0] and [(end.phase, end.epoch) for end in ends] == [(0, 0), (1, 0), (1, 1)]
+    assert not all(torch.equal(a, b) for a, b in zip(before, method.parameters()))  # it trained
 
 
-class ForgetfulHelper(Finetune):
-    """The same slip one level up: a helper that yields from fit(), called without `yield from`."""
+def test_a_failing_phase_leaves_no_callback_behind():
+    exp = experiment("method=finetune", "method.epochs=2")
 
-    def train_task(self, task):
-        self.phase_one(task)
-        yield from ()
+    def stop(end):
+        raise KeyboardInterrupt
 
-    def phase_one(self, task):
-        yield from self.loop.fit(task, lambda batch: self.loss(batch, task.id))
-
-
-def test_a_training_helper_never_run_is_refused_too():
-    exp = experiment("method=finetune")
-    method = ForgetfulHelper(exp.method.cfg, exp.method.backbone, exp.info, exp.ctx)
-    with pytest.raises(RuntimeError, match=r"made 0 fit\(\) phase\(s\) it did not run and ran 0"):
-        method.learn(exp.tasks[0])
+    with pytest.raises(KeyboardInterrupt):
+        exp.method.learn(exp.tasks[0], stop)
+    assert exp.method.loop.at_epoch_end is None and int(exp.method.tasks_learned) == 0
+    exp.method.learn(exp.tasks[0])  # learned again without the run's callback
+    assert int(exp.method.tasks_learned) == 1

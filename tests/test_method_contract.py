@@ -34,8 +34,8 @@ def run_capturing(monkeypatch, run_dir, args):
 
     def method(*a, **k):
         m = seen["method"] = build_method(*a, **k)
-        learning = m.learning  # what the run calls: each task's training, yielding its epochs' ends
-        m.learning = lambda task: (seen["given"].append(task), learning(task))[1]
+        learn = m.learn  # what the run calls: each task's training, with its epochs' ends handed to the run
+        m.learn = lambda task, at_epoch_end=None: (seen["given"].append(task), learn(task, at_epoch_end))[1]
         return m
 
     monkeypatch.setattr(scenarios, "build", scenario)
@@ -43,7 +43,7 @@ def run_capturing(monkeypatch, run_dir, args):
     run_dir.mkdir()
     train_module.run(config.compose(args), run_dir)
     monkeypatch.undo()
-    del vars(seen["method"])["learning"]  # the recording wrapper holds `seen`, the scenario included
+    del vars(seen["method"])["learn"]  # the recording wrapper holds `seen`, the scenario included
     assert len(seen["given"]) == len(seen["scenario"].tasks), "every task the run learned was recorded"
     return json.loads((run_dir / "metrics.json").read_text()), seen
 

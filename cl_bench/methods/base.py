@@ -4,7 +4,7 @@ owns, `self.loop` (loop.py); what the run lends it is context.py, heads are in h
 parallel.py."""
 import abc
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -113,27 +113,22 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         self.loop = Loop(self)  # the epoch loop the method trains through, with its state (loop.py)
 
     # --- the contract -------------------------------------------------------------------------------
-    def learn(self, task: Task) -> None:
-        """All of one task's training, every phase it needs (learning(), run through)."""
-        for _ in self.learning(task):
-            pass
-
-    def learning(self, task: Task) -> Iterator[EpochEnd]:
-        """All of one task's training, yielding where the loop stands after each epoch of each phase: the run
-        decides there whether to checkpoint (train.py)."""
+    def learn(self, task: Task, at_epoch_end: Callable[[EpochEnd], None] | None = None) -> None:
+        """All of one task's training, every phase it needs; at_epoch_end, where given, is called with where the
+        loop stands after each epoch of each fit() phase: the run decides there whether to checkpoint (train.py)."""
         self.heads.seen = self.info.seen_outputs(task.id)
-        self.loop.start_task()
-        phases = self.train_task(task)
-        if phases is not None:
-            yield from phases
-        self.loop.finish_task(task, ran_phases=phases is not None)
+        self.loop.start_task(at_epoch_end)
+        try:
+            self.train_task(task)
+        finally:
+            self.loop.at_epoch_end = None
+        self.loop.finish_task(task)
         self.tasks_learned.fill_(task.id + 1)
 
     @abc.abstractmethod
-    def train_task(self, task: Task) -> Iterator[EpochEnd] | None:
-        """Every phase of one task's training (the method's own procedure): a generator that runs each phase as
-        `yield from self.loop.fit(...)`, passing the run each epoch's end. A method whose training is its own loop,
-        without fit(), may return None."""
+    def train_task(self, task: Task) -> None:
+        """Every phase of one task's training (the method's own procedure), each a `self.loop.fit(...)` call or
+        the method's own loop."""
 
     def forward(self, x: torch.Tensor, task_id: int | None) -> torch.Tensor:
         return self.heads(self.backbone(x), task_id)

@@ -139,7 +139,7 @@ class BiC(Rehearsal, Method):
         self.alpha[task.id], self.beta[task.id] = 1.0, 0.0
         held, trained = budget(self.cfg.memory_size, self.info.seen_outputs(task.id), self.cfg.val_fraction)
         data = Split.cat([self.hold_out(task.train, held), Split(*self.memory.stored())])
-        yield from self.loop.fit(task, self.stage1_loss(task), data=data)
+        self.loop.fit(task, self.stage1_loss(task), data=data)
         if task.id > 0:
             with self.loop.phase("bias_correction"):
                 self.correct_bias(task)

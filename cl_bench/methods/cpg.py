@@ -216,16 +216,16 @@ class CPG(MaskedMethod):
             raise UserError("cpg selects models on validation data: set data.val_fraction above 0, or "
                             "method.protocol=official to select on the test split as the official code does")
         self.ramp_short = self.short_ramp(task)
-        goal = yield from self.task_goal(task)
+        goal = self.task_goal(task)
         self.compacting_stop = self.compacting_criterion = self.refit_kept = None
         self.begin_task(task.id)
-        acc, exhausted = yield from self.pick_and_grow(task, goal)
+        acc, exhausted = self.pick_and_grow(task, goal)
         self.multiplier_per_task[task.id] = self.param_multiplier
         criterion = acc if goal is None else goal  # without a goal compacting may lose nothing
         if self.owns_weights(task.id):  # else nothing of its own to prune, nor a mask worth refitting
-            acc = yield from self.compact(task, criterion, acc, exhausted)
+            acc = self.compact(task, criterion, acc, exhausted)
             if self.picking_on(task.id) and self.cfg.retrain_picking:
-                acc = yield from self.refit_picking(task, acc)
+                acc = self.refit_picking(task, acc)
         self.goal[task.id], self.val_acc[task.id] = criterion, acc
         self.finish_task(task.id)
 
@@ -247,20 +247,20 @@ class CPG(MaskedMethod):
                 seen += target.shape[0]
             return F.cross_entropy(logits, target)
 
-        yield from self.train_weights(task, epochs, lr, loss_fn=loss, **kwargs)
+        self.train_weights(task, epochs, lr, loss_fn=loss, **kwargs)
         return parallel.all_ranks_fraction(hits, seen)
 
     def pick_and_train(self, task) -> tuple[float, float]:
         """(selection accuracy, last epoch's training accuracy)."""
         mask_lr = self.cfg.mask_lr if self.picking_on(task.id) else 0.0
-        train_acc = yield from self.train_measured(task, self.cfg.epochs, self.cfg.lr, mask_lr=mask_lr)
+        train_acc = self.train_measured(task, self.cfg.epochs, self.cfg.lr, mask_lr=mask_lr)
         return self.accuracy(task.val, task.id), train_acc
 
     def pick_and_grow(self, task, goal: float | None) -> tuple[float, bool]:
         """Steps 1 and 2: train; unless training accuracy tops the bar and the goal is met, restart wider while
         growth is allowed. Returns the selection accuracy and whether growth ran out short of the goal."""
         start = self.snapshot()
-        acc, train_acc = yield from self.pick_and_train(task)
+        acc, train_acc = self.pick_and_train(task)
         multiplier = float(self.param_multiplier)
         log.info(f"task {task.id}: goal {'none' if goal is None else f'{goal:.4f}'}; at {multiplier}x: selection acc "
                  f"{acc:.4f}, train acc {train_acc:.4f}")
@@ -271,7 +271,7 @@ class CPG(MaskedMethod):
             self.param_multiplier.fill_(multiplier)
             self.widen(multiplier, task.id)
             with self.loop.phase_named(f"grow_{multiplier}x"):
-                acc, train_acc = yield from self.pick_and_train(task)
+                acc, train_acc = self.pick_and_train(task)
             log.info(f"task {task.id}: grown to {multiplier}x: selection acc {acc:.4f}, train acc {train_acc:.4f}")
         return acc, goal is not None and acc < goal
 
@@ -285,7 +285,7 @@ class CPG(MaskedMethod):
             if must is not None and sparsity >= must:
                 break
             with self.loop.phase_named(f"prune_{target}"):
-                train_acc = yield from self.gradual_prune(task, sparsity, target)
+                train_acc = self.gradual_prune(task, sparsity, target)
             sparsity = target
             if train_acc <= self.cfg.train_acc_bar and not self.loop.every_phase:  # the official script stops here
                 log.info(f"task {task.id}: sparsity {target}: train acc {train_acc:.4f}, compacting stops")
@@ -315,8 +315,8 @@ class CPG(MaskedMethod):
             def at_once(step):
                 self.prune_at_once(task, step, end, initial, target)
 
-            return (yield from self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, milestones=[],
-                                                   after_step=at_once))
+            return self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr, milestones=[],
+                                       after_step=at_once)
 
         def after_step(step):  # the official Manager.train: step k = step - 1 is done, then gradually_prune(k)
             k = step - 1
@@ -331,8 +331,8 @@ class CPG(MaskedMethod):
         for layer in self.layers:
             layer.free_compute = True
         try:
-            return (yield from self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr,
-                                                   after_step=after_step, after_epoch=after_epoch, milestones=[]))
+            return self.train_measured(task, self.cfg.prune_epochs, self.cfg.prune_lr,
+                                       after_step=after_step, after_epoch=after_epoch, milestones=[])
         finally:  # after_epoch zeroed the last epoch's releases
             for layer in self.layers:
                 layer.free_compute = False
@@ -390,8 +390,8 @@ class CPG(MaskedMethod):
             return stale >= self.cfg.refit_patience
 
         with self.loop.phase_named("refit"):
-            yield from self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr,
-                                          mask_lr=self.cfg.retrain_mask_lr, milestones=[], after_epoch=after_epoch)
+            self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr,
+                               mask_lr=self.cfg.retrain_mask_lr, milestones=[], after_epoch=after_epoch)
         self.restore(before if best is None else best)
         self.refit_per_task[task.id] = REFIT_OUTCOMES.index("kept nothing" if best is None else "kept an epoch")
         log.info(f"task {task.id}: picking refit " + ("kept nothing" if best is None else f"kept, {best_acc:.4f}"))
@@ -432,9 +432,9 @@ class CPG(MaskedMethod):
         goals = []
         for chain in range(self.cfg.goal_repeats):
             if source in ("independent", "all_max"):
-                goals.append((yield from self.goal_model(task))[0])
+                goals.append(self.goal_model(task)[0])
             if source in ("finetune", "all_max"):
-                goals.append((yield from self.finetune_goal(task, chain)))
+                goals.append(self.finetune_goal(task, chain))
         log.info(f"task {task.id}: {source} goal models' selection accuracies " + ", ".join(f"{g:.4f}" for g in goals))
         return max(goals)
 
@@ -448,7 +448,7 @@ class CPG(MaskedMethod):
             start = self.ctx.store.get(int(torch.randint(task.id, (1,), generator=g, device=g.device)),
                                        goal_net_name(chain))
             lr = self.cfg.finetune_goal_lr
-        acc, net = yield from self.goal_model(task, start, lr)
+        acc, net = self.goal_model(task, start, lr)
         if task.id + 1 < self.info.num_tasks:  # no task after the last draws from it
             self.ctx.store.put(task.id, goal_net_name(chain), flatten_state(net))
         return acc
@@ -492,10 +492,10 @@ class CPG(MaskedMethod):
 
         params = list(model.parameters())
         with self.loop.phase_named("goal"):
-            yield from self.loop.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)),
-                                     params=params, model=model,  # data-parallel: its gradients averaged too
-                                     optimizer=self.loop.make_optimizer(params, lr=lr, weight_decay=0.0),
-                                     after_backward=decay)
+            self.loop.fit(task, lambda b: F.cross_entropy(model(b.x), self.targets(b.y, task.id)),
+                          params=params, model=model,  # data-parallel: its gradients averaged too
+                          optimizer=self.loop.make_optimizer(params, lr=lr, weight_decay=0.0),
+                          after_backward=decay)
         model.eval()
         return self.accuracy(task.val, task.id, model), net
 

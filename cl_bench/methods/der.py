@@ -87,7 +87,7 @@ class DER(Rehearsal, Method):
             self.memory.add(whole.raw, whole.y, whole.t, logits=logits.masked_fill(logits.isinf(), 0),
                             generator=self.ctx.generator)
 
-        yield from self.loop.fit(task, loss, after_step=store)
+        self.loop.fit(task, loss, after_step=store)
 
     def dark_logits(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """The logits DER stores and matches, in the label space's layout: the single head's every output

@@ -97,11 +97,11 @@ class ER(Rehearsal, Method):
 
         after_backward = clip if self.cfg.grad_clip_norm > 0 else None
         if self.cfg.memory_policy == "balanced":
-            yield from self.loop.fit(task, loss, after_backward=after_backward, glances=self.cfg.glances)
+            self.loop.fit(task, loss, after_backward=after_backward, glances=self.cfg.glances)
             self.memory.add_task(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
         else:
-            yield from self.loop.fit(task, loss, after_step=store, after_backward=after_backward,
-                                     glances=self.cfg.glances)
+            self.loop.fit(task, loss, after_step=store, after_backward=after_backward,
+                          glances=self.cfg.glances)
 
     def draw(self, m: int):
         """This rank's rows of a replay batch of m (data-parallel: every rank draws alike) and, for a distinct

@@ -105,7 +105,7 @@ class ERACE(Rehearsal, Method):
             whole = batch.unsharded()
             self.memory.add(whole.raw, whole.y, whole.t, generator=self.ctx.generator)
 
-        yield from self.loop.fit(task, loss, after_step=store)
+        self.loop.fit(task, loss, after_step=store)
 
     def incoming_classes(self, y: torch.Tensor) -> torch.Tensor:
         """Record the batch's classes as met, and return the outputs its loss keeps: the classes present in the

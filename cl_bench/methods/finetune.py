@@ -8,4 +8,4 @@ class Finetune(Method):
     distributed_scenarios = frozenset({"task", "class"})
 
     def train_task(self, task):
-        yield from self.loop.fit(task, lambda batch: self.loss(batch, task.id))
+        self.loop.fit(task, lambda batch: self.loss(batch, task.id))

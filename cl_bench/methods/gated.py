@@ -195,13 +195,13 @@ class Gated(Method):
     # --- training -----------------------------------------------------------------------------------
     def train_task(self, task):
         self.seen_tasks.append(task)
-        yield from self._fit_path(task)
+        self._fit_path(task)
         self._consolidate(task)
         if self.info.scenario == "class":
             if self.cfg.task_classifier_fit == "after_task":
-                yield from self._fit_task_classifier(task, self.cfg.task_classifier_epochs)
+                self._fit_task_classifier(task, self.cfg.task_classifier_epochs)
             elif self.cfg.task_classifier_refit_epochs:
-                yield from self._fit_task_classifier(task, self.cfg.task_classifier_refit_epochs)
+                self._fit_task_classifier(task, self.cfg.task_classifier_refit_epochs)
             if self.cfg.offline_bound_epochs:
                 self.offline_task_acc[task.id, : task.id + 1] = self._offline_bound(task.id + 1)
             self.memory.add_task(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
@@ -243,8 +243,8 @@ class Gated(Method):
             if self.cfg.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
 
-        yield from self.loop.fit(task, loss, params=params, optimizer=optimizer, after_backward=after_backward,
-                                 after_step=lambda _: self._restore_frozen())
+        self.loop.fit(task, loss, params=params, optimizer=optimizer, after_backward=after_backward,
+                      after_step=lambda _: self._restore_frozen())
 
     def _classifier_lr(self) -> float:
         return self.cfg.lr if self.cfg.task_classifier_lr is None else self.cfg.task_classifier_lr
@@ -343,9 +343,9 @@ class Gated(Method):
 
         params = list(self.task_classifier.parameters())
         with self.loop.phase_named("task_classifier"):
-            yield from self.loop.fit(task, loss, data=data, params=params, epochs=epochs,
-                                     optimizer=self.loop.make_optimizer(params, lr=self._classifier_lr(),
-                                                                        weight_decay=0.0))
+            self.loop.fit(task, loss, data=data, params=params, epochs=epochs,
+                          optimizer=self.loop.make_optimizer(params, lr=self._classifier_lr(),
+                                                             weight_decay=0.0))
 
     # --- class scenario: the diagnostic upper bound of task prediction (offline_bound_epochs) ---------------
     def _offline_bound(self, count: int) -> torch.Tensor:

@@ -131,7 +131,7 @@ class GDumb(Rehearsal, Method):
         add(task.train.x, task.train.y, task.train.t, generator=self.ctx.generator)
         reset_parameters(self.backbone, self.weight_init)  # the dumb learner starts from scratch every time
         reset_parameters(self.heads, self.weight_init)
-        yield from self.fit_memory(task)
+        self.fit_memory(task)
 
     def fit_memory(self, task):
         data = Split(*self.memory.stored())
@@ -154,8 +154,8 @@ class GDumb(Rehearsal, Method):
         def clip():
             torch.nn.utils.clip_grad_norm_(params, self.cfg.clip_norm)
 
-        yield from self.loop.fit(task, loss, data=data, params=params, optimizer=optimizer, after_backward=clip,
-                                 milestones=[])
+        self.loop.fit(task, loss, data=data, params=params, optimizer=optimizer, after_backward=clip,
+                      milestones=[])
 
     def capacity(self):
         mem = sum(b.numel() * b.element_size() for b in self.memory.buffers())

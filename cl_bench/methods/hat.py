@@ -185,8 +185,8 @@ class HAT(Method):
                     e.clamp_(-cfg.thres_emb, cfg.thres_emb)
 
         after_epoch = self._plateau(task, opt) if cfg.lr_schedule == "plateau" else None
-        yield from self.loop.fit(task, loss, params=params, optimizer=opt, after_backward=after_backward,
-                                 after_step=after_step, after_epoch=after_epoch)
+        self.loop.fit(task, loss, params=params, optimizer=opt, after_backward=after_backward,
+                      after_step=after_step, after_epoch=after_epoch)
         if after_epoch is not None:
             after_epoch.restore_best()
         self._accumulate_attention(t)

@@ -24,7 +24,7 @@ class Heads(nn.Module):
             self.register_buffer("foreign", (col < first[:, None]) | (col >= end[:, None]), persistent=False)
         else:
             self.head = nn.Linear(feature_dim, info.num_outputs)
-        self.seen = info.seen_outputs(0)  # outputs seen so far (class scenario); set by Method.learning and on load
+        self.seen = info.seen_outputs(0)  # outputs seen so far (class scenario); set by Method.learn and on load
 
     def forward(self, features: torch.Tensor, task_id: int | None) -> torch.Tensor:
         if self.per_task:

@@ -86,7 +86,7 @@ class ICaRL(Rehearsal, Method):
 
     def train_task(self, task):
         exemplars = Split(*self.memory.stored())
-        yield from self.loop.fit(task, self.distillation_loss(task), data=Split.cat([task.train, exemplars]))
+        self.loop.fit(task, self.distillation_loss(task), data=Split.cat([task.train, exemplars]))
         self.memory.add_herding(task.train.x, task.train.y, task.train.t, self.features(task.train.x))
         self.update_class_means()
 

@@ -27,9 +27,9 @@ class Independent(Method):
         while len(self.nets) <= task.id:
             self.nets.append(self._new_net())
         net = self.nets[task.id]
-        yield from self.loop.fit(task, lambda b: nn.functional.cross_entropy(self._logits(net, b.x, task.id),
-                                                                        self.targets(b.y, task.id)),
-                            params=net.parameters())
+        self.loop.fit(task, lambda b: nn.functional.cross_entropy(self._logits(net, b.x, task.id),
+                                                                   self.targets(b.y, task.id)),
+                      params=net.parameters())
 
     @staticmethod
     def _logits(net, x, task_id):

@@ -17,4 +17,4 @@ class Joint(Method):
 
     def train_task(self, task):
         self.seen_train.append(task.train)
-        yield from self.loop.fit(task, self.mixed_loss, data=Split.cat(self.seen_train))
+        self.loop.fit(task, self.mixed_loss, data=Split.cat(self.seen_train))

@@ -3,11 +3,12 @@ within, and the training batch. Each Method (methods/base.py) owns one Loop, `me
 loop's own state (the phase counter, the resume point, the phase names); the method keeps the contract a method
 author implements. Data-parallel training's own pieces are in parallel.py.
 
-fit() is a generator: it yields an EpochEnd after every epoch, and a method's train_task passes them on
-(`yield from self.loop.fit(...)`), so that the run (train.py) holds control at each epoch's end and decides there
-whether to checkpoint; nothing in the loop calls up into the run."""
+fit() is a plain call that returns when its phase has trained; a method's train_task and its helpers are plain
+functions around such calls. After every epoch fit() hands an EpochEnd to the one callback the run gave the task
+(Method.learn's at_epoch_end), which decides there whether to checkpoint (train.py); the loop knows nothing else of
+the run."""
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -51,8 +52,8 @@ class LoopOptions:
 
 @dataclass
 class EpochEnd:
-    """Where the loop stands after an epoch of a phase, yielded by fit() to the run, which decides whether to
-    checkpoint it: state() is what a within-task checkpoint keeps and ResumePoint restores."""
+    """Where the loop stands after an epoch of a phase, handed by fit() to the run's at_epoch_end, which decides
+    whether to checkpoint it: state() is what a within-task checkpoint keeps and ResumePoint restores."""
 
     task: Task
     phase: int  # the fit() call's index within the task
@@ -96,14 +97,14 @@ def stepping() -> bool:
 class Loop:
     """A method's training: fit() and the helpers a method's own loops use (phases, shards, augmentation), with
     the loop's state. It reads its method's cfg, ctx and info and trains the method's parameters; the method
-    calls start_task() and finish_task() around each task (Method.learning)."""
+    calls start_task() and finish_task() around each task (Method.learn)."""
 
     def __init__(self, method):
         self.method = method
         self.phase_index = 0  # fit() calls made so far in the current task
         self.resume_at: ResumePoint | None = None  # where a within-task checkpoint resumes the next task
         self.phase_name = "train"  # what debug=shape's record calls fit()'s phases (phase_named)
-        self.fits_made = self.fits_run = 0  # fit() phases of the current task made, and run (fits_not_run)
+        self.at_epoch_end: Callable[[EpochEnd], None] | None = None  # the run's, for the task learning now
 
     @property
     def cfg(self):
@@ -113,15 +114,11 @@ class Loop:
     def ctx(self):
         return self.method.ctx
 
-    def start_task(self) -> None:
-        self.phase_index = self.fits_made = self.fits_run = 0
+    def start_task(self, at_epoch_end: Callable[[EpochEnd], None] | None) -> None:
+        self.phase_index, self.at_epoch_end = 0, at_epoch_end
 
-    def finish_task(self, task: Task, ran_phases: bool) -> None:
-        """The checks at a task's end: every fit() made was run, and a within-task resume point was reached."""
-        if self.fits_not_run() or (ran_phases and not self.fits_run):  # a helper not `yield from`-ed
-            raise RuntimeError(f"{type(self.method).__name__}.train_task made {self.fits_not_run()} fit() phase(s) "
-                               f"it did not run and ran {self.fits_run}: fit(), and a helper that calls it, is a "
-                               "generator: call it as `yield from self.loop.fit(...)`")
+    def finish_task(self, task: Task) -> None:
+        """The check at a task's end: a within-task resume point was reached."""
         if self.resume_at is not None:
             raise RuntimeError(f"task {task.id} ended before reaching phase {self.resume_at.phase} of its "
                                "within-task checkpoint: the method's phases are not reproducible")
@@ -138,22 +135,13 @@ class Loop:
             return torch.optim.Adam(params, lr=lr, weight_decay=wd)
         return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
 
-    def fit(self, task: Task, loss_fn, **options) -> Iterator[EpochEnd]:
-        """One phase of the task through the epoch loop (_fit), yielding each epoch's end; named by phase_named in
-        debug=shape's record; options: LoopOptions' fields. It runs only as it is iterated: `yield from` it."""
-        self.fits_made += 1
-        return self._phase_run(task, loss_fn, LoopOptions(**options), self.phase_name)
+    def fit(self, task: Task, loss_fn, **options) -> None:
+        """One phase of the task through the epoch loop (_fit), trained when it returns; named by phase_named in
+        debug=shape's record; options: LoopOptions' fields."""
+        with self.phase(self.phase_name):
+            self._fit(task, loss_fn, LoopOptions(**options))
 
-    def _phase_run(self, task: Task, loss_fn, options: LoopOptions, name: str) -> Iterator[EpochEnd]:
-        self.fits_run += 1
-        with self.phase(name):
-            yield from self._fit(task, loss_fn, options)
-
-    def fits_not_run(self) -> int:
-        """fit() phases made in this task that never ran: a train_task that called fit() without `yield from`."""
-        return self.fits_made - self.fits_run
-
-    def _fit(self, task: Task, loss_fn, options: LoopOptions) -> Iterator[EpochEnd]:
+    def _fit(self, task: Task, loss_fn, options: LoopOptions) -> None:
         """The common epoch loop: on-device shuffled batches, one optimiser and lr schedule (×lr_gamma at the
         milestones), and the loss accumulated on the device and read once per epoch (no host sync per step)."""
         data, params, optimizer, milestones = options.data, options.params, options.optimizer, options.milestones
@@ -182,7 +170,8 @@ class Loop:
                                                     options.after_backward, options.after_step)
             sched.step()
             self._epoch_done(task, epoch, total / max(steps * glances - skipped, 1), first_bad, skipped)
-            yield EpochEnd(task, phase, epoch, opt, side_optimizers)
+            if self.at_epoch_end is not None:
+                self.at_epoch_end(EpochEnd(task, phase, epoch, opt, side_optimizers))
             if after_epoch is not None and after_epoch(epoch):
                 break
         if self.ctx.world_size > 1:

@@ -121,7 +121,7 @@ class CosineHead(nn.Module):
         self.weights = nn.ParameterList(nn.Parameter(torch.empty(n, feature_dim).uniform_(-bound, bound))
                                         for n in info.sizes)
         self.sigma = nn.Parameter(torch.ones(1))
-        self.seen = info.seen_outputs(0)  # outputs in use: set by Method.learning and on load
+        self.seen = info.seen_outputs(0)  # outputs in use: set by Method.learn and on load
 
     def cosine(self, features: torch.Tensor) -> torch.Tensor:
         weight = F.normalize(torch.cat(list(self.weights)), dim=1)
@@ -170,12 +170,12 @@ class LUCIR(Rehearsal, Method):
         # the old classes' weight vectors are left out: frozen
         params = [*self.backbone.parameters(), self.heads.sigma, self.heads.weights[task.id]]
         if task.id == 0:
-            yield from self.loop.fit(task, lambda batch: self.loss(batch, task.id), data=data, params=params)
+            self.loop.fit(task, lambda batch: self.loss(batch, task.id), data=data, params=params)
         else:
             teacher = fresh_copy(self.backbone).eval().requires_grad_(False)
             if self.cfg.imprint:
                 self.imprint(task)
-            yield from self.loop.fit(task, self.incremental_loss(task, teacher), data=data, params=params)
+            self.loop.fit(task, self.incremental_loss(task, teacher), data=data, params=params)
         if self.loop.resume_at is not None:
             # Resuming within the finetuning phase: the phase above was skipped, and the saved state holds this
             # task's exemplars and the backbone they were herded with (the finetuning leaves it unchanged).
@@ -187,7 +187,7 @@ class LUCIR(Rehearsal, Method):
             self.memory.add_herding(task.train.x, task.train.y, task.train.t, self.features(task.train.x),
                                     per_class=per_class)
         if self.cfg.balanced_finetune and task.id > 0:
-            yield from self.balanced_finetune(task)
+            self.balanced_finetune(task)
 
     def incremental_loss(self, task, teacher):
         old_classes = self.info.seen_outputs(task.id - 1)
@@ -219,10 +219,10 @@ class LUCIR(Rehearsal, Method):
 
         self._features_frozen = True
         try:
-            yield from self.loop.fit(task, loss, data=Split(*self.memory.stored()), params=params,
-                                     epochs=cfg.finetune_epochs,
-                                     optimizer=self.loop.make_optimizer(params, lr=cfg.finetune_lr),
-                                     milestones=cfg.finetune_milestones)
+            self.loop.fit(task, loss, data=Split(*self.memory.stored()), params=params,
+                          epochs=cfg.finetune_epochs,
+                          optimizer=self.loop.make_optimizer(params, lr=cfg.finetune_lr),
+                          milestones=cfg.finetune_milestones)
         finally:
             self._features_frozen = False
 

@@ -33,7 +33,7 @@ class LwF(Method):
 
     def train_task(self, task):
         if task.id == 0:
-            yield from self.loop.fit(task, lambda batch: self.loss(batch, 0))
+            self.loop.fit(task, lambda batch: self.loss(batch, 0))
             return
         # A frozen copy of the network as it was before this task: the teacher.
         old_backbone = fresh_copy(self.backbone).eval().requires_grad_(False)
@@ -54,4 +54,4 @@ class LwF(Method):
                                   old_heads.head(old_features)[:, :old_outputs], self.cfg.temperature)
             return ce + self.cfg.distill_weight * kd
 
-        yield from self.loop.fit(task, loss)
+        self.loop.fit(task, loss)

@@ -174,12 +174,12 @@ class MaskedMethod(Method):
             if after_step is not None:
                 after_step(batch.step + 1)
 
-        yield from self.loop.fit(task, loss_fn or (lambda batch: self.loss(batch, task.id)), params=params,
-                                 epochs=epochs,
-                                 optimizer=self.loop.make_optimizer(params, lr=lr, weight_decay=0.0),
-                                 after_backward=lambda: self.protect(task.id), after_step=on_step,
-                                 side_optimizers=(mask_opt,) if mask_opt is not None else (), milestones=milestones,
-                                 after_epoch=after_epoch)
+        self.loop.fit(task, loss_fn or (lambda batch: self.loss(batch, task.id)), params=params,
+                      epochs=epochs,
+                      optimizer=self.loop.make_optimizer(params, lr=lr, weight_decay=0.0),
+                      after_backward=lambda: self.protect(task.id), after_step=on_step,
+                      side_optimizers=(mask_opt,) if mask_opt is not None else (), milestones=milestones,
+                      after_epoch=after_epoch)
 
     def step_scores(self, mask_opt, lr: float, next_lr: float) -> None:
         """The picking scores' Adam step at lr, none at lr 0: Adam (no weight decay here) then moves no score, and its

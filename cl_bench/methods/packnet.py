@@ -34,8 +34,8 @@ class PackNet(MaskedMethod):
 
     def train_task(self, task):
         self.begin_task(task.id)
-        yield from self.train_weights(task, self.cfg.epochs, self.cfg.lr)
+        self.train_weights(task, self.cfg.epochs, self.cfg.lr)
         self.release(task.id, self.cfg.prune_ratio)
-        yield from self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr,
-                                      milestones=self.cfg.retrain_lr_milestones)
+        self.train_weights(task, self.cfg.retrain_epochs, self.cfg.retrain_lr,
+                           milestones=self.cfg.retrain_lr_milestones)
         self.finish_task(task.id)

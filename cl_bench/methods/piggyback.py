@@ -19,5 +19,5 @@ class Piggyback(MaskedMethod):
 
     def train_task(self, task):
         self.begin_task(task.id)  # the first task claims every weight; later ones find none free
-        yield from self.train_weights(task, self.cfg.epochs, self.cfg.lr, mask_lr=self.cfg.mask_lr)
+        self.train_weights(task, self.cfg.epochs, self.cfg.lr, mask_lr=self.cfg.mask_lr)
         self.finish_task(task.id)

@@ -86,8 +86,8 @@ class QuadraticPenalty(Method):
             p.grad.addcmul_(a, p, value=k).sub_(b, alpha=k)
 
     def train_task(self, task):
-        yield from self.loop.fit(task, lambda batch: self.loss(batch, task.id) + self.penalty(),
-                                 after_backward=self.penalty_grad)
+        self.loop.fit(task, lambda batch: self.loss(batch, task.id) + self.penalty(),
+                      after_backward=self.penalty_grad)
         self.consolidate(task)
 
     @torch.no_grad()

@@ -67,8 +67,8 @@ class SI(QuadraticPenalty):
         with torch.no_grad():  # a within-task resume loads the values saved mid-task over these
             torch._foreach_copy_(self._slots("start"), self.anchored_params())
             torch._foreach_zero_(self._slots("omega"))
-        yield from self.loop.fit(task, lambda batch: self.loss(batch, task.id) + self.penalty(),
-                                 after_backward=self.before_step, after_step=self.after_step)
+        self.loop.fit(task, lambda batch: self.loss(batch, task.id) + self.penalty(),
+                      after_backward=self.before_step, after_step=self.after_step)
         self.consolidate(task)
 
     @torch.no_grad()
