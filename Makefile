@@ -131,7 +131,7 @@ LADDER := dataset.samples_per_task=1000 grid=epoch_ladder seed=0,1,2 logger=none
 repro-gated-ladder: $(VENV_STAMP)  ## gated vs ER and iCaRL at 2, 10 and 30 epochs a task, Split MNIST, class scenario (CPU: about 3 hours)
 	$(foreach m,gated er icarl,$(CL) train -m method=$(m) dataset=split_mnist setting=abati_cpu_$(m)_split_mnist \
 	    $(LADDER) $(ARGS) hydra.sweep.dir=$(REPRO)/repro-gated-ladder/$(m)$(NEWLINE))
-	$(PY) scripts/sweep_table.py $(REPRO)/repro-gated-ladder --by method.name method.epochs --versus method.name=er \
+	$(PY) scripts/sweep_table.py $(REPRO)/repro-gated-ladder --by method.name method.epochs --versus er \
 	    --also task_aware_avg_acc:% task_prediction_avg_acc:% capacity.val_task_accuracy_offline:% \
 	    capacity.kernels_frozen
 
@@ -157,7 +157,7 @@ repro-nccl-calibration: $(VENV_STAMP)  ## NCCL as is, with its calibration froze
 	$(CL) train -m method=nccl dataset=rotated_mnist,permuted_mnist grid=nccl_calibration seed=0,1,2,3,4 $(NCCL_FULL) \
 	    $(ARGS) hydra.sweep.dir=$(RN)/calibration
 	$(PY) scripts/sweep_table.py $(RN)/calibration --by method.outer_objective method.beta \
-	    --versus method.outer_objective=seed method.beta=1.0 --capacity calibration_moved
+	    --versus seed 1.0 --capacity calibration_moved
 
 repro-nccl-mnist: $(VENV_STAMP)  ## La-MAML's MNIST rotations, permutations and many permutations (CPU-sized: see REPRODUCING.md)
 	$(CL) train -m method=nccl,lamaml,er,agem,finetune $(LA_ROT) hydra.sweep.dir=$(RN)/rotations/own

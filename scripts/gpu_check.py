@@ -353,18 +353,23 @@ def jobs_section(data_root: Path, hardware: str, sizes: dict, work: Path, label:
     return out
 
 
-def digits_run(overrides: list[str], run_dir: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "cl_bench", "train", *overrides, f"hydra.run.dir={run_dir}"],
-                          capture_output=True, text=True)
+def digits_runs(overrides: list[str], seeds: tuple[int, ...], folder: Path) -> dict:
+    """The seeds' runs as one multirun (one process: the interpreter and torch start once for all of them)."""
+    proc = subprocess.run([sys.executable, "-m", "cl_bench", "train", "-m", *overrides,
+                           f"seed={','.join(map(str, seeds))}", f"hydra.sweep.dir={folder}",
+                           "hydra.sweep.subdir=seed${seed}"], capture_output=True, text=True)
     if proc.returncode != 0:
-        return {"failed": (proc.stderr.strip().splitlines() or ["?"])[-1]}
-    m = json.loads((run_dir / "metrics.json").read_text())
-    return {"avg_acc": m["avg_acc"], "precision": m["precision"], "time_s": m["time_s"]}
+        return {seeds[0]: {"failed": (proc.stderr.strip().splitlines() or ["?"])[-1]}}
+    runs = {}
+    for seed in seeds:
+        m = json.loads((folder / f"seed{seed}" / "metrics.json").read_text())
+        runs[seed] = {"avg_acc": m["avg_acc"], "precision": m["precision"], "time_s": m["time_s"]}
+    return runs
 
 
 def digits_row(extra: list[str], seeds: tuple[int, ...], cut: list[str], folder: Path) -> dict:
     """One device and precision over the seeds: accuracy by seed (in points), the mean and the runs' mean time."""
-    runs = {seed: digits_run([*DIGITS, *cut, *extra, f"seed={seed}"], folder / f"seed{seed}") for seed in seeds}
+    runs = digits_runs([*DIGITS, *cut, *extra], seeds, folder)
     failed = [run["failed"] for run in runs.values() if "failed" in run]
     if failed:
         return {"failed": failed[0]}

@@ -1,8 +1,8 @@
 """A sweep's runs grouped by the config values that differ between them, each group paired against a baseline.
 
     .venv/bin/python scripts/sweep_table.py SWEEP --by method.outer_objective method.beta \
-        --versus method.outer_objective=seed method.beta=1.0
-    .venv/bin/python scripts/sweep_table.py SWEEP --by method.name method.epochs --versus method.name=er \
+        --versus seed 1.0
+    .venv/bin/python scripts/sweep_table.py SWEEP --by method.name method.epochs --versus er \
         --also task_aware_avg_acc:% capacity.kernels_frozen
 
 `cl-bench report` averages runs of one method, dataset and scenario together; a sweep over other values (an
@@ -11,8 +11,9 @@ run's .hydra/config.yaml): the seeds, RA, BTI and LA (mean ± sd), the largest o
 --capacity names one (NCCL's calibration_moved: median over seeds), and, against its baseline, the paired RA
 difference over shared seeds with its 95% interval and the equivalence verdict at --margin (cl_bench/stats.py, as
 docs/parity.md and `cl-bench report --rank`). A group's baseline is the group of the same dataset whose values are
-the --versus ones for the keys it names and the group's own for the others (--versus method.name=er: each rung's
-ER).
+the --versus values for the first --by keys, in their order, and the group's own for the rest or where a value is
+`-` (--by method.name method.epochs --versus er: each rung's ER). Values only, never KEY=VALUE: a selector that
+reads as an override would seem to set what it only picks.
 """
 from __future__ import annotations
 
@@ -105,15 +106,17 @@ def natural(value: str) -> tuple:
 
 
 def baseline(group: tuple, args) -> tuple:
-    return tuple(args.versus.get(key, value) for key, value in zip(args.by, group))
+    chosen = [*args.versus, *["-"] * (len(group) - len(args.versus))]
+    return tuple(value if mine == "-" else mine for mine, value in zip(chosen, group))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", type=Path)
     parser.add_argument("--by", nargs="+", required=True, help="config keys that tell the groups apart")
-    parser.add_argument("--versus", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="what a group's baseline has for these --by keys (the rest as the group)")
+    parser.add_argument("--versus", nargs="+", default=[], metavar="VALUE",
+                        help="what a group's baseline has for the first --by keys, in order (- or the rest: as the "
+                             "group)")
     parser.add_argument("--capacity", help="a per-task list in metrics.json's capacity to report the largest of")
     parser.add_argument("--also", nargs="+", default=[], metavar="KEY[:%]",
                         help="metrics.json values (dotted: capacity.kernels_frozen) as mean ± sd over seeds, a list "
@@ -121,9 +124,10 @@ def main() -> None:
                              "whose runs lack one shows –")
     parser.add_argument("--margin", type=float, default=1.0, help="the equivalence margin, points of RA")
     args = parser.parse_args()
-    args.versus = dict(pair.split("=", 1) for pair in args.versus)
-    if not set(args.versus) <= set(args.by):
-        parser.error("--versus names keys of --by only")
+    if len(args.versus) > len(args.by):
+        parser.error(f"--versus gives {len(args.versus)} values for {len(args.by)} --by keys: one value a key at most")
+    if any("=" in value for value in args.versus):
+        parser.error("--versus takes values in --by's order, not KEY=VALUE: e.g. --by method.name --versus er")
     print("\n".join(table(runs(args.sweep, args.by), args)))
 
 

@@ -103,12 +103,12 @@ def test_precision_is_judged_paired_on_the_device_and_the_device_unpaired_agains
     accuracy = {("cpu", "fp32"): [91.38, 97.49, 98.33], ("gpu", "fp32"): [97.21, 96.0, 98.9],
                 ("gpu", "bf16"): [93.2, 92.1, 94.8]}
 
-    def run(overrides, run_dir):
+    def runs(overrides, seeds, folder):
         device = "cpu" if "hardware=cpu" in overrides else "gpu"
         precision = "bf16" if "hardware.precision=bf16" in overrides else "fp32"
-        seed = int(next(o for o in overrides if o.startswith("seed="))[5:])
-        return {"avg_acc": accuracy[device, precision][seed] / 100, "precision": precision, "time_s": 1.0}
-    monkeypatch.setattr(gpu_check, "digits_run", run)
+        return {seed: {"avg_acc": accuracy[device, precision][seed] / 100, "precision": precision, "time_s": 1.0}
+                for seed in seeds}
+    monkeypatch.setattr(gpu_check, "digits_runs", runs)
     rows = gpu_check.digits_section(cpu=False, work=tmp_path)
     assert list(rows) == ["cpu fp32", "gpu fp32", "gpu bf16"] and "versus" not in rows["cpu fp32"]
     fp32, bf16 = rows["gpu fp32"]["versus"], rows["gpu bf16"]["versus"]

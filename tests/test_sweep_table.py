@@ -23,7 +23,7 @@ def test_groups_are_paired_against_the_baseline_by_seed(tmp_path):
         write_run(tmp_path / f"a{seed}", 2, seed, low)
         write_run(tmp_path / f"b{seed}", 10, seed, high)
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_table.py"), str(tmp_path), "--by",
-                          "method.epochs", "--versus", "method.epochs=2", "--capacity", "moved"],
+                          "method.epochs", "--versus", "2", "--capacity", "moved"],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[2] == "| split_mnist | 2 | 3 | 70.33 ± 0.58 | -10.00 ± 0.00 | 90.00 ± 0.00 | 2.00e-03 | – |"
     assert out[3] == ("| split_mnist | 10 | 3 | 73.33 ± 1.15 | -10.00 ± 0.00 | 90.00 ± 0.00 | 1.00e-02 "
@@ -48,3 +48,18 @@ def test_also_reports_values_by_their_state_after_the_last_task(tmp_path):
     # the offline rows' last: (0.5 + 0.7) / 2 = 0.60 and (0.5 + 0.8) / 2 = 0.65: 62.50 ± 3.54
     assert "| 90.00 ± 0.00 | 110.00 ± 14.14 | 62.50 ± 3.54 |" in out[2]
     assert "| – | – | – |" in out[3]
+
+
+def test_versus_takes_values_in_the_by_order_and_refuses_an_override_look(tmp_path):
+    for seed in range(2):
+        write_run(tmp_path / f"a{seed}", 2, seed, 0.70)
+        write_run(tmp_path / f"b{seed}", 10, seed, 0.72)
+
+    def table(*versus):
+        return subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_table.py"), str(tmp_path), "--by",
+                               "method.epochs", "--versus", *versus], capture_output=True, text=True)
+    assert all(line.endswith("| – |") for line in table("-").stdout.splitlines()[2:])  # -: each its own baseline
+    assert table("2").stdout.splitlines()[3].endswith("| +2.00 [+2.00, +2.00], different |")
+    for wrong, said in [(["method.epochs=2"], "not KEY=VALUE"), (["2", "3"], "2 values for 1 --by keys")]:
+        out = table(*wrong)
+        assert out.returncode == 2 and said in out.stderr
