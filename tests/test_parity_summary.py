@@ -120,6 +120,22 @@ def test_seeds_resume_a_plan_but_never_leave_it():
         common.only((0, 1, 2), [1, 3, 5], "m_1")
 
 
+def test_the_per_task_decisions_are_set_side_by_side_over_the_seeds():
+    def record(side, seed, ratios, grew, accs):
+        phases = [{"task": t, "goal": 0.9 + 0.01 * seed, "start": 1.0, "multiplier": 1.0 + g, "ratio": r,
+                   "refit": "kept", "grew": g} for t, (r, g) in enumerate(zip(ratios, grew))]
+        return {"side": side, "seed": seed, "phases": phases, "matrix": [[accs[0]], accs]}
+    records = [record("reference", 0, [0.6, 0.9], [0.0, 0.5], [0.95, 0.80]),
+               record("reference", 1, [0.8, 0.9], [0.0, 0.5], [0.93, 0.84]),
+               record("cl-bench", 0, [0.6, 0.9], [0.0, 0.0], [0.95, 0.82]),
+               record("cl-bench", 1, [0.6, 0.9], [0.0, 0.0], [0.91, 0.82])]
+    lines = summary.phase_lines(records)
+    assert lines[2] == "| task | goal | width kept | sparsity kept | refit | final test acc % |"
+    assert lines[4] == "| 0 | 0.905 / 0.905 | 1.0 / 1.0 | 0.6 ×1, 0.8 ×1 / 0.6 | kept / kept | 94.0 / 93.0 |"
+    assert lines[5] == "| 1 | 0.905 / 0.905 | 1.5 / 1.0 | 0.9 / 0.9 | kept / kept | 82.0 / 82.0 |"
+    assert summary.phase_lines(records[:2]) == []  # one side without phases: nothing to set beside
+
+
 def test_make_parity_runs_the_plan_not_chosen_seeds():
     def runner_line(*extra):
         out = subprocess.run(["make", "-n", "parity-cpg", "REF=/src/CPG", "DATA=/data", "ROWS=cpg pae", *extra],

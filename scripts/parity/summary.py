@@ -202,6 +202,42 @@ def pilot_line(module, name: str, records: list[dict]) -> str:
             + ".")
 
 
+PHASE_COLUMNS = (("goal", "goal"), ("multiplier", "width kept"), ("ratio", "sparsity kept"), ("refit", "refit"))
+
+
+def tally(values: list) -> str:
+    """Seeds' values of one decision: the value where all agree, else each value with its count (0.6 ×2, 0.9 ×1)."""
+    counts = {v: values.count(v) for v in sorted(set(values), key=str)}
+    return "–" if not values else str(values[0]) if len(counts) == 1 else ", ".join(
+        f"{v} ×{n}" for v, n in counts.items())
+
+
+def phase_lines(records: list[dict]) -> list[str]:
+    """A row's per-task decisions on both sides (records' phases, where the runner reads them): each decision over
+    the seeds as `reference / cl-bench`, with each task's final test accuracy (mean over the seeds, points)."""
+    sides = {side: sorted((r for r in records if r["side"] == side and r.get("phases")), key=lambda r: r["seed"])
+             for side in ("reference", "cl-bench")}
+    if not all(sides.values()):
+        return []
+    seeds = {side: [r["seed"] for r in runs] for side, runs in sides.items()}
+    lines = [f"Per task, `reference / cl-bench` over seeds {seeds['reference']} / {seeds['cl-bench']} (a value with "
+             "×n: n seeds chose it; goal: the mean):", "",
+             "| task | " + " | ".join(title for _, title in PHASE_COLUMNS) + " | final test acc % |",
+             "|---" * (len(PHASE_COLUMNS) + 2) + "|"]
+    for task in range(max(len(r["phases"]) for runs in sides.values() for r in runs)):
+        cells = []
+        for field, _ in PHASE_COLUMNS:
+            per_side = []
+            for runs in sides.values():
+                values = [r["phases"][task].get(field) for r in runs if task < len(r["phases"])]
+                known = [v for v in values if v is not None]
+                per_side.append(f"{sum(known) / len(known):.3f}" if field == "goal" and known else tally(values))
+            cells.append(" / ".join(per_side))
+        final = [f"{100 * sum(r['matrix'][-1][task] for r in runs) / len(runs):.1f}" for runs in sides.values()]
+        lines.append(f"| {task} | " + " | ".join(cells) + f" | {' / '.join(final)} |")
+    return [*lines, ""]
+
+
 def diagnostic_lines(module, name: str, records: list[dict]) -> list[str]:
     lines = []
     for label, diag in getattr(module, "DIAGNOSTICS", {}).items():
@@ -236,7 +272,8 @@ def section(module, records: list[dict]) -> list[str]:
         lines += [f"**{name}** ({row.method}): reference arguments `{' '.join(row.reference) or '(none)'}`; "
                   f"`cl-bench train {' '.join(row.clbench)} seed=N`." + (f" {row.note}." if row.note else "")
                   + (f" **Not the same algorithm:** {row.differs}." if row.differs else ""), "",
-                  pilot_line(module, name, row_records(records, module, name)), ""]
+                  pilot_line(module, name, row_records(records, module, name)), "",
+                  *phase_lines(row_records(records, module, name))]
         diagnostics = diagnostic_lines(module, name, records)
         lines += [*diagnostics, ""] if diagnostics else []
     return lines
