@@ -41,6 +41,23 @@ def test_mlp_dropout_out_of_range_is_one_line():
         config.validate(compose_config("backbone=hat_mlp", "backbone.hidden_dropout=1.0"))
 
 
+def test_convnet_pools_after_the_first_blocks_only_where_asked():
+    """backbone.pools=N: a max-pool after the first N conv blocks (lit-leo/cgate's SimpleCNN: 2 of 3); unset, after
+    every block while the map is at least 4x4, as before the option; out of range, one line."""
+    def pools(shape, **kwargs):
+        net = backbones.build({"name": "convnet", "channels": [4, 4, 4], **kwargs}, shape)
+        return [i for i, m in enumerate(net.body) if isinstance(m, nn.MaxPool2d)]
+
+    assert pools((3, 32, 32)) == [3, 7, 11] and pools((1, 8, 8)) == [3, 7]  # the default: unchanged
+    assert pools((3, 32, 32), pools=2) == [3, 7] and pools((3, 32, 32), pools=0) == []
+    net = backbones.build({"name": "convnet", "channels": [4, 4, 4], "pools": 2}, (3, 32, 32))
+    assert net.body[:-2](torch.zeros(1, 3, 32, 32)).shape == (1, 4, 8, 8)
+    with pytest.raises(UserError, match=r"backbone.pools=4 is out of range: use null .* or 0 to 3"):
+        config.validate(compose_config("backbone=convnet", "backbone.channels=[4,4,4]", "backbone.pools=4"))
+    with pytest.raises(UserError, match=r"backbone.pools=3: the map is 1×1 after conv block 3"):
+        backbones.build({"name": "convnet", "channels": [4, 4, 4], "pools": 3}, (1, 4, 4))
+
+
 def test_reduced_resnet18_has_gems_size():
     net = backbones.build({"name": "resnet18_reduced"}, (3, 32, 32))
     assert 1.0e6 < sum(p.numel() for p in net.parameters()) < 1.2e6  # about 1.1 M parameters with nf=20
