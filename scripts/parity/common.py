@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from parity import plans
@@ -80,6 +80,9 @@ class Row:
     note: str = ""
     differs: str = ""  # set when the two sides run different algorithms by design: what differs (not parity)
     source: str = ""  # where the reference's code for this row comes from, when not the module's SOURCE
+    # Patches of the reference's copy for this row only, after the module's PATCHES: an architecture-matched row's
+    # network (docs/parity.md lists them under the row's name); its diagnostics' runs carry them too.
+    patches: tuple[Patch, ...] = ()
 
 
 @dataclass
@@ -271,12 +274,13 @@ def main(reference) -> None:
     lock = hold(work, reference.NAME)  # noqa: F841  held until the runner exits
     if args.diagnostic:
         return run_diagnostic(reference, args, work)
-    copy = None
-    if args.side != "cl-bench":
-        copy = patched_copy(args.ref.resolve(), reference.PINNED, reference.PATCHES, work, args.any_commit)
     planned = {name: only(plans.seeds(reference.NAME, name, pilot=args.pilot), args.seeds, name)
                for name in args.rows}  # refused up front
+    copy, copied = None, None
     for name, seeds in planned.items():
+        patches = [*reference.PATCHES, *reference.ROWS[name].patches]
+        if args.side != "cl-bench" and patches != copied:  # a fresh copy where a row patches it otherwise
+            copy, copied = patched_copy(args.ref.resolve(), reference.PINNED, patches, work, args.any_commit), patches
         for seed in seeds:
             if args.side != "cl-bench":
                 run_reference_side(reference, copy, name, seed, work, args)
@@ -321,12 +325,12 @@ def run_diagnostic(reference, args, work: Path) -> None:
     diagnostic = reference.DIAGNOSTICS[args.diagnostic]
     row = reference.ROWS[diagnostic.row]
     if diagnostic.side == "cl-bench":
-        changed = Row(row.method, row.setting, (*row.clbench, *diagnostic.clbench), row.reference, row.note)
+        changed = replace(row, clbench=(*row.clbench, *diagnostic.clbench))
         for seed in diagnostic.seeds:
             run_clbench_side(reference, changed, diagnostic.row, seed, work, args, args.diagnostic)
         return
-    copy = patched_copy(args.ref.resolve(), reference.PINNED, [*reference.PATCHES, *diagnostic.patches], work,
-                        args.any_commit)
+    copy = patched_copy(args.ref.resolve(), reference.PINNED, [*reference.PATCHES, *row.patches, *diagnostic.patches],
+                        work, args.any_commit)
     for seed in diagnostic.seeds:
         run_reference_side(reference, copy, diagnostic.row, seed, work, args, args.diagnostic)
 

@@ -283,9 +283,11 @@ def patch_lines(module) -> list[str]:
     lines = ["Patches to the reference's copy, by what they touch (nothing else is changed):", ""]
     for kind in PATCH_KINDS:
         lines += [f"- {kind}: `{p.file}`: {p.why}" for p in module.PATCHES if p.kind == kind]
+    rows = [(name, p) for name, row in module.ROWS.items() for p in row.patches]
+    lines += [f"- {p.kind}, row {name} only: `{p.file}`: {p.why}" for name, p in rows]
     extra = [p for d in getattr(module, "DIAGNOSTICS", {}).values() for p in d.patches]
     lines += [f"- {p.kind}, diagnostics only: `{p.file}`: {p.why}" for p in extra]
-    return [*lines, ""] if module.PATCHES or extra else [*lines[:-1], "- none", ""]
+    return [*lines, ""] if module.PATCHES or rows or extra else [*lines[:-1], "- none", ""]
 
 
 HEADER = """# Parity with reference implementations
