@@ -1,5 +1,6 @@
 """The cgate parity runner: the split it writes is cl-bench's, in files torchvision's CIFAR10 reads, and the
 matrix cgate prints parses into cl-bench's layout. No reference checkout or real data needed."""
+import os
 import pickle
 import sys
 from pathlib import Path
@@ -116,3 +117,182 @@ def test_the_rows_task_norms_are_cgates_batch_norms():
     for method, (eps, momentum) in ((row, (reference.eps, reference.momentum)), (default, (1e-5, 0.1))):
         norms = [bn for norm in method.norms for bn in norm.bns]
         assert norms and all(bn.eps == eps and bn.momentum == momentum for bn in norms)
+
+
+# --- the learning row (gated_learn): cgate's SimpleCNN against cl-bench's gated_convnet -----------------------------
+def composed(*overrides):
+    from cl_bench import config
+    config.register()
+    cfg = config.compose([*overrides, "seed=0"])
+    config.validate(cfg)
+    return cfg
+
+
+def test_the_learning_row_is_cgates_training_at_cl_benchs_defaults():
+    """The row's cl-bench side: gated_convnet with cgate's two pools, cgate's training (as gated_task's), and
+    the method's own defaults for the gate noise and the batch norms, which the diagnostic learn_quirks sets to
+    cgate's; learn_own_pools gives the backbone its own pooling back."""
+    row = cgate.ROWS["gated_learn"]
+    assert set(cgate.MATCHED) < set(row.clbench) and set(cgate.MATCHED) < set(cgate.ROWS["gated_task"].clbench)
+    assert not set(cgate.QUIRKS) & set(row.clbench) and set(cgate.QUIRKS) < set(cgate.ROWS["gated_task"].clbench)
+    cfg = composed(*row.clbench)
+    assert (cfg.backbone.name, list(cfg.backbone.channels), cfg.backbone.pools) == ("convnet", [100, 100, 100], 2)
+    assert (cfg.method.gate_noise, cfg.method.norm_eps, cfg.method.norm_momentum) == ("logistic", None, None)
+    assert (cfg.dataset.num_tasks, cfg.dataset.classes_per_task, cfg.dataset.samples_per_task,
+            cfg.dataset.val_samples_per_task, cfg.dataset.test_samples_per_task, cfg.method.epochs) == (
+        cgate.LEARN["tasks"], 2, cgate.LEARN["train"], cgate.LEARN["val"], cgate.LEARN["test"], cgate.LEARN["epochs"])
+    assert cgate.LEARN["val"] % 64 == 0 and cgate.LEARN["test"] % 64 == 0 and cgate.LEARN["train"] % 64 != 1
+    quirks = composed(*row.clbench, *cgate.DIAGNOSTICS["learn_quirks"].clbench)
+    assert (quirks.method.gate_noise, quirks.method.norm_eps, quirks.method.norm_momentum) == ("gumbel", 1.0, 1.0)
+    assert composed(*row.clbench, *cgate.DIAGNOSTICS["learn_own_pools"].clbench).backbone.pools is None
+    settings = dict(s.split("=", 1) for s in row.reference)
+    assert settings["ARCH"] == "'SimpleCNN'" and settings["CONV_CH"] == "100" and settings["SCHEDULER"] == "None"
+    assert (settings["N_TASKS"], settings["EPOCHS_PER_TASK"]) == (str(cgate.LEARN["tasks"]), str(cgate.LEARN["epochs"]))
+    assert {p.kind for p in row.patches} == {common.ARCHITECTURE} and all(p.why for p in row.patches)
+
+
+def test_the_learning_rows_gated_network_pools_after_two_units_as_simplecnn():
+    """cl-bench's side of the pair: three gated units of 100 kernels, a max-pool after the first two only, so the
+    third unit and the head's global average see 8x8 maps at 32x32, as cgate's SimpleCNN (down, down, same)."""
+    import torch
+    from torch import nn
+
+    from cl_bench import backbones
+    from cl_bench.nn import gated
+    net = backbones.build(composed(*cgate.ROWS["gated_learn"].clbench).backbone, (3, 32, 32))
+    units = gated.convert(net, 5, 16)
+    kinds = [type(m).__name__ for m in net.body if not isinstance(m, nn.Identity)]
+    assert kinds == ["GatedUnit", "MaxPool2d", "GatedUnit", "MaxPool2d", "GatedUnit", "AdaptiveAvgPool2d", "Flatten"]
+    net.eval()
+    gated.route(gated.routed(net), [0])
+    assert net(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
+    assert [u.out_pixels for u in units] == [32 * 32, 16 * 16, 8 * 8]
+    assert all(u.convs[0].bias is None for u in units)  # no conv bias: a batch norm follows each conv
+
+
+def test_rows_patch_their_own_copy_and_their_diagnostics_carry_them(tmp_path, monkeypatch):
+    """common.main: a row with patches of its own runs from a copy with them (after the module's), a row without
+    from the module's; a diagnostic's copy has its row's and its own."""
+    copies = []
+    monkeypatch.setattr(common, "patched_copy", lambda ref, pinned, patches, work, any_commit=False:
+                        copies.append(list(patches)) or tmp_path / "ref")
+    monkeypatch.setattr(common, "run_reference_side", lambda *args, **kwargs: None)
+    monkeypatch.setattr(common, "run_clbench_side", lambda *args, **kwargs: None)
+    base = ["cgate.py", "--ref", str(tmp_path), "--work", str(tmp_path / "work"), "--side", "reference"]
+    monkeypatch.setattr(sys, "argv", [*base, "--pilot", "--rows", "gated_task", "gated_learn"])
+    common.main(cgate)
+    assert copies == [cgate.PATCHES, [*cgate.PATCHES, *cgate.LEARN_NET]]
+    monkeypatch.setattr(sys, "argv", [*base, "--diagnostic", "cifar_stem"])
+    common.main(cgate)
+    assert copies[-1] == [*cgate.PATCHES, *cgate.STEM]
+    from parity import summary
+    lines = summary.patch_lines(cgate)
+    assert sum(", row gated_learn only: " in line for line in lines) == len(cgate.LEARN_NET)
+
+
+def test_the_learning_row_runs_only_its_pilot_and_smoke_needs_its_own_out_folder(monkeypatch):
+    from parity import plans
+    assert ("cgate", "gated_learn") in plans.PENDING and ("cgate", "gated_learn") not in plans.PLANS
+    assert plans.seeds("cgate", "gated_learn", pilot=True) == (0, 1, 2)
+    monkeypatch.setattr(cgate, "ROWS", dict(cgate.ROWS))
+    monkeypatch.setattr(plans, "PILOT_SEEDS", plans.PILOT_SEEDS)
+    assert cgate.smoke(["cgate.py", "--rows", "gated_learn"]) == ["cgate.py", "--rows", "gated_learn"]
+    with pytest.raises(SystemExit, match="--smoke needs --out"):
+        cgate.smoke(["cgate.py", "--smoke"])
+    assert cgate.smoke(["cgate.py", "--smoke", "--out", "/tmp/x"]) == ["cgate.py", "--out", "/tmp/x"]
+    smoke = cgate.ROWS["gated_learn"]
+    assert f"dataset.samples_per_task={cgate.SMOKE['train']}" in smoke.clbench and plans.PILOT_SEEDS == (0,)
+    assert f"N_TASKS={cgate.SMOKE['tasks']}" in smoke.reference and smoke.patches == cgate.LEARN_NET
+    composed(*smoke.clbench)
+
+
+# Run with a checkout of lit-leo/cgate at the pinned commit (PARITY_CGATE_REF=DIR): the patches apply to its files,
+# and the learning row's two networks, given the same weights, compute the same logits.
+CHECKOUT = os.environ.get("PARITY_CGATE_REF")
+NEEDS_CHECKOUT = pytest.mark.skipif(not CHECKOUT, reason="set PARITY_CGATE_REF to a checkout of lit-leo/cgate at the "
+                                                         "pinned commit")
+
+
+@NEEDS_CHECKOUT
+def test_every_patch_applies_once_to_the_pinned_checkout(tmp_path):
+    ref = Path(CHECKOUT)
+    assert common.git_commit(ref) == cgate.PINNED
+    for name, row in cgate.ROWS.items():
+        common.patched_copy(ref, cgate.PINNED, [*cgate.PATCHES, *row.patches], tmp_path / name)  # exits otherwise
+    for name, diag in cgate.DIAGNOSTICS.items():
+        common.patched_copy(ref, cgate.PINNED, [*cgate.PATCHES, *cgate.ROWS[diag.row].patches, *diag.patches],
+                            tmp_path / name)
+
+
+# Run in cgate's patched copy (its cfg.py wants ROOT_DIR and its modules sit at the top level): both networks of the
+# learning row with one set of weights, every gate open (second linear 0, bias +10: cgate's evaluation thresholds
+# the logit at 0, as cl-bench's), random batch-norm affines and running statistics, cgate's eps 1 on both; prints
+# the largest difference of the logits, and cgate's input size.
+SAME_NET = """
+import ast, json, sys
+import torch
+from config import cfg
+for setting in json.loads(sys.argv[1]):
+    key, value = setting.split('=', 1)
+    setattr(cfg, key, ast.literal_eval(value))
+from src.model import ChannelGatedCL
+from cl_bench import backbones
+from cl_bench.nn import gated
+torch.manual_seed(0)
+theirs = ChannelGatedCL(in_ch=3, out_dim=2, conv_ch=cfg.CONV_CH).eval()
+ours = backbones.build(json.loads(sys.argv[2]), (3, 32, 32))
+units = gated.convert(ours, 1, 16)
+head = torch.nn.Linear(ours.feature_dim, 2)
+with torch.no_grad():
+    for unit, block in zip(units, [layer[0] for layer in theirs.backbone.layers]):
+        conv, norm = unit.body[0], unit.body[1].bns[0]
+        block.conv2d.weight.copy_(conv.weight)
+        block.conv2d.bias.zero_()
+        bn = block.fbns[0].norm_class
+        for name in ('weight', 'bias', 'running_mean'):
+            getattr(norm, name).copy_(torch.randn(100))
+        norm.running_var.copy_(torch.rand(100) + 0.5)
+        norm.eps = bn.eps
+        for name in ('weight', 'bias', 'running_mean', 'running_var'):
+            getattr(bn, name).copy_(getattr(norm, name))
+        block.fbns[0].reset_shadow_parameters()
+        for gate in (unit.gates[0].fc2, block.gates[0][-1]):
+            gate.weight.zero_()
+            gate.bias.fill_(10.0)
+    theirs.multihead_clf.heads[0][-1].weight.copy_(head.weight)
+    theirs.multihead_clf.heads[0][-1].bias.copy_(head.bias)
+    ours.eval()
+    gated.route(gated.routed(ours), [0])
+    x = torch.randn(8, 3, 32, 32)
+    mine = head(ours(x))
+    out, _ = theirs(x, torch.zeros(8, dtype=torch.long))
+print(json.dumps({"diff": (mine - out).abs().max().item(), "scale": out.abs().max().item(),
+                  "size": cfg.UPSCALE_SIZE}))
+"""
+
+
+def same_net(copy: Path, row, backbone: dict) -> dict:
+    import json
+    import subprocess
+    env = {**os.environ, "ROOT_DIR": str(copy), "PYTHONPATH": f"{copy}{os.pathsep}{ROOT}", **common.one_thread_env()}
+    done = subprocess.run([sys.executable, "-c", SAME_NET, json.dumps(row.reference), json.dumps(backbone)],
+                          cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@NEEDS_CHECKOUT
+def test_the_learning_rows_networks_are_one(tmp_path):
+    """With the row's patches cgate's SimpleCNN is cl-bench's gated_convnet with backbone.pools=2, logit for logit;
+    without the block-order patch (cgate's own conv, ReLU, pool, batch norm) or with cl-bench's own third pool,
+    they differ."""
+    row = cgate.ROWS["gated_learn"]
+    backbone = {"name": "convnet", "channels": [100, 100, 100], "pools": 2}
+    copy = common.patched_copy(Path(CHECKOUT), cgate.PINNED, [*cgate.PATCHES, *row.patches], tmp_path / "matched")
+    matched = same_net(copy, row, backbone)
+    assert matched["size"] == 32 and matched["scale"] > 1e-2 and matched["diff"] < 1e-4 * max(1.0, matched["scale"])
+    own_order = [p for p in row.patches if p.file != "src/blocks.py"]
+    published = same_net(common.patched_copy(Path(CHECKOUT), cgate.PINNED, [*cgate.PATCHES, *own_order],
+                                             tmp_path / "published"), row, backbone)
+    assert published["diff"] > 1e-2
+    assert same_net(copy, row, {**backbone, "pools": None})["diff"] > 1e-2

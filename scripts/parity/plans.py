@@ -92,6 +92,8 @@ PENDING: dict[tuple[str, str], str] = {
                           "its pilot has not run",
     ("cpg", "packnet_learn"): "the learning cut (issue 45), revised after a first pilot stopped on seed 0: its pilot "
                               "has not run",
+    ("cgate", "gated_learn"): "the learning cut (issue 45) on cgate's SimpleCNN, its network matched on both sides "
+                              "(scripts/parity/cgate.py): its pilot has not run",
 }
 
 
