@@ -377,15 +377,8 @@ def parse_accuracies(text: str) -> Outcome:
 
 
 def smoke(argv: list[str]) -> list[str]:
-    """--smoke: the learning row at SMOKE's size in place of LEARN's, one seed, to check that both sides run and
-    parse (seconds of training, no result); its records would pass for the row's, so --out must lead elsewhere."""
-    if "--smoke" not in argv:
-        return argv
-    if "--out" not in argv:
-        sys.exit("--smoke needs --out DIR away from the rows' records (outputs/parity): its runs are no result")
-    ROWS["gated_learn"] = learn_row(SMOKE)
-    common.plans.PILOT_SEEDS = (0,)  # one seed: a check, not a pilot
-    return [a for a in argv if a != "--smoke"]
+    """--smoke: the learning row at SMOKE's size in place of LEARN's (common.smoke)."""
+    return common.smoke(argv, ROWS, lambda: {"gated_learn": learn_row(SMOKE)})
 
 
 if __name__ == "__main__":

@@ -335,6 +335,19 @@ def run_diagnostic(reference, args, work: Path) -> None:
         run_reference_side(reference, copy, diagnostic.row, seed, work, args, args.diagnostic)
 
 
+def smoke(argv: list[str], rows: dict, small) -> list[str]:
+    """--smoke: a reference's learning rows at a size far below their cut (small(): name -> Row, put in rows), one
+    seed, to check that every phase of both sides runs and parses (seconds of training, no result); its records
+    would pass for the rows', so --out must lead elsewhere."""
+    if "--smoke" not in argv:
+        return argv
+    if "--out" not in argv:
+        sys.exit("--smoke needs --out DIR away from the rows' records (outputs/parity): its runs are no result")
+    rows.update(small())
+    plans.PILOT_SEEDS = (0,)  # one seed: a check, not a pilot
+    return [a for a in argv if a != "--smoke"]
+
+
 def hold(work: Path, name: str):
     """One runner at a time in a reference's work folder: a second one would copy the reference afresh and rewrite
     the tasks under the first one's running reference. The lock goes when the returned file is closed or the

@@ -679,15 +679,8 @@ def packnet_evaluate(run: Runner, s: dict, state: dict, last: str, name: str, nu
 
 
 def smoke(argv: list[str]) -> list[str]:
-    """--smoke: the learning rows at SMOKE's size in place of LEARN's, for a check that every phase runs and
-    parses (seconds of training, no result); its records would pass for the rows', so --out must lead elsewhere."""
-    if "--smoke" not in argv:
-        return argv
-    if "--out" not in argv:
-        sys.exit("--smoke needs --out DIR away from the rows' records (outputs/parity): its runs are no result")
-    ROWS.update(learn_rows(SMOKE))
-    common.plans.PILOT_SEEDS = (0,)  # one seed: a check, not a pilot
-    return [a for a in argv if a != "--smoke"]
+    """--smoke: the learning rows at SMOKE's size in place of LEARN's (common.smoke)."""
+    return common.smoke(argv, ROWS, lambda: learn_rows(SMOKE))
 
 
 if __name__ == "__main__":
