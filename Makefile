@@ -218,10 +218,13 @@ PYREF ?= $(if $(wildcard .venv-parity/bin/python),.venv-parity/bin/python,$(PY))
 parity:  ## make parity-NAME REF=DIR DATA=DIR [ROWS=..] [PILOT=1] [DIAG=name], NAME one of: cpg mammoth hat lamaml cgate
 	@echo "make parity-NAME REF=DIR DATA=DIR, NAME one of: $(PARITY_REFS); then make parity-summary"
 
-$(addprefix parity-,$(PARITY_REFS)): parity-%: $(VENV_STAMP)
-	@test -n "$(REF)" || { echo "make: pass REF=DIR, a checkout of the reference (scripts/parity/$*.py says which)"; exit 2; }
+# ref-given-NAME first: a missing REF is refused before .venv would be built
+$(addprefix parity-,$(PARITY_REFS)): parity-%: ref-given-% $(VENV_STAMP)
 	$(PY) scripts/parity/$*.py --ref $(REF) --python $(PYREF) $(if $(DATA),--data-root $(DATA)) \
 	    $(if $(ROWS),--rows $(ROWS)) $(if $(PILOT),--pilot) $(if $(DIAG),--diagnostic $(DIAG))
+
+ref-given-%:
+	@test -n "$(REF)" || { echo "make: pass REF=DIR, a checkout of the reference (scripts/parity/$*.py says which)"; exit 2; }
 
 parity-env: $(VENV_STAMP)  ## .venv-parity: .venv's packages (through a .pth file) plus the references' own requirements
 	python3 -m venv .venv-parity

@@ -2,6 +2,7 @@
 side and the precision rows), its refusal of a machine without CUDA, and the parts that only a GPU exercises
 whole (the step window around epoch ends, the busy fraction's arithmetic, what gets flagged)."""
 import json
+import os
 import subprocess
 import sys
 import time
@@ -18,8 +19,11 @@ import gpu_check  # noqa: E402
 @pytest.mark.slow  # whole processes: `make test-fast` leaves it out
 def test_the_cpu_rehearsal_times_two_paper_settings_jobs_side_by_side_and_precision(tmp_path):
     out = tmp_path / "check"
+    # PYTHON: the suite's own interpreter, which has every dependency; left to itself the script would look for
+    # .venv and, in a checkout installed some other way, install a .venv-gpu from PyPI first
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--cpu", "--only", "cpg,nccl", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "gpu_check.json").read_text())
     assert list(result["settings"]) == ["cpg cifar100_20", "nccl split_cifar100"] and result["flagged"] == []

@@ -148,6 +148,10 @@ def test_make_parity_runs_the_plan_not_chosen_seeds():
     assert "--diagnostic cifar_stem" in runner_line("DIAG=cifar_stem")
     missing = subprocess.run(["make", "parity-hat"], cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode != 0 and "pass REF=DIR" in missing.stdout + missing.stderr
+    # refused before .venv is built: a checkout installed without make would otherwise build one first (minutes)
+    order = subprocess.run(["make", "-n", "parity-hat", "VENV_STAMP=/nonexistent/stamp"], cwd=ROOT,
+                           capture_output=True, text=True).stdout
+    assert order.startswith('test -n ""') and "venv" in order
 
 
 # --- the document, on toy records ---------------------------------------------------------------------------------
