@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pickle
 import platform
@@ -475,7 +476,7 @@ def digits_lines(r: dict) -> list[str]:
             lines.append(f"| {label} | failed: {row['failed']} |||||||")
             continue
         v = row.get("versus")
-        ci = "" if v is None or v["ci95"][0] != v["ci95"][0] else f" [{v['ci95'][0]:+.2f}, {v['ci95'][1]:+.2f}]"
+        ci = "" if v is None or math.isnan(v["ci95"][0]) else f" [{v['ci95'][0]:+.2f}, {v['ci95'][1]:+.2f}]"
         against = f"{v['row']} ({v['test']}) | {v['points']:+.2f}{ci} | {v['verdict']}" if v else "– | – | –"
         lines.append(f"| {label} | {row['precision']} | {' / '.join(f'{a:.2f}' for a in row['by_seed'].values())} | "
                      f"{row['avg_acc']:.2f} | {against} | {row['time_s']:.1f} |")

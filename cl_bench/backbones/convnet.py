@@ -39,7 +39,8 @@ class ConvNet(Backbone):
         for i, c_out in enumerate(channels):
             layers += conv_block(c_in, c_out)
             # By default pool while the map is at least 4×4: 8×8 digits take two pools, 28×28 MNIST three.
-            if (h >= 4) if pools is None else i < pools:
+            pool = h >= 4 if pools is None else i < pools
+            if pool:
                 if h < 2:
                     raise UserError(f"backbone.pools={pools}: the map is {h}×{h} after conv block {i + 1}, too "
                                     "small to pool: use fewer pools")

@@ -207,9 +207,19 @@ PHASE_COLUMNS = (("goal", "goal"), ("multiplier", "width kept"), ("ratio", "spar
 
 def tally(values: list) -> str:
     """Seeds' values of one decision: the value where all agree, else each value with its count (0.6 ×2, 0.9 ×1)."""
+    if not values:
+        return "–"
     counts = {v: values.count(v) for v in sorted(set(values), key=str)}
-    return "–" if not values else str(values[0]) if len(counts) == 1 else ", ".join(
-        f"{v} ×{n}" for v, n in counts.items())
+    if len(counts) == 1:
+        return str(values[0])
+    return ", ".join(f"{v} ×{n}" for v, n in counts.items())
+
+
+def phase_cell(runs: list[dict], task: int, field: str) -> str:
+    """One side's value of one decision for one task over its seeds: goals as their mean, the rest tallied."""
+    values = [r["phases"][task].get(field) for r in runs if task < len(r["phases"])]
+    known = [v for v in values if v is not None]
+    return f"{sum(known) / len(known):.3f}" if field == "goal" and known else tally(values)
 
 
 def phase_lines(records: list[dict]) -> list[str]:
@@ -225,14 +235,7 @@ def phase_lines(records: list[dict]) -> list[str]:
              "| task | " + " | ".join(title for _, title in PHASE_COLUMNS) + " | final test acc % |",
              "|---" * (len(PHASE_COLUMNS) + 2) + "|"]
     for task in range(max(len(r["phases"]) for runs in sides.values() for r in runs)):
-        cells = []
-        for field, _ in PHASE_COLUMNS:
-            per_side = []
-            for runs in sides.values():
-                values = [r["phases"][task].get(field) for r in runs if task < len(r["phases"])]
-                known = [v for v in values if v is not None]
-                per_side.append(f"{sum(known) / len(known):.3f}" if field == "goal" and known else tally(values))
-            cells.append(" / ".join(per_side))
+        cells = [" / ".join(phase_cell(runs, task, field) for runs in sides.values()) for field, _ in PHASE_COLUMNS]
         final = [f"{100 * sum(r['matrix'][-1][task] for r in runs) / len(runs):.1f}" for runs in sides.values()]
         lines.append(f"| {task} | " + " | ".join(cells) + f" | {' / '.join(final)} |")
     return [*lines, ""]
