@@ -215,13 +215,14 @@ PARITY_REQUIREMENTS := kornia onedrivedownloader ftfy regex six timm==0.9.8 open
 PYREF ?= $(if $(wildcard .venv-parity/bin/python),.venv-parity/bin/python,$(PY))
 .PHONY: parity parity-env parity-summary $(addprefix parity-,$(PARITY_REFS))
 
-parity:  ## make parity-NAME REF=DIR DATA=DIR [ROWS=..] [PILOT=1] [DIAG=name], NAME one of: cpg mammoth hat lamaml cgate
+parity:  ## make parity-NAME REF=DIR DATA=DIR [ROWS=..] [PILOT=1] [PARITY_SEEDS=..] [RESUME=1] [DIAG=name], NAME: cpg mammoth hat lamaml cgate
 	@echo "make parity-NAME REF=DIR DATA=DIR, NAME one of: $(PARITY_REFS); then make parity-summary"
 
 # ref-given-NAME first: a missing REF is refused before .venv would be built
 $(addprefix parity-,$(PARITY_REFS)): parity-%: ref-given-% $(VENV_STAMP)
 	$(PY) scripts/parity/$*.py --ref $(REF) --python $(PYREF) $(if $(DATA),--data-root $(DATA)) \
-	    $(if $(ROWS),--rows $(ROWS)) $(if $(PILOT),--pilot) $(if $(DIAG),--diagnostic $(DIAG))
+	    $(if $(ROWS),--rows $(ROWS)) $(if $(PILOT),--pilot) $(if $(PARITY_SEEDS),--seeds $(PARITY_SEEDS)) \
+	    $(if $(RESUME),--resume) $(if $(DIAG),--diagnostic $(DIAG))
 
 ref-given-%:
 	@test -n "$(REF)" || { echo "make: pass REF=DIR, a checkout of the reference (scripts/parity/$*.py says which)"; exit 2; }

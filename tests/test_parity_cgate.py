@@ -174,7 +174,7 @@ def test_rows_patch_their_own_copy_and_their_diagnostics_carry_them(tmp_path, mo
     """common.main: a row with patches of its own runs from a copy with them (after the module's), a row without
     from the module's; a diagnostic's copy has its row's and its own."""
     copies = []
-    monkeypatch.setattr(common, "patched_copy", lambda ref, pinned, patches, work, any_commit=False:
+    monkeypatch.setattr(common, "patched_copy", lambda ref, pinned, patches, work, any_commit=False, keep=None:
                         copies.append(list(patches)) or tmp_path / "ref")
     monkeypatch.setattr(common, "run_reference_side", lambda *args, **kwargs: None)
     monkeypatch.setattr(common, "run_clbench_side", lambda *args, **kwargs: None)

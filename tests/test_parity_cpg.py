@@ -4,6 +4,7 @@ same cut."""
 import json
 import os
 import pickle
+import subprocess
 import sys
 from pathlib import Path
 
@@ -157,11 +158,14 @@ for a in "$@"; do
   esac
   prev="$a"
 done
-[ -n "$logfile" ] && printf '{"%s": "0.6000"}' "$ds" > "$logfile"
+if [ -n "$logfile" ]; then  # the baseline adds its task's goal to the file, as packnet_cifar100_main_normal.py
+  old=$(sed 's/^{//; s/}$//' "$logfile"); printf '{%s"%s": "0.6000"}' "${old:+$old, }" "$ds" > "$logfile"
+fi
 case "$*" in
   *choose_appropriate*) echo "2026-12-02 08:40:00,001 - root - INFO - We choose pruning_ratio 0.3"; exit 0 ;;
   CPG_*"--finetune_again"*) ;;
-  CPG_*"--mode finetune"*) if [ -e growforever ] || [ ! -e grown ]; then touch grown; exit 2; fi ;;
+  CPG_*"--mode finetune"*) grown=checkpoints/parity/grown  # kept in the runs folder, as the reference's widths
+    if [ -e growforever ] || [ ! -e $grown ]; then touch $grown; exit 2; fi ;;
 esac
 echo "In validate()-> Val Ep. #1 loss: 0.5, accuracy: 61.50"
 """
@@ -218,8 +222,8 @@ def test_learning_rows_measure_goals_and_record_each_tasks_decisions(tmp_path):
 
 def test_learning_rows_settings_reach_the_reference_as_variables(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr(cpg, "Runner", lambda copy, seed, python, log, env: seen.append(env) or (_ for _ in ()).throw(
-        SystemExit("stop")))
+    monkeypatch.setattr(cpg, "Runner", lambda copy, seed, python, log, env, ended: seen.append(env) or (
+        _ for _ in ()).throw(SystemExit("stop")))
     copy, data, python = fake_reference(tmp_path, tasks=1)
     with pytest.raises(SystemExit):
         cpg.run_reference(copy, cpg.ROWS["packnet_learn"], 0, data, str(python))
@@ -405,3 +409,70 @@ def test_smoke_needs_its_own_out_folder(monkeypatch):
         cpg.smoke(["cpg.py", "--smoke"])
     assert cpg.smoke(["cpg.py", "--smoke", "--out", "/tmp/x"]) == ["cpg.py", "--out", "/tmp/x"]
     assert cpg.settings(cpg.ROWS["cpg_learn"])["epochs"] == str(cpg.SMOKE.epochs) and plans.PILOT_SEEDS == (0,)
+
+
+def commands(log: Path) -> list[str]:
+    return [e.command for e in cpg.read_log(log.read_text())]
+
+
+@pytest.mark.parametrize("cut", ["inside_a_task", "between_tasks", "before_any"])
+def test_a_reference_run_cut_short_resumes_to_the_same_outcome(tmp_path, cut):
+    """--resume against the stand-in: the processes the log records are replayed, not run; the task the run was
+    cut in starts over (its folder's leftovers gone, the log cut back to its start); the outcome, the decisions and
+    the log's sequence of commands are those of the run never cut; the replayed seconds are counted."""
+    copy, data, python = fake_reference(tmp_path, tasks=2)
+    row, log = cpg.ROWS["cpg_learn"], data / "reference.log"
+    whole = cpg.run_reference(copy, row, 0, data, str(python))
+    full, ended = commands(log), cpg.read_log(log.read_text())
+    task1 = next(i for i, e in enumerate(ended) if "--dataset task1" in e.command)
+    kept = {"inside_a_task": task1 + 2, "between_tasks": task1, "before_any": 0}[cut]
+    cut_at = ended[kept - 1].end if kept else 0
+    log.write_text(log.read_text()[:cut_at] + f"$ {python} half a process's entry\n")  # killed while it wrote
+    (copy / cpg.RUNS / "task1").mkdir(parents=True, exist_ok=True)
+    (copy / cpg.RUNS / "task1" / "left.pth.tar").touch()  # what the killed process left
+    (copy / "calls.txt").unlink()
+    resumed = cpg.run_reference(copy, row, 0, data, str(python), resume=True)
+    assert (resumed.ra, resumed.matrix, resumed.phases) == (whole.ra, whole.matrix, whole.phases)
+    assert commands(log) == full
+    rerun = (copy / "calls.txt").read_text().splitlines()
+    first_live = task1 if cut != "before_any" else 0
+    assert len(rerun) == len(full) - first_live  # task 1 (or all) run again, nothing before it
+    assert not (copy / cpg.RUNS / "task1" / "left.pth.tar").exists()
+    assert resumed.replayed == pytest.approx(sum(e.seconds for e in ended[:first_live]))
+
+
+def test_a_resume_refuses_another_runs_log(tmp_path):
+    copy, data, python = fake_reference(tmp_path, tasks=1)
+    cpg.run_reference(copy, cpg.ROWS["cpg_learn"], 0, data, str(python))
+    with pytest.raises(SystemExit, match="--resume: .* the log is another run's"):
+        cpg.run_reference(copy, cpg.ROWS["pae_learn"], 0, data, str(python), resume=True)
+
+
+def test_a_resumed_copy_keeps_its_runs_and_a_resume_that_cannot_work_is_refused(tmp_path, monkeypatch):
+    """The patched copy is made afresh around the runs folder a resume needs; --resume on cl-bench's side, with
+    a diagnostic, or with a runner that cannot replay (cgate's) stops in one line before any work."""
+    ref = tmp_path / "checkout"
+    ref.mkdir()
+    (ref / "main.py").write_text("print(1)\n")
+    git = ["git", "-C", str(ref), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    pinned, work = common.git_commit(ref), tmp_path / "work"
+    copy = common.patched_copy(ref, pinned, [], work)
+    (copy / cpg.RUNS / "task0").mkdir(parents=True)
+    (copy / cpg.RUNS / "task0" / "checkpoint-3.pth.tar").write_text("weights")
+    (copy / "main.py").write_text("changed\n")
+    copy = common.patched_copy(ref, pinned, [], work, keep=cpg.RUNS)
+    assert (copy / cpg.RUNS / "task0" / "checkpoint-3.pth.tar").read_text() == "weights"
+    assert (copy / "main.py").read_text() == "print(1)\n"  # the rest afresh
+    assert not (common.patched_copy(ref, pinned, [], work) / cpg.RUNS).exists()
+    from parity import cgate
+    base = ["x.py", "--ref", str(ref), "--work", str(work), "--resume"]
+    for module, extra, message in ((cpg, ["--side", "cl-bench"], "--resume goes on with a row's reference side"),
+                                   (cpg, ["--diagnostic", next(iter(cpg.DIAGNOSTICS))], "--resume goes on"),
+                                   (cgate, [], "the cgate runner cannot resume")):
+        monkeypatch.setattr(sys, "argv", [*base, *extra])
+        with pytest.raises(SystemExit, match=message):
+            common.main(module)
+    assert not work.joinpath("cpg").exists() and not work.joinpath("cgate").exists()

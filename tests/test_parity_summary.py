@@ -145,6 +145,8 @@ def test_make_parity_runs_the_plan_not_chosen_seeds():
     assert "--ref /src/CPG" in line and "--data-root /data" in line and "--rows cpg pae" in line
     assert "--seeds" not in line and "--pilot" not in line and "--diagnostic" not in line
     assert "--pilot" in runner_line("PILOT=1")
+    chosen = runner_line("PARITY_SEEDS=1 2", "RESUME=1").split()  # seeds among the planned ones (common.only)
+    assert chosen[chosen.index("--seeds"):][:3] == ["--seeds", "1", "2"] and "--resume" in chosen
     assert "--diagnostic cifar_stem" in runner_line("DIAG=cifar_stem")
     missing = subprocess.run(["make", "parity-hat"], cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode != 0 and "pass REF=DIR" in missing.stdout + missing.stderr

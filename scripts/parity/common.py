@@ -20,6 +20,8 @@ A reference module (scripts/parity/<reference>.py) defines:
   ROWS: dict of row name -> Row
   write_tasks(scenario, row, folder) -> None: the split in the reference's input format
   run_reference(copy, row, seed, data, python) -> Outcome: train the reference once, parse what it prints
+  RESUMABLE (optional): the folder in its copy that its runs write to; with it, run_reference takes resume=True
+    (--resume: a reference side cut short goes on from its log instead of starting over)
   FINDINGS (optional): list[str], the differences its runs found and what became of each (docs/parity.md)
   DIAGNOSTICS (optional): dict of name -> Diagnostic, runs that test a cause beside a row
 and calls common.main(sys.modules[__name__]).
@@ -92,6 +94,7 @@ class Outcome:
     ra: float
     matrix: list[list[float]] = field(default_factory=list)  # acc[i][j]: task j after task i, where printed
     phases: list[dict] = field(default_factory=list)  # per task, the method's decisions, where the runner reads them
+    replayed: float = 0.0  # a resumed reference run: the seconds its cut-short run spent in what it replayed
 
 
 @dataclass(frozen=True)
@@ -190,17 +193,22 @@ PROVENANCE_KEYS = ("clbench_commit", "clbench_dirty", "reference_commit", "pytho
                    "threads", "date")
 
 
-def patched_copy(ref: Path, pinned: str, patches: list[Patch], work: Path, allow_other_commit: bool = False) -> Path:
+def patched_copy(ref: Path, pinned: str, patches: list[Patch], work: Path, allow_other_commit: bool = False,
+                 keep: Path | None = None) -> Path:
     """The reference's committed tree at its checkout's HEAD, copied to work/ref and patched. The user's checkout
     is never changed. A checkout at another commit than the pinned one is refused unless allowed, since the patches
-    (and the comparison) were made against that commit."""
+    (and the comparison) were made against that commit. `keep` (relative to the copy) survives from the copy
+    before: a resumed run's checkpoints."""
     commit = git_commit(ref)
     if commit == "unknown":
         sys.exit(f"{ref} is not a git checkout: clone the reference and pass its folder with --ref")
     if commit != pinned and not allow_other_commit:
         sys.exit(f"{ref} is at {commit[:12]}, the harness pins {pinned[:12]}: `git -C {ref} checkout {pinned[:12]}` "
                  "(or --any-commit to try another)")
-    copy = work / "ref"
+    copy, kept = work / "ref", work / "kept"
+    shutil.rmtree(kept, ignore_errors=True)
+    if keep is not None and (copy / keep).exists():
+        shutil.move(copy / keep, kept)
     shutil.rmtree(copy, ignore_errors=True)
     copy.mkdir(parents=True)
     archive = work / "ref.tar"
@@ -210,6 +218,9 @@ def patched_copy(ref: Path, pinned: str, patches: list[Patch], work: Path, allow
     archive.unlink()
     for patch in patches:
         apply(copy, patch)
+    if kept.exists():
+        (copy / keep).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(kept, copy / keep)
     return copy
 
 
@@ -270,22 +281,36 @@ def main(reference) -> None:
     (scripts/parity/plans.py); `--pilot` reruns the pilot's seeds instead, `--diagnostic NAME` one of the
     reference's DIAGNOSTICS over its own seeds."""
     args = arguments(reference).parse_args()
+    refuse_resume(reference, args)
     work = args.work / reference.NAME
     lock = hold(work, reference.NAME)  # noqa: F841  held until the runner exits
     if args.diagnostic:
         return run_diagnostic(reference, args, work)
     planned = {name: only(plans.seeds(reference.NAME, name, pilot=args.pilot), args.seeds, name)
                for name in args.rows}  # refused up front
+    keep = reference.RESUMABLE if args.resume else None
     copy, copied = None, None
     for name, seeds in planned.items():
         patches = [*reference.PATCHES, *reference.ROWS[name].patches]
         if args.side != "cl-bench" and patches != copied:  # a fresh copy where a row patches it otherwise
-            copy, copied = patched_copy(args.ref.resolve(), reference.PINNED, patches, work, args.any_commit), patches
+            copy = patched_copy(args.ref.resolve(), reference.PINNED, patches, work, args.any_commit, keep)
+            copied = patches
         for seed in seeds:
             if args.side != "cl-bench":
                 run_reference_side(reference, copy, name, seed, work, args)
             if args.side != "reference":
                 run_clbench_side(reference, reference.ROWS[name], name, seed, work, args)
+
+
+def refuse_resume(reference, args) -> None:
+    """--resume where it cannot work, in one line: on cl-bench's side alone or a diagnostic (whose copy is made
+    afresh), or with a reference whose runner does not chain processes it can replay."""
+    if args.resume and (args.side == "cl-bench" or args.diagnostic):
+        sys.exit("--resume goes on with a row's reference side (cl-bench's side has its own checkpoints: "
+                 "checkpoint.every_epochs): drop --side cl-bench and --diagnostic, or --resume")
+    if args.resume and not hasattr(reference, "RESUMABLE"):
+        sys.exit(f"--resume: the {reference.NAME} runner cannot resume a run (only runners whose reference runs as "
+                 "a chain of processes can): rerun the seed without --resume")
 
 
 def only(planned: tuple[int, ...], chosen: list[int] | None, row: str) -> tuple[int, ...]:
@@ -303,6 +328,9 @@ def only(planned: tuple[int, ...], chosen: list[int] | None, row: str) -> tuple[
 def run_reference_side(reference, copy: Path, name: str, seed: int, work: Path, args, diagnostic: str = "") -> None:
     origin = provenance(args.ref.resolve(), args.python)
     outcome, seconds, command = reference_side(reference, copy, name, seed, work, args)
+    if outcome.replayed:  # a resumed run: its time is the cut-short run's replayed part and this run's
+        seconds += outcome.replayed
+        origin["replayed_seconds"] = round(outcome.replayed, 1)
     report(save(Record(reference.NAME, name, "reference", seed, outcome.ra, outcome.matrix, seconds,
                        origin["reference_commit"], command, origin, diagnostic, outcome.phases), args.out),
            outcome, seconds)
@@ -383,17 +411,23 @@ def arguments(reference) -> argparse.ArgumentParser:
     parser.add_argument("--diagnostic", choices=sorted(getattr(reference, "DIAGNOSTICS", {})),
                         help="run one of the reference's diagnostics (its side, its seeds) instead of the rows")
     parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on with a reference side cut short (killed, the machine lost): what its log records "
+                             "as ended is replayed from it, the task it ended in is rerun from that task's start")
     return parser
 
 
 def reference_side(reference, copy: Path, name: str, seed: int, work: Path, args) -> tuple[Outcome, float, str]:
-    """The split of this seed written in the reference's format, then the reference trained on it."""
+    """The split of this seed written in the reference's format, then the reference trained on it (a resumed run
+    keeps the split its cut-short run wrote)."""
     row = reference.ROWS[name]
     data = work / "data" / name / f"seed{seed}"
-    shutil.rmtree(data, ignore_errors=True)
-    data.mkdir(parents=True)
-    reference.write_tasks(scenario(clbench_overrides(row, seed, args.data_root)), row, data)
-    outcome, seconds = timed(reference.run_reference, copy, row, seed, data, args.python)
+    resume = {"resume": True} if args.resume else {}
+    if not (resume and (data / "goals.json").is_file()):  # written last: the cut-short run's tasks are all there
+        shutil.rmtree(data, ignore_errors=True)
+        data.mkdir(parents=True)
+        reference.write_tasks(scenario(clbench_overrides(row, seed, args.data_root)), row, data)
+    outcome, seconds = timed(reference.run_reference, copy, row, seed, data, args.python, **resume)
     return outcome, seconds, " ".join(row.reference)
 
 

@@ -16,7 +16,10 @@ tool, for CPG the picking refit and its tool; then inference of every task learn
   python scripts/parity/cpg.py --ref ~/src/CPG --rows cpg [--pilot] --data-root DIR --python REF_VENV/bin/python
 
 runs the row's seed plan (scripts/parity/plans.py), or its pilot's seeds with --pilot; --seeds N ... runs only
-those of them (a run cut short resumes).
+those of them (a run cut short resumes at its next seed). A reference side cut short inside a seed (its learning
+rows take hours) goes on with --resume and the same arguments: the processes its log records as ended are replayed
+from the log and the checkpoints they left, the task it ended in is rerun from that task's start, and the record's
+seconds add the replayed processes' logged seconds to the resumed run's (provenance: replayed_seconds).
 
 The learning cut (rows cpg_learn, pae_learn, packnet_learn; LEARN below), meant to end every task at or above 80%
 on both sides (unmeasured until their pilot runs): Split CIFAR-10's five 2-class tasks, 2500 training images a task
@@ -60,6 +63,7 @@ import shutil
 import subprocess
 import sys
 import time
+from copy import deepcopy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +83,7 @@ DATA = "cifar-10-batches-py (CIFAR-10's python files)"
 BAR_ENV = "PARITY_TRAIN_ACC_BAR"  # the train-accuracy bar the patched scripts read (theirs when unset)
 DATA_LINK = Path("data") / "cifar100_org"  # where the reference's loaders read each task's image folders
 RUNS = Path("checkpoints") / "parity"  # relative: the scripts format checkpoint paths as ./{save_folder}/...
+RESUMABLE = RUNS  # what a resumed run keeps of its copy (common.patched_copy)
 
 # The whole cut, once; the rows below spell it out for each side.
 TASKS, CLASSES, TRAIN, TEST = 3, 2, 256, 200
@@ -500,16 +505,56 @@ def clbench_phases(run_dir: Path) -> list[dict]:
 
 
 # --- running the reference --------------------------------------------------------------------------------------
-class Runner:
-    """Runs the reference's processes in its copy, as its shell scripts chain them, into one log."""
+@dataclass(frozen=True)
+class Ended:
+    """One process of a run as the Runner logged it: its command line, output and exit, and where its entry ends
+    in the log (a resumed run that reruns a task cuts the log back to the task's start)."""
 
-    def __init__(self, copy: Path, seed: int, python: str, log: Path, env: dict):
+    command: str
+    out: str
+    code: int
+    seconds: float
+    end: int
+
+
+ENDED = re.compile(r"\n\[exit (-?\d+); ([\d.]+) s\]\n")
+
+
+def read_log(text: str) -> list[Ended]:
+    """The processes a Runner's log records as ended, in order (each entry is written whole when its process
+    exits, as `$ COMMAND`, its output, `[exit CODE; SECONDS s]`); anything after the last whole entry is dropped."""
+    ended, at = [], 0
+    while text.startswith("$ ", at):
+        line_end = text.find("\n", at)
+        found = ENDED.search(text, line_end) if line_end >= 0 else None
+        if found is None:
+            break
+        ended.append(Ended(text[at + 2:line_end], text[line_end + 1:found.start()], int(found[1]), float(found[2]),
+                           found.end()))
+        at = found.end()
+    return ended
+
+
+class CutShort(Exception):
+    """A resumed run's log ends inside a task: that task is rerun from its start."""
+
+
+class Runner:
+    """Runs the reference's processes in its copy, as its shell scripts chain them, into one log. Given the processes
+    a cut-short run's log records as ended, it replays them in order (their exit and output, their checkpoints as
+    that run left them) instead of running them, while the commands are the same."""
+
+    def __init__(self, copy: Path, seed: int, python: str, log: Path, env: dict, ended: list[Ended] = ()):
         self.copy, self.seed, self.python, self.log, self.env = copy, seed, python, log, env
+        self.ended, self.replaying, self.replayed = list(ended), bool(ended), 0.0
+        self.replayed_to = 0  # where the last replayed entry ends in the log
 
     def __call__(self, script: str, args: list, ok=(0,)) -> tuple[int, str]:
         command = [self.python, script, *map(str, args)]
         if script.endswith("main_normal.py"):
             command += ["--seed", str(self.seed)]
+        if self.replaying:
+            return self.replay(" ".join(command))
         start = time.perf_counter()
         done = subprocess.run(command, cwd=self.copy, capture_output=True, text=True, env=self.env)
         out = done.stdout + done.stderr
@@ -519,33 +564,76 @@ class Runner:
             sys.exit(f"{' '.join(command)} failed (exit {done.returncode}); the end of its output:\n{out[-3000:]}")
         return done.returncode, out
 
+    def replay(self, command: str) -> tuple[int, str]:
+        if not self.ended:
+            raise CutShort
+        ended = self.ended.pop(0)
+        if ended.command != command:
+            sys.exit(f"--resume: {self.log} ran `{ended.command}` where this run runs `{command}`: the log is another "
+                     "run's (another row or setting); run the seed afresh, without --resume")
+        self.replayed, self.replayed_to = self.replayed + ended.seconds, ended.end
+        return ended.code, ended.out
+
+    def rerun_from(self, at: int, written: Path) -> None:
+        """Live from here: the log cut back to `at` (where the task began), the task's folder, which the cut-short
+        processes wrote, gone."""
+        with open(self.log, "r+") as f:
+            f.truncate(at)
+        shutil.rmtree(written, ignore_errors=True)
+        self.ended, self.replaying = [], False
+
+    def position(self) -> int:
+        """Where the next process's entry starts in the log (replaying: where the last whole entry ends, before any
+        half-written one)."""
+        if self.replaying:
+            return self.replayed_to
+        return self.log.stat().st_size if self.log.exists() else 0
+
 
 def settings(row: Row) -> dict:
     return dict(item.split("=", 1) for item in row.reference)
 
 
-def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str) -> Outcome:
+def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str, resume: bool = False) -> Outcome:
     """Train the reference on the written tasks, evaluating every task learned after each one: the printed
-    accuracies as a lower-triangular matrix (row i: tasks 0..i after task i), RA the mean of its last row."""
+    accuracies as a lower-triangular matrix (row i: tasks 0..i after task i), RA the mean of its last row.
+    resume: go on from the run this seed's log records (see Runner; the copy kept its checkpoints)."""
     s = settings(row)
     link = copy / DATA_LINK
     if link.is_symlink() or link.exists():
         link.unlink()
     link.symlink_to(data.resolve(), target_is_directory=True)
-    shutil.rmtree(copy / RUNS, ignore_errors=True)
     log = data / "reference.log"
-    log.unlink(missing_ok=True)
+    ended = read_log(log.read_text()) if resume and log.is_file() else []
+    if not ended:
+        shutil.rmtree(copy / RUNS, ignore_errors=True)
+        log.unlink(missing_ok=True)
     env = {**os.environ, **common.one_thread_env(), **{var: s[key] for key, var in ENV_SETTINGS.items() if key in s}}
-    run = Runner(copy, seed, python, log, env)
+    run = Runner(copy, seed, python, log, env, ended)
     names = sorted((p.name for p in (data / "train").iterdir()), key=lambda n: int(n[4:]))
     classes = [len(list((data / "train" / n).iterdir())) for n in names]
     learn, evaluate = (cpg_task, cpg_evaluate) if s["program"] == "cpg" else (packnet_task, packnet_evaluate)
     state = {"multiplier": 1.0, "goals": str((data / "goals.json").resolve()), "phases": []}
     matrix = []
     for t, name in enumerate(names):
-        learn(run, s, state, names, classes, t)
-        matrix.append([evaluate(run, s, state, name, names[j], classes[j]) for j in range(t + 1)])
-    return Outcome(float(np.mean(matrix[-1])), matrix, state["phases"])
+        at, before = run.position(), deepcopy(state)
+        try:
+            matrix.append(learned(run, s, state, names, classes, t, learn, evaluate))
+        except CutShort:  # the cut-short run ended inside this task: it starts over, as the run before it left it
+            run.rerun_from(at, copy / RUNS / name)
+            state.clear()
+            state.update(before)
+            matrix.append(learned(run, s, state, names, classes, t, learn, evaluate))
+    return Outcome(float(np.mean(matrix[-1])), matrix, state["phases"], run.replayed)
+
+
+def learned(run: Runner, s: dict, state: dict, names: list, classes: list, t: int, learn, evaluate) -> list[float]:
+    """Task t learned, then every task so far evaluated: that row of the accuracy matrix. A replay that has
+    nothing left at a task's start was cut short in it (its first process, or between tasks)."""
+    if run.replaying and not run.ended:
+        raise CutShort
+    learn(run, s, state, names, classes, t)
+    return [evaluate(run, s, state, names[t], names[j], classes[j]) for j in range(t + 1)]
 
 
 def ckpt(name: str, phase: str) -> str:

@@ -259,14 +259,20 @@ def diagnostic_lines(module, name: str, records: list[dict]) -> list[str]:
     return lines
 
 
+def rerun_lines(module) -> list[str]:
+    make = f"make parity-{module.NAME} REF=DIR DATA=DATA_ROOT"
+    resume = [f"{make} RESUME=1   # the same, going on with a reference side cut short"]
+    plan = "every row's plan; ROWS=... for some, PILOT=1 for the pilot's seeds, PARITY_SEEDS=... some of them"
+    return ["make parity-env", f"{make}   # {plan}",
+            *(resume if hasattr(module, "RESUMABLE") else []),
+            *[f"{make} DIAG={d}" for d in getattr(module, "DIAGNOSTICS", {})], "make parity-summary"]
+
+
 def section(module, records: list[dict]) -> list[str]:
     lines = [f"## {module.NAME}", "", f"{module.REPO} at `{module.PINNED}`. {module.TORCH} It runs here on this "
              "project's torch (each record names the version), through the environment patches below.", "",
-             "Rerun (a checkout of the reference at that commit in DIR):", "", "```", "make parity-env",
-             f"make parity-{module.NAME} REF=DIR DATA=DATA_ROOT   # every row's plan; ROWS=... for some, "
-             "PILOT=1 for the pilot's seeds", *[f"make parity-{module.NAME} REF=DIR DATA=DATA_ROOT DIAG={d}"
-                                               for d in getattr(module, "DIAGNOSTICS", {})],
-             "make parity-summary", "```", "", f"DATA_ROOT holds {module.DATA}.", ""]
+             "Rerun (a checkout of the reference at that commit in DIR):", "", "```", *rerun_lines(module), "```", "",
+             f"DATA_ROOT holds {module.DATA}.", ""]
     lines += patch_lines(module)
     lines += ["What the runs found (fixed in cl-bench, matched by the rows' overrides, or named):", ""]
     lines += [f"- {finding}" for finding in getattr(module, "FINDINGS", [])] or ["- nothing yet"]
