@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -476,3 +477,18 @@ def test_a_resumed_copy_keeps_its_runs_and_a_resume_that_cannot_work_is_refused(
         with pytest.raises(SystemExit, match=message):
             common.main(module)
     assert not work.joinpath("cpg").exists() and not work.joinpath("cgate").exists()
+
+
+def test_a_resumed_reference_side_keeps_the_written_split_and_resumes(tmp_path):
+    """common.reference_side with --resume: the split the cut-short run wrote stays (goals.json, written last, says
+    it is whole) and the runner is told to resume."""
+    data = tmp_path / "work" / "data" / "cpg_learn" / "seed1"
+    data.mkdir(parents=True)
+    (data / "goals.json").write_text('{"task0": "0.9530"}')
+    calls = []
+    module = SimpleNamespace(ROWS=cpg.ROWS, run_reference=lambda *args, **kwargs: calls.append(kwargs) or
+                             common.Outcome(0.5, [[0.5]]), write_tasks=lambda *args: calls.append("written"))
+    args = SimpleNamespace(resume=True, data_root=str(tmp_path), python="python")
+    outcome, _, _ = common.reference_side(module, tmp_path / "ref", "cpg_learn", 1, tmp_path / "work", args)
+    assert calls == [{"resume": True}] and outcome.ra == 0.5
+    assert (data / "goals.json").read_text() == '{"task0": "0.9530"}'

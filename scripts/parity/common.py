@@ -270,9 +270,9 @@ def save(record: Record, out: Path) -> Path:
     return path
 
 
-def timed(fn, *args) -> tuple[Outcome, float]:
+def timed(fn, *args, **kwargs) -> tuple[Outcome, float]:
     start = time.perf_counter()
-    outcome = fn(*args)
+    outcome = fn(*args, **kwargs)
     return outcome, time.perf_counter() - start
 
 
