@@ -197,7 +197,7 @@ def pilot_line(module, name: str, records: list[dict]) -> str:
     look = " (extended after a look: not a 95% interval)" if plan.after_look else ""
     return (f"Pilot, seeds 0-{plan.pilot - 1}{look}: reference {fmt_side(pilot['reference'])}, cl-bench "
             f"{fmt_side(pilot['cl-bench'])}, paired {fmt_paired(pilot['paired'])}, sd {pilot['paired'].sd:.2f}; "
-            f"the plan: {plan.n} fresh seeds from {plans.FIRST_SEED}"
+            f"the plan: {plan.n} fresh seed{'s' * (plan.n != 1)} from {plans.FIRST_SEED}"
             + (f", capped at {plans.CPU_HOURS:.0f} CPU-hours (80% power needs {plan.needed})" if plan.capped else "")
             + ".")
 
