@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 from parity import cgate, common  # noqa: E402
+from test_parity_cpg import smoke_arguments_checked  # noqa: E402
 
 PER_CLASS = {"train": 13, "test": 7}  # odd sizes, so that the caps and the held-out share leave uneven splits
 
@@ -194,12 +195,7 @@ def test_the_learning_row_runs_only_its_pilot_and_smoke_needs_its_own_out_folder
     from parity import plans
     assert ("cgate", "gated_learn") in plans.PENDING and ("cgate", "gated_learn") not in plans.PLANS
     assert plans.seeds("cgate", "gated_learn", pilot=True) == (0, 1, 2)
-    monkeypatch.setattr(cgate, "ROWS", dict(cgate.ROWS))
-    monkeypatch.setattr(plans, "PILOT_SEEDS", plans.PILOT_SEEDS)
-    assert cgate.smoke(["cgate.py", "--rows", "gated_learn"]) == ["cgate.py", "--rows", "gated_learn"]
-    with pytest.raises(SystemExit, match="--smoke needs --out"):
-        cgate.smoke(["cgate.py", "--smoke"])
-    assert cgate.smoke(["cgate.py", "--smoke", "--out", "/tmp/x"]) == ["cgate.py", "--out", "/tmp/x"]
+    smoke_arguments_checked(cgate, "gated_learn", monkeypatch)
     smoke = cgate.ROWS["gated_learn"]
     assert f"dataset.samples_per_task={cgate.SMOKE['train']}" in smoke.clbench and plans.PILOT_SEEDS == (0,)
     assert f"N_TASKS={cgate.SMOKE['tasks']}" in smoke.reference and smoke.patches == cgate.LEARN_NET

@@ -402,14 +402,22 @@ def test_pending_rows_run_only_their_pilot():
             plans.seeds("cpg", name)
 
 
+def smoke_arguments_checked(module, row: str, monkeypatch) -> None:
+    """common.smoke through a reference module's smoke(): argv untouched without --smoke, refused without --out,
+    else --smoke dropped; the module's rows and the pilot seeds restored after the test."""
+    from parity import plans
+    monkeypatch.setattr(module, "ROWS", dict(module.ROWS))
+    monkeypatch.setattr(plans, "PILOT_SEEDS", plans.PILOT_SEEDS)
+    script = f"{module.NAME}.py"
+    assert module.smoke([script, "--rows", row]) == [script, "--rows", row]
+    with pytest.raises(SystemExit, match="--smoke needs --out"):
+        module.smoke([script, "--smoke"])
+    assert module.smoke([script, "--smoke", "--out", "/tmp/x"]) == [script, "--out", "/tmp/x"]
+
+
 def test_smoke_needs_its_own_out_folder(monkeypatch):
     from parity import plans
-    monkeypatch.setattr(cpg, "ROWS", dict(cpg.ROWS))
-    monkeypatch.setattr(plans, "PILOT_SEEDS", plans.PILOT_SEEDS)
-    assert cpg.smoke(["cpg.py", "--rows", "cpg"]) == ["cpg.py", "--rows", "cpg"]
-    with pytest.raises(SystemExit, match="--smoke needs --out"):
-        cpg.smoke(["cpg.py", "--smoke"])
-    assert cpg.smoke(["cpg.py", "--smoke", "--out", "/tmp/x"]) == ["cpg.py", "--out", "/tmp/x"]
+    smoke_arguments_checked(cpg, "cpg", monkeypatch)
     assert cpg.settings(cpg.ROWS["cpg_learn"])["epochs"] == str(cpg.SMOKE.epochs) and plans.PILOT_SEEDS == (0,)
 
 

@@ -562,7 +562,7 @@ class Runner:
     def __init__(self, copy: Path, seed: int, python: str, log: Path, env: dict, ended: list[Ended] = ()):
         self.copy, self.seed, self.python, self.log, self.env = copy, seed, python, log, env
         self.ended, self.replaying, self.replayed = list(ended), bool(ended), 0.0
-        self.replayed_to = 0  # where the last replayed entry ends in the log
+        self.replayed_to = 0  # where the last replayed entry ends in the log, before any half-written one
 
     def __call__(self, script: str, args: list, ok=(0,)) -> tuple[int, str]:
         command = [self.python, script, *map(str, args)]
@@ -597,13 +597,6 @@ class Runner:
         shutil.rmtree(written, ignore_errors=True)
         self.ended, self.replaying = [], False
 
-    def position(self) -> int:
-        """Where the next process's entry starts in the log (replaying: where the last whole entry ends, before any
-        half-written one)."""
-        if self.replaying:
-            return self.replayed_to
-        return self.log.stat().st_size if self.log.exists() else 0
-
 
 def settings(row: Row) -> dict:
     return dict(item.split("=", 1) for item in row.reference)
@@ -631,7 +624,7 @@ def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str, resu
     state = {"multiplier": 1.0, "goals": str((data / "goals.json").resolve()), "phases": []}
     matrix = []
     for t, name in enumerate(names):
-        at, before = run.position(), deepcopy(state)
+        at, before = run.replayed_to, deepcopy(state)  # a task can be cut short only while replaying
         try:
             matrix.append(learned(run, s, state, names, classes, t, learn, evaluate))
         except CutShort:  # the cut-short run ended inside this task: it starts over, as the run before it left it
