@@ -134,11 +134,17 @@ def check_run(config) -> None:
 
 
 def check_sweep(config) -> None:
-    """The base config, then every job of a grid sweep, composed as the launcher will."""
+    """The base config, then every job of a grid sweep, composed as the launcher will; a launcher that starts
+    each job as several tasks (submitit's tasks_per_node x nodes) needs hardware=ddp in every job, refused
+    here rather than in each task after the launcher has started them."""
     from . import config as schema
-    check_objective(schema.validate(config))
-    for job in sweep_jobs(list(config.hydra.overrides.task)):
-        check_objective(schema.validate(schema.compose(job)))
+    from . import hardware
+    launcher = config.hydra.launcher
+    tasks = launcher.get("tasks_per_node", 1) * launcher.get("nodes", 1)
+    for cfg in [config, *(schema.compose(job) for job in sweep_jobs(list(config.hydra.overrides.task)))]:
+        cfg = check_objective(schema.validate(cfg))
+        if tasks > 1 and not cfg.hardware.distributed:
+            raise UserError(hardware.several_tasks_refusal(tasks))
 
 
 @contextlib.contextmanager

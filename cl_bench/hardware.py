@@ -60,12 +60,16 @@ def cluster_ranks(distributed: bool) -> None:
     if not distributed:
         if "SUBMITIT_EXECUTOR" not in os.environ:  # a batch script's own step carries SLURM_NTASKS too: one process
             return
-        raise UserError(f"this job runs as {job.num_tasks} tasks (hydra.launcher.tasks_per_node x nodes, or srun's "
-                        f"--ntasks): use hardware=ddp to train one run on them, or a single task per job")
+        raise UserError(several_tasks_refusal(job.num_tasks))
     os.environ.update({  # submitit's port rule: drawn from the job id, so that every task draws the same one
         "RANK": str(job.global_rank), "WORLD_SIZE": str(job.num_tasks), "LOCAL_RANK": str(job.local_rank),
         "LOCAL_WORLD_SIZE": str(job.num_tasks // job.num_nodes), "MASTER_ADDR": job.hostnames[0],
         "MASTER_PORT": os.environ.get("MASTER_PORT") or str(random.Random(job.job_id).randint(20000, 60000))})
+
+
+def several_tasks_refusal(tasks: int) -> str:
+    return (f"this job runs as {tasks} tasks (hydra.launcher.tasks_per_node x nodes, or srun's --ntasks): use "
+            "hardware=ddp to train one run on them, or a single task per job")
 
 
 def _job_environment():

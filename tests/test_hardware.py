@@ -1,5 +1,6 @@
 """hardware.*: switches that must do what they say."""
 import json
+import os
 import warnings
 
 import pytest
@@ -10,6 +11,7 @@ from torch import nn
 
 from cl_bench import config, hardware
 from cl_bench import train as train_module
+from cl_bench.errors import UserError
 from cl_bench.methods.base import fresh_copy
 from cl_bench.recorders import Recorders
 
@@ -160,3 +162,64 @@ def test_evaluation_and_the_methods_passes_read_the_runs_evaluation_batch(monkey
     monkeypatch.setattr(Split, "batches", lambda self, size, *a: asked.append(size) or batches(self, size, *a))
     method._firing(task.val, task.id)
     assert asked and set(asked) == {7}
+
+
+CLUSTER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture
+def outside_any_job(monkeypatch):
+    """No torchrun, submitit or Slurm variables: each test sets the job environment it stands for."""
+    for key in list(os.environ):
+        if key in CLUSTER_VARIABLES or key.startswith(("SUBMITIT_", "SLURM_")):
+            monkeypatch.delenv(key)
+    return monkeypatch
+
+
+def submitit_local_task(env, rank: int, tasks: int = 2):
+    """The variables submitit's local executor gives task `rank` of a job of `tasks` tasks on one node."""
+    for key, value in {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_JOB_ID": "4242", "SUBMITIT_LOCAL_NTASKS": tasks,
+                       "SUBMITIT_LOCAL_JOB_NUM_NODES": 1, "SUBMITIT_LOCAL_NODEID": 0,
+                       "SUBMITIT_LOCAL_GLOBALID": rank, "SUBMITIT_LOCAL_LOCALID": rank}.items():
+        env.setenv(key, str(value))
+
+
+def test_a_submitit_task_becomes_a_ddp_rank_and_without_ddp_is_refused(outside_any_job):
+    """What a submitit job of two tasks does in each task (the whole job: test_ddp's submitit test)."""
+    submitit_local_task(outside_any_job, rank=1)
+    with pytest.raises(UserError) as refused:
+        hardware.cluster_ranks(distributed=False)
+    assert str(refused.value) == hardware.several_tasks_refusal(2) and "hardware=ddp" in str(refused.value)
+    assert "WORLD_SIZE" not in os.environ
+    hardware.cluster_ranks(distributed=True)
+    ranks = {key: os.environ[key] for key in CLUSTER_VARIABLES}
+    port = ranks.pop("MASTER_PORT")
+    assert ranks == {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                     "MASTER_ADDR": ranks["MASTER_ADDR"]} and ranks["MASTER_ADDR"]
+    for key in CLUSTER_VARIABLES:  # task 0 of the same job meets task 1 at the same port
+        outside_any_job.delenv(key)
+    submitit_local_task(outside_any_job, rank=0)
+    hardware.cluster_ranks(distributed=True)
+    assert os.environ["RANK"] == "0" and os.environ["MASTER_PORT"] == port
+
+
+def test_an_srun_task_becomes_a_ddp_rank_and_a_batch_scripts_own_step_is_left_alone(outside_any_job):
+    for key, value in {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1",
+                       "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]"}.items():
+        outside_any_job.setenv(key, value)
+    hardware.cluster_ranks(distributed=False)  # the batch script's own process carries SLURM_NTASKS too
+    assert "WORLD_SIZE" not in os.environ
+    hardware.cluster_ranks(distributed=True)
+    assert {key: os.environ[key] for key in CLUSTER_VARIABLES[:5]} == {
+        "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "gpu07"}
+
+
+def test_a_single_task_or_torchruns_own_ranks_are_left_alone(outside_any_job):
+    submitit_local_task(outside_any_job, rank=0, tasks=1)
+    hardware.cluster_ranks(distributed=False)
+    hardware.cluster_ranks(distributed=True)
+    assert "WORLD_SIZE" not in os.environ
+    submitit_local_task(outside_any_job, rank=0)
+    outside_any_job.setenv("WORLD_SIZE", "2")  # torchrun's: set already, kept
+    hardware.cluster_ranks(distributed=False)
+    assert os.environ["WORLD_SIZE"] == "2" and "RANK" not in os.environ
