@@ -16,7 +16,9 @@ from cl_bench.data import scenarios
 from cl_bench.data.batches import View
 from cl_bench.methods import parallel
 
-pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+# whole runs: `make test-fast` leaves them out; one worker for the module (--dist loadgroup), so that its
+# module fixtures' torchrun launches run once, not once on each worker that draws one of their tests
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ddp")]
 
 # The MLP of 256 units: the runs compared must be stable ones, where float-order differences stay small; on the
 # 2×100 default, finetune's 2 epochs at lr 0.01 amplify them to a fifth of a task's test samples in one cell.
@@ -43,8 +45,14 @@ def assert_close_runs(ddp: dict, single: dict, avg: float, cell: float) -> None:
         assert max(abs(a - b) for a, b in zip(row_ddp, row_single)) <= cell
 
 
-def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
-    single, ddp = single_and_ddp(tmp_path, *COMMON)
+@pytest.fixture(scope="module")
+def common_runs(tmp_path_factory) -> tuple[dict, dict]:
+    """COMMON's run in one process and in two under torchrun, which the launchers' tests compare with."""
+    return single_and_ddp(tmp_path_factory.mktemp("common"), *COMMON)
+
+
+def test_two_processes_match_one_with_the_same_global_batch(common_runs):
+    single, ddp = common_runs
     host = socket.gethostname()
     assert single["ran_on"] == {"launcher": "cl-bench", "world_size": 1, "hosts": [host], "nodes": 1, "device": "cpu",
                                 "threads": single["ran_on"]["threads"], "residency": "device"}
@@ -162,7 +170,7 @@ def test_ddp_outside_torchrun_says_how_to_start_it(tmp_path):
     assert proc.returncode == 2 and "torchrun --nproc_per_node" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_a_submitit_job_of_two_tasks_trains_as_torchrun_does(tmp_path):
+def test_a_submitit_job_of_two_tasks_trains_as_torchrun_does(tmp_path, common_runs):
     """Hydra's submitit_local launcher (submitit's local executor: the code path of a Slurm job, without Slurm)
     starts 2 tasks; cl-bench takes their ranks and rendezvous from submitit's job environment and trains as the
     same two ranks under torchrun do, bit for bit (same shards, same float order)."""
@@ -172,12 +180,7 @@ def test_a_submitit_job_of_two_tasks_trains_as_torchrun_does(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert contract_problems(sweep / "0") == []
     job = json.loads((sweep / "0" / "metrics.json").read_text())
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "cl_bench", "train",
-                    "hardware=ddp", *COMMON, f"hydra.run.dir={tmp_path / 'torchrun'}"],
-                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
-    torchrun = json.loads((tmp_path / "torchrun" / "metrics.json").read_text())
-    assert job["acc"] == torchrun["acc"]
+    assert job["acc"] == common_runs[1]["acc"]  # torchrun's (checkpoint.keep=all there changes no update)
     assert job["ran_on"]["launcher"] == "submitit_local" and job["ran_on"]["world_size"] == 2
 
 
@@ -198,10 +201,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_nodes_through_torchrun_rendezvous_match_one_process(tmp_path):
+def test_two_nodes_through_torchrun_rendezvous_match_one_process(tmp_path, common_runs):
     """Multi-node torchrun as the README gives it: two "nodes" on localhost, one process each, meeting through a
     c10d rendezvous (gloo); they learn as one process does, up to the order of float sums."""
-    single = train(tmp_path / "single", "hardware=cpu", *COMMON)
+    single = common_runs[0]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     endpoint = f"localhost:{free_port()}"
     nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
@@ -219,19 +222,23 @@ def test_two_nodes_through_torchrun_rendezvous_match_one_process(tmp_path):
     assert_close_runs(two, single, 0.02, 0.06)
 
 
-# Each rank of a hardware=ddp run, in a process of torchrun's: the command line as `cl-bench` runs it, then a digest
-# of every tensor of the method's state (and its capacity report) in a file named by rank.
+# Each rank of torchrun's processes: every run of runs.json in turn, each as `cl-bench train` runs it, then a digest of
+# every tensor of that run's method state (and its capacity report) in a file named by run and rank. One launch for
+# all the runs: a torchrun launch costs each rank its imports, several CPU-seconds.
 RANK_STATE = '''
 import hashlib, json, os, sys
 from cl_bench import cli, methods
 built, build = [], methods.build
 methods.build = lambda *args: built.append(build(*args)) or built[-1]
-code = cli.main(sys.argv[2:])
-state = {k: [list(v.shape), str(v.dtype), hashlib.sha256(v.detach().cpu().contiguous().numpy().tobytes()).hexdigest()]
-         for k, v in built[-1].state_dict().items()}
-out = {"code": code, "state": state, "capacity": built[-1].capacity()}
-with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w") as f:
-    json.dump(out, f)
+with open(os.path.join(sys.argv[1], "runs.json")) as f:
+    runs = json.load(f)
+for name, argv in runs.items():
+    code = cli.main(argv)
+    digest = lambda v: hashlib.sha256(v.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+    state = {k: [list(v.shape), str(v.dtype), digest(v)] for k, v in built[-1].state_dict().items()}
+    out = {"code": code, "state": state, "capacity": built[-1].capacity()}
+    with open(os.path.join(sys.argv[1], f"{name}.rank{os.environ['RANK']}.json"), "w") as f:
+        json.dump(out, f)
 '''
 
 # Tiny runs (2 tasks of split_digits, one epoch per phase) in which every decision a method makes from data is
@@ -255,21 +262,19 @@ AGREEMENT_RUNS = {
 
 @pytest.fixture(scope="module")
 def rank_states(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
-    """Every run of AGREEMENT_RUNS under 2-rank torchrun (gloo): each rank's digest of its method's state."""
+    """Every run of AGREEMENT_RUNS under 2-rank torchrun (gloo), one after another in one launch: each rank's
+    digest of its method's state."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     root = tmp_path_factory.mktemp("agreement")
     script = root / "rank_state.py"
     script.write_text(RANK_STATE)
-    states = {}
-    for name, overrides in AGREEMENT_RUNS.items():
-        out = root / name
-        out.mkdir()
-        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script),
-                               str(out), "train", "hardware=ddp", *TINY, *overrides, f"hydra.run.dir={out / 'run'}"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, (name, proc.stderr[-3000:])
-        states[name] = tuple(json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1))
-    return states
+    runs = {name: ["train", "hardware=ddp", *TINY, *overrides, f"hydra.run.dir={root / name}"]
+            for name, overrides in AGREEMENT_RUNS.items()}
+    (root / "runs.json").write_text(json.dumps(runs))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script), str(root)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {name: tuple(json.loads((root / f"{name}.rank{r}.json").read_text()) for r in (0, 1)) for name in runs}
 
 
 @pytest.mark.parametrize("name", AGREEMENT_RUNS)
