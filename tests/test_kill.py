@@ -6,8 +6,7 @@ import signal
 import time
 
 import pytest
-from conftest import cl_bench, contract_problems, train
-from test_reliability import start
+from conftest import ForkedTrain, cl_bench, contract_problems, train
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
@@ -35,8 +34,8 @@ def written(run_dir) -> int:
 def test_random_sigkills_lose_nothing(tmp_path, method):
     overrides = [*CASES[method], "logger=none"]
     began = time.monotonic()
-    # In a fresh interpreter, as the killed runs start (train() forks from a server that has imported already)
-    proc = cl_bench("train", f"hydra.run.dir={tmp_path / 'whole'}", "checkpoint.keep=all", *overrides, fresh=True)
+    # Forked from the server that has imported already, as the killed runs start: the gap below is theirs
+    proc = cl_bench("train", f"hydra.run.dir={tmp_path / 'whole'}", "checkpoint.keep=all", *overrides)
     assert proc.returncode == 0, proc.stderr[-2000:]
     whole = json.loads((tmp_path / "whole" / "metrics.json").read_text())
     # Kill moments are drawn by the killed run's own progress, not by the clock: three event counts in the first
@@ -46,7 +45,7 @@ def test_random_sigkills_lose_nothing(tmp_path, method):
     events = len((tmp_path / "whole" / "events.jsonl").read_text().splitlines())
     gap = (time.monotonic() - began) / (events + 1)
     run_dir, rng, kills = tmp_path / "killed", random.Random(method), 0
-    proc = start(f"hydra.run.dir={run_dir}", *overrides)
+    proc = ForkedTrain(f"hydra.run.dir={run_dir}", *overrides)
     for target in sorted(rng.randrange(max(1, events // 2)) for _ in range(3)):
         while written(run_dir) < target and proc.poll() is None:
             time.sleep(0.02)
@@ -57,8 +56,8 @@ def test_random_sigkills_lose_nothing(tmp_path, method):
         proc.wait()
         kills += 1
         # a run is resumable once its record exists (written before Hydra's .hydra/, see cli.write_run_record)
-        proc = start(f"resume={run_dir}") if (run_dir / "run.json").is_file() else \
-            start(f"hydra.run.dir={run_dir}", *overrides)
+        proc = ForkedTrain(f"resume={run_dir}") if (run_dir / "run.json").is_file() else \
+            ForkedTrain(f"hydra.run.dir={run_dir}", *overrides)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-2000:]
     assert kills >= 1
@@ -75,7 +74,7 @@ def test_a_kill_while_hydra_writes_its_record_resumes(tmp_path):
     overrides = ["method.epochs=1", "dataset.num_tasks=2", "logger=none"]
     whole = train(tmp_path / "whole", *overrides)
     run_dir = tmp_path / "killed"
-    proc = start(f"hydra.run.dir={run_dir}", *overrides)
+    proc = ForkedTrain(f"hydra.run.dir={run_dir}", *overrides)
     while not (run_dir / ".hydra").is_dir():
         assert proc.poll() is None, "the run ended before .hydra/ appeared"
         time.sleep(0.0005)

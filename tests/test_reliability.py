@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, cl_bench, contract_problems, train
+from conftest import ROOT, ForkedTrain, cl_bench, contract_problems, train
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
@@ -74,7 +74,7 @@ def test_skip_nonfinite_skips_instead_of_stopping(tmp_path):
 
 
 def test_runs_started_in_the_same_second_get_distinct_directories(tmp_path):
-    procs = [start("logger=none", "method.epochs=1", cwd=tmp_path) for _ in range(3)]
+    procs = [ForkedTrain("logger=none", "method.epochs=1", cwd=tmp_path) for _ in range(3)]
     for p in procs:
         p.communicate(timeout=300)
         assert p.returncode == 0
