@@ -1,6 +1,7 @@
 """hardware.*: switches that must do what they say."""
 import json
 import os
+import socket
 import warnings
 
 import pytest
@@ -168,25 +169,30 @@ CLUSTER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MA
 
 
 @pytest.fixture
-def outside_any_job(monkeypatch):
-    """No torchrun, submitit or Slurm variables: each test sets the job environment it stands for."""
+def outside_any_job():
+    """No torchrun, submitit or Slurm variables: each test sets the job environment it stands for. The whole
+    environment is restored afterwards, the variables cluster_ranks sets included (monkeypatch would restore only
+    those it set itself, and a RANK left behind makes every later run in this worker a torchrun rank)."""
+    saved = dict(os.environ)
     for key in list(os.environ):
         if key in CLUSTER_VARIABLES or key.startswith(("SUBMITIT_", "SLURM_")):
-            monkeypatch.delenv(key)
-    return monkeypatch
+            del os.environ[key]
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
-def submitit_local_task(env, rank: int, tasks: int = 2):
+def submitit_local_task(rank: int, tasks: int = 2):
     """The variables submitit's local executor gives task `rank` of a job of `tasks` tasks on one node."""
-    for key, value in {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_JOB_ID": "4242", "SUBMITIT_LOCAL_NTASKS": tasks,
-                       "SUBMITIT_LOCAL_JOB_NUM_NODES": 1, "SUBMITIT_LOCAL_NODEID": 0,
-                       "SUBMITIT_LOCAL_GLOBALID": rank, "SUBMITIT_LOCAL_LOCALID": rank}.items():
-        env.setenv(key, str(value))
+    os.environ.update({"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_JOB_ID": "4242",
+                       "SUBMITIT_LOCAL_NTASKS": str(tasks), "SUBMITIT_LOCAL_JOB_NUM_NODES": "1",
+                       "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_GLOBALID": str(rank),
+                       "SUBMITIT_LOCAL_LOCALID": str(rank)})
 
 
 def test_a_submitit_task_becomes_a_ddp_rank_and_without_ddp_is_refused(outside_any_job):
     """What a submitit job of two tasks does in each task (the whole job: test_ddp's submitit test)."""
-    submitit_local_task(outside_any_job, rank=1)
+    submitit_local_task(rank=1)
     with pytest.raises(UserError) as refused:
         hardware.cluster_ranks(distributed=False)
     assert str(refused.value) == hardware.several_tasks_refusal(2) and "hardware=ddp" in str(refused.value)
@@ -195,18 +201,17 @@ def test_a_submitit_task_becomes_a_ddp_rank_and_without_ddp_is_refused(outside_a
     ranks = {key: os.environ[key] for key in CLUSTER_VARIABLES}
     port = ranks.pop("MASTER_PORT")
     assert ranks == {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                     "MASTER_ADDR": ranks["MASTER_ADDR"]} and ranks["MASTER_ADDR"]
+                     "MASTER_ADDR": socket.gethostname()}
     for key in CLUSTER_VARIABLES:  # task 0 of the same job meets task 1 at the same port
-        outside_any_job.delenv(key)
-    submitit_local_task(outside_any_job, rank=0)
+        del os.environ[key]
+    submitit_local_task(rank=0)
     hardware.cluster_ranks(distributed=True)
     assert os.environ["RANK"] == "0" and os.environ["MASTER_PORT"] == port
 
 
 def test_an_srun_task_becomes_a_ddp_rank_and_a_batch_scripts_own_step_is_left_alone(outside_any_job):
-    for key, value in {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1",
-                       "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]"}.items():
-        outside_any_job.setenv(key, value)
+    os.environ.update({"SLURM_JOB_ID": "77", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1",
+                       "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]"})
     hardware.cluster_ranks(distributed=False)  # the batch script's own process carries SLURM_NTASKS too
     assert "WORLD_SIZE" not in os.environ
     hardware.cluster_ranks(distributed=True)
@@ -215,11 +220,11 @@ def test_an_srun_task_becomes_a_ddp_rank_and_a_batch_scripts_own_step_is_left_al
 
 
 def test_a_single_task_or_torchruns_own_ranks_are_left_alone(outside_any_job):
-    submitit_local_task(outside_any_job, rank=0, tasks=1)
+    submitit_local_task(rank=0, tasks=1)
     hardware.cluster_ranks(distributed=False)
     hardware.cluster_ranks(distributed=True)
     assert "WORLD_SIZE" not in os.environ
-    submitit_local_task(outside_any_job, rank=0)
-    outside_any_job.setenv("WORLD_SIZE", "2")  # torchrun's: set already, kept
+    submitit_local_task(rank=0)
+    os.environ["WORLD_SIZE"] = "2"  # torchrun's: set already, kept
     hardware.cluster_ranks(distributed=False)
     assert os.environ["WORLD_SIZE"] == "2" and "RANK" not in os.environ
