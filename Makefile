@@ -18,10 +18,10 @@ run: $(VENV_STAMP)  ## the embedded default: finetune on split_digits with a sma
 	.venv/bin/cl-bench train $(ARGS)
 
 test: $(VENV_STAMP)  ## the suite, on two workers (one torch thread each); CL_BENCH_DATA=DIR adds the real-data tests
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2
 
 test-fast: $(VENV_STAMP)  ## the contract and unit tests (no whole runs, marked slow): a few minutes
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not shape and not slow"
+	$(PY) -m pytest -q -n 2 -m "not shape and not slow"
 
 test-shape: $(VENV_STAMP)  ## every paper setting at its real shape under debug=shape (VGG16-BN and ResNet-18: hours on a CPU)
 	$(PY) -m pytest -q -m shape tests/test_shape.py $(ARGS)

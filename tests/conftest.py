@@ -121,6 +121,23 @@ class ForkedTrain:
         return out, err
 
 
+def once_per_session(tmp_path_factory, worker_id: str, name: str, compute) -> dict | list:
+    """compute(folder)'s JSON result, computed once in the whole session: under xdist every worker that needs it
+    waits on one file lock, the first computes it into the workers' shared folder and the rest read it. (A module
+    fixture runs once per worker that draws one of its tests, and `--dist loadgroup`, which would keep a module's
+    tests on one worker, groups nothing under pytest 9: xdist renames nodes through an attribute pytest 9 no
+    longer reads.)"""
+    from filelock import FileLock
+    if worker_id == "master":
+        return compute(tmp_path_factory.mktemp(name))
+    result = tmp_path_factory.getbasetemp().parent / f"{name}.json"  # the session's folder, above each worker's
+    with FileLock(f"{result}.lock"):
+        if not result.is_file():  # a worker whose computation failed leaves none: the next computes afresh
+            computed = compute(tmp_path_factory.mktemp(name))
+            result.write_text(json.dumps(computed))
+        return json.loads(result.read_text())
+
+
 def train(run_dir: Path, *overrides, check=True) -> dict:
     """`cl-bench train` into run_dir on the embedded digits, quietly; returns metrics.json. Every task's checkpoint
     is kept (unless overrides say otherwise), so that tests can cut a run back to an earlier task."""

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, cl_bench, contract_problems, train
+from conftest import ROOT, cl_bench, contract_problems, once_per_session, train
 from safetensors.torch import load_file
 
 from cl_bench import backbones, config, methods, recorders
@@ -16,9 +16,7 @@ from cl_bench.data import scenarios
 from cl_bench.data.batches import View
 from cl_bench.methods import parallel
 
-# whole runs: `make test-fast` leaves them out; one worker for the module (--dist loadgroup), so that its
-# module fixtures' torchrun launches run once, not once on each worker that draws one of their tests
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ddp")]
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
 # The MLP of 256 units: the runs compared must be stable ones, where float-order differences stay small; on the
 # 2×100 default, finetune's 2 epochs at lr 0.01 amplify them to a fifth of a task's test samples in one cell.
@@ -46,9 +44,11 @@ def assert_close_runs(ddp: dict, single: dict, avg: float, cell: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def common_runs(tmp_path_factory) -> tuple[dict, dict]:
-    """COMMON's run in one process and in two under torchrun, which the launchers' tests compare with."""
-    return single_and_ddp(tmp_path_factory.mktemp("common"), *COMMON)
+def common_runs(tmp_path_factory, worker_id) -> list[dict]:
+    """COMMON's run in one process and in two under torchrun, which the launchers' tests compare with (once in
+    the session, whichever workers draw those tests)."""
+    return once_per_session(tmp_path_factory, worker_id, "common_runs",
+                            lambda folder: list(single_and_ddp(folder, *COMMON)))
 
 
 def test_two_processes_match_one_with_the_same_global_batch(common_runs):
@@ -261,11 +261,14 @@ AGREEMENT_RUNS = {
 
 
 @pytest.fixture(scope="module")
-def rank_states(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
+def rank_states(tmp_path_factory, worker_id) -> dict[str, list[dict]]:
     """Every run of AGREEMENT_RUNS under 2-rank torchrun (gloo), one after another in one launch: each rank's
-    digest of its method's state."""
+    digest of its method's state (once in the session, whichever workers draw the tests that read it)."""
+    return once_per_session(tmp_path_factory, worker_id, "rank_states", agreement_runs)
+
+
+def agreement_runs(root) -> dict[str, list[dict]]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    root = tmp_path_factory.mktemp("agreement")
     script = root / "rank_state.py"
     script.write_text(RANK_STATE)
     runs = {name: ["train", "hardware=ddp", *TINY, *overrides, f"hydra.run.dir={root / name}"]
@@ -274,7 +277,7 @@ def rank_states(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script), str(root)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return {name: tuple(json.loads((root / f"{name}.rank{r}.json").read_text()) for r in (0, 1)) for name in runs}
+    return {name: [json.loads((root / f"{name}.rank{r}.json").read_text()) for r in (0, 1)] for name in runs}
 
 
 @pytest.mark.parametrize("name", AGREEMENT_RUNS)
