@@ -4,6 +4,7 @@ same cut."""
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -459,8 +460,8 @@ def test_a_resume_refuses_another_runs_log(tmp_path):
 
 
 def test_a_resumed_copy_keeps_its_runs_and_a_resume_that_cannot_work_is_refused(tmp_path, monkeypatch):
-    """The patched copy is made afresh around the runs folder a resume needs; --resume on cl-bench's side, with
-    a diagnostic, or with a runner that cannot replay (cgate's) stops in one line before any work."""
+    """The patched copy is made afresh around the runs folder a resume needs; --resume with a diagnostic, or on
+    the reference side of a runner that cannot replay (cgate's), stops in one line before any work."""
     ref = tmp_path / "checkout"
     ref.mkdir()
     (ref / "main.py").write_text("print(1)\n")
@@ -479,9 +480,8 @@ def test_a_resumed_copy_keeps_its_runs_and_a_resume_that_cannot_work_is_refused(
     assert not (common.patched_copy(ref, pinned, [], work) / cpg.RUNS).exists()
     from parity import cgate
     base = ["x.py", "--ref", str(ref), "--work", str(work), "--resume"]
-    for module, extra, message in ((cpg, ["--side", "cl-bench"], "--resume goes on with a row's reference side"),
-                                   (cpg, ["--diagnostic", next(iter(cpg.DIAGNOSTICS))], "--resume goes on"),
-                                   (cgate, [], "the cgate runner cannot resume")):
+    for module, extra, message in ((cpg, ["--diagnostic", next(iter(cpg.DIAGNOSTICS))], "not a diagnostic's"),
+                                   (cgate, [], "the cgate runner cannot resume a reference run")):
         monkeypatch.setattr(sys, "argv", [*base, *extra])
         with pytest.raises(SystemExit, match=message):
             common.main(module)
@@ -501,3 +501,30 @@ def test_a_resumed_reference_side_keeps_the_written_split_and_resumes(tmp_path):
     outcome, _, _ = common.reference_side(module, tmp_path / "ref", "cpg_learn", 1, tmp_path / "work", args)
     assert calls == [{"resume": True}] and outcome.ra == 0.5
     assert (data / "goals.json").read_text() == '{"task0": "0.9530"}'
+
+
+@pytest.mark.slow  # whole cl-bench runs
+def test_a_clbench_side_cut_short_resumes_from_its_last_checkpoint(tmp_path):
+    """--resume on cl-bench's side: a run cut short after its second task goes on from that task's checkpoint
+    (`cl-bench train resume=DIR`) to the outcome of a run never cut, its seconds counting the checkpoint's; without
+    --resume the folder is started afresh."""
+    row = common.Row("finetune", "digits", ("method=finetune", "method.epochs=1", "checkpoint.keep=all"))
+    whole_dir, cut_dir = tmp_path / "whole", tmp_path / "cut"
+    whole = common.run_clbench(row, 0, whole_dir)
+    assert whole.replayed == 0 and (whole_dir / "checkpoints" / "last").is_file()  # checkpointed by default
+    common.run_clbench(row, 0, cut_dir)
+    for later in (cut_dir / "checkpoints").glob("task_*"):  # cut short after task 1: tasks 2-4 never ran
+        if later.name > "task_001":
+            shutil.rmtree(later)
+    (cut_dir / "checkpoints" / "last").write_text("task_001")
+    (cut_dir / "metrics.json").unlink()
+    spent = json.loads((cut_dir / "checkpoints" / "task_001" / "meta.json").read_text())["elapsed_s"]
+    resumed = common.run_clbench(row, 0, cut_dir, resume=True)
+    assert (resumed.ra, resumed.matrix) == (whole.ra, whole.matrix) and resumed.replayed == spent > 0
+    starts = [json.loads(line)["task"] for line in (cut_dir / "events.jsonl").read_text().splitlines()
+              if '"task_start"' in line]
+    assert starts == [0, 1, 2, 3, 4, 2, 3, 4]  # resumed, not rerun
+    again = common.run_clbench(row, 0, cut_dir)  # no --resume: a fresh run in an emptied folder
+    assert again.replayed == 0 and again.ra == whole.ra
+    assert [json.loads(line)["task"] for line in (cut_dir / "events.jsonl").read_text().splitlines()
+            if '"task_start"' in line] == [0, 1, 2, 3, 4]

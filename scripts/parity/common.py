@@ -94,7 +94,7 @@ class Outcome:
     ra: float
     matrix: list[list[float]] = field(default_factory=list)  # acc[i][j]: task j after task i, where printed
     phases: list[dict] = field(default_factory=list)  # per task, the method's decisions, where the runner reads them
-    replayed: float = 0.0  # a resumed reference run: the seconds its cut-short run spent in what it replayed
+    replayed: float = 0.0  # a resumed run: the seconds its cut-short run spent in what it replayed (or checkpointed)
 
 
 @dataclass(frozen=True)
@@ -250,14 +250,24 @@ def one_thread_env() -> dict:
     return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
 
 
-def run_clbench(row: Row, seed: int, run_dir: Path, data_root: str | None = None) -> Outcome:
-    overrides = [*clbench_overrides(row, seed, data_root), "hardware=cpu", "hardware.threads=1", "logger=none",
-                 "checkpoint.enabled=false", f"hydra.run.dir={run_dir}"]
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_logged([sys.executable, "-m", "cl_bench", "train", *overrides], ROOT, run_dir.with_suffix(".log"),
-               one_thread_env())
+def run_clbench(row: Row, seed: int, run_dir: Path, data_root: str | None = None, resume: bool = False) -> Outcome:
+    """The row's cl-bench run, checkpointed at each task's end (the last checkpoint kept) so that --resume can go
+    on with one cut short: `cl-bench train resume=DIR` from its last checkpoint, or from its start where it wrote
+    none. A fresh run starts from an empty folder. Outcome.replayed: the seconds the resumed run had spent."""
+    command = [sys.executable, "-m", "cl_bench", "train"]
+    replayed = 0.0
+    if resume and (run_dir / "run.json").is_file():
+        last = run_dir / "checkpoints" / "last"
+        if last.is_file():
+            replayed = json.loads((last.parent / last.read_text().strip() / "meta.json").read_text())["elapsed_s"]
+        command.append(f"resume={run_dir}")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        command += [*clbench_overrides(row, seed, data_root), "hardware=cpu", "hardware.threads=1", "logger=none",
+                    f"hydra.run.dir={run_dir}"]
+    run_logged(command, ROOT, run_dir.with_suffix(".log"), one_thread_env())
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    return Outcome(metrics["avg_acc"], metrics["acc"])
+    return Outcome(metrics["avg_acc"], metrics["acc"], replayed=replayed)
 
 
 def save(record: Record, out: Path) -> Path:
@@ -305,12 +315,13 @@ def main(reference) -> None:
 def refuse_resume(reference, args) -> None:
     """--resume where it cannot work, in one line: on cl-bench's side alone or a diagnostic (whose copy is made
     afresh), or with a reference whose runner does not chain processes it can replay."""
-    if args.resume and (args.side == "cl-bench" or args.diagnostic):
-        sys.exit("--resume goes on with a row's reference side (cl-bench's side has its own checkpoints: "
-                 "checkpoint.every_epochs): drop --side cl-bench and --diagnostic, or --resume")
-    if args.resume and not hasattr(reference, "RESUMABLE"):
-        sys.exit(f"--resume: the {reference.NAME} runner cannot resume a run (only runners whose reference runs as "
-                 "a chain of processes can): rerun the seed without --resume")
+    if args.resume and args.diagnostic:
+        sys.exit("--resume goes on with a row's sides, not a diagnostic's (whose copy is made afresh): drop "
+                 "--diagnostic or --resume")
+    if args.resume and args.side != "cl-bench" and not hasattr(reference, "RESUMABLE"):
+        sys.exit(f"--resume: the {reference.NAME} runner cannot resume a reference run (only runners whose "
+                 "reference runs as a chain of processes can): rerun the seed without --resume, or resume "
+                 "cl-bench's side alone (--side cl-bench)")
 
 
 def only(planned: tuple[int, ...], chosen: list[int] | None, row: str) -> tuple[int, ...]:
@@ -339,9 +350,12 @@ def run_reference_side(reference, copy: Path, name: str, seed: int, work: Path, 
 def run_clbench_side(reference, row: Row, name: str, seed: int, work: Path, args, diagnostic: str = "") -> None:
     origin = provenance(args.ref.resolve() if args.ref else None, sys.executable)
     folder = work / "runs" / name / (f"{diagnostic}-seed{seed}" if diagnostic else f"seed{seed}")
-    outcome, seconds = timed(run_clbench, row, seed, folder, args.data_root)
+    outcome, seconds = timed(run_clbench, row, seed, folder, args.data_root, resume=args.resume)
     if hasattr(reference, "clbench_phases"):  # the per-task decisions, where the reference module reads them
         outcome.phases = reference.clbench_phases(folder)
+    if outcome.replayed:  # a resumed run: the seconds to its last checkpoint, then this process's
+        seconds += outcome.replayed
+        origin["replayed_seconds"] = round(outcome.replayed, 1)
     command = "cl-bench train " + " ".join(clbench_overrides(row, seed))
     report(save(Record(reference.NAME, name, "cl-bench", seed, outcome.ra, outcome.matrix, seconds,
                        origin["clbench_commit"], command, origin, diagnostic, outcome.phases), args.out),
@@ -412,8 +426,9 @@ def arguments(reference) -> argparse.ArgumentParser:
                         help="run one of the reference's diagnostics (its side, its seeds) instead of the rows")
     parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")
     parser.add_argument("--resume", action="store_true",
-                        help="go on with a reference side cut short (killed, the machine lost): what its log records "
-                             "as ended is replayed from it, the task it ended in is rerun from that task's start")
+                        help="go on with a run cut short (killed, the machine lost): on the reference's side what "
+                             "its log records as ended is replayed from it and the task it ended in is rerun from "
+                             "that task's start; on cl-bench's side the run resumes from its last checkpoint")
     return parser
 
 

@@ -19,7 +19,8 @@ runs the row's seed plan (scripts/parity/plans.py), or its pilot's seeds with --
 those of them (a run cut short resumes at its next seed). A reference side cut short inside a seed (its learning
 rows take hours) goes on with --resume and the same arguments: the processes its log records as ended are replayed
 from the log and the checkpoints they left, the task it ended in is rerun from that task's start, and the record's
-seconds add the replayed processes' logged seconds to the resumed run's (provenance: replayed_seconds).
+seconds add the replayed processes' logged seconds to the resumed run's (provenance: replayed_seconds). cl-bench's
+side cut short goes on from its last task checkpoint (`cl-bench train resume=`), its seconds adding the checkpoint's.
 
 The learning cut (rows cpg_learn, pae_learn, packnet_learn; LEARN below), meant to end every task at or above 80% on
 both sides (cpg_learn's pilot: every task but one, at 79.6%; FINDINGS): Split CIFAR-10's five 2-class tasks, 2500
