@@ -195,6 +195,15 @@ def test_a_job_of_several_tasks_without_ddp_is_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_submitit_job_that_fails_reaches_the_caller_as_its_own_one_line(tmp_path):
+    """A refusal only the job can make (hardware=ddp in a job of one task: no ranks to train on) fails the job;
+    submitit's error, which quotes the job's error stream, reaches the sweep's caller as the job's one line."""
+    proc = cl_bench("train", "-m", "debug=smoke", "hardware=ddp", "hydra/launcher=submitit_local",
+                    f"hydra.sweep.dir={tmp_path}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("cl-bench: error: hardware=ddp runs under torchrun")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))

@@ -108,7 +108,9 @@ def test_a_job_signalled_as_slurm_does_at_its_time_limit_requeues_and_finishes_a
                              "hydra/launcher=submitit_local", f"hydra.sweep.dir={sweep}"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
-    while not (sweep / "0" / "checkpoints" / "task_000").is_dir():  # mid-run: one task done, four to go
+    # mid-run: one task done and checkpointed, four to go. `last`, written once the checkpoint is whole, not the
+    # task's folder: a signal between the two requeues a job with no complete checkpoint, which starts afresh
+    while not (sweep / "0" / "checkpoints" / "last").is_file():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.05)
     pid = submitit_task(sweep / ".submitit")
