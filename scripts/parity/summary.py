@@ -261,7 +261,7 @@ def diagnostic_lines(module, name: str, records: list[dict]) -> list[str]:
 
 def rerun_lines(module) -> list[str]:
     make = f"make parity-{module.NAME} REF=DIR DATA=DATA_ROOT"
-    resume = [f"{make} RESUME=1   # the same, going on with a reference side cut short"]
+    resume = [f"{make} RESUME=1   # the same, going on with a run cut short (either side)"]
     plan = "every row's plan; ROWS=... for some, PILOT=1 for the pilot's seeds, PARITY_SEEDS=... some of them"
     return ["make parity-env", f"{make}   # {plan}",
             *(resume if hasattr(module, "RESUMABLE") else []),
