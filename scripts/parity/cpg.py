@@ -206,6 +206,11 @@ FINDINGS = [
     "be compared as frequencies over seeds, not seed by seed. Seeds 1 and 2 of the reference were cut short in "
     "their fifth task and resumed (--resume): their records' seconds include about 9,600 s each replayed from a "
     "run that shared the two cores with three other jobs.",
+    "**The learning cut's pilot, packnet_learn seed 0 (2026-12-04/05).** RA, reference / cl-bench: 91.16 / 91.62; "
+    "every task ended at or above 80% on both sides (the lowest, task 1: 85.2 / 83.7). PackNet prunes a fixed 60% "
+    "a task, so there is no per-task choice to compare. cl-bench's record's 3,028 s include 1,549 s for which its "
+    "process was stopped (SIGSTOP) while the test suite was timed on an otherwise idle machine: its own run took "
+    "about 1,480 s, against the reference's 2,169 s, which shared the two cores with pae_learn's reference.",
     "**The cut: no growth, bar 0.** Goals are fixed at 0 on both sides (a goal each side measured for itself would "
     "differ by chance and send the two through different phases), so compaction keeps the sparsest target and the "
     "network never grows: growth and exhaustion are not compared by these rows. The training-accuracy bar (95% for "

@@ -91,9 +91,9 @@ PLANS: dict[tuple[str, str], Plan] = {
 PILOT_SEEDS = (0, 1, 2)
 PENDING: dict[tuple[str, str], str] = {
     ("cpg", "pae_learn"): "the learning cut with growth on (issue 45), revised after a first pilot stopped on seed 0: "
-                          "its pilot has not run",
-    ("cpg", "packnet_learn"): "the learning cut (issue 45), revised after a first pilot stopped on seed 0: its pilot "
-                              "has not run",
+                          "its pilot's seed 0 is under way (resumable with --resume), seeds 1 and 2 have not run",
+    ("cpg", "packnet_learn"): "the learning cut (issue 45), revised after a first pilot stopped on seed 0: its pilot's "
+                              "seed 0 has run (2026-12-05), seeds 1 and 2 have not",
     ("cgate", "gated_learn"): "the learning cut (issue 45) on cgate's SimpleCNN, its network matched on both sides "
                               "(scripts/parity/cgate.py): its pilot has not run; sized at about 12.7 h a seed on "
                               "this CPU (cl-bench 2.3 h, cgate 10.4 h: cgate.py's LEARN), more than the CPU_HOURS a "
