@@ -254,12 +254,13 @@ def run_clbench(row: Row, seed: int, run_dir: Path, data_root: str | None = None
     """The row's cl-bench run, checkpointed at each task's end (the last checkpoint kept) so that --resume can go
     on with one cut short: `cl-bench train resume=DIR` from its last checkpoint, or from its start where it wrote
     none. A fresh run starts from an empty folder. Outcome.replayed: the seconds the resumed run had spent."""
+    from cl_bench import checkpoint
     command = [sys.executable, "-m", "cl_bench", "train"]
     replayed = 0.0
     if resume and (run_dir / "run.json").is_file():
-        last = run_dir / "checkpoints" / "last"
-        if last.is_file():
-            replayed = json.loads((last.parent / last.read_text().strip() / "meta.json").read_text())["elapsed_s"]
+        found = checkpoint.load(run_dir)  # the checkpoint the resume will start from
+        if found is not None and found[2] is not None:
+            replayed = found[2]["elapsed_s"]
         command.append(f"resume={run_dir}")
     else:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -313,8 +314,8 @@ def main(reference) -> None:
 
 
 def refuse_resume(reference, args) -> None:
-    """--resume where it cannot work, in one line: on cl-bench's side alone or a diagnostic (whose copy is made
-    afresh), or with a reference whose runner does not chain processes it can replay."""
+    """--resume where it cannot work, in one line: with a diagnostic (whose copy is made afresh), or on the
+    reference side of a reference whose runner does not chain processes it can replay."""
     if args.resume and args.diagnostic:
         sys.exit("--resume goes on with a row's sides, not a diagnostic's (whose copy is made afresh): drop "
                  "--diagnostic or --resume")
