@@ -144,12 +144,13 @@ def list_all() -> int:
     tables = []
     for title, rows in (
             ("methods", [(name, ",".join(sorted(cls.scenarios)), ",".join(sorted(cls.distributed_scenarios)) or "-",
-                          first_line(sys.modules[cls.__module__])) for name, cls in sorted(methods.METHODS.items())]),
+                          "yes" if cls.graph_safe is True else "-", first_line(sys.modules[cls.__module__]))
+                         for name, cls in sorted(methods.METHODS.items())]),
             ("datasets", [(p.stem, yaml_comment(p)) for p in sorted((config.CONF / "dataset").glob("*.yaml"))]),
             ("backbones", [(name, first_line(module)) for name, (module, _) in sorted(backbones.BACKBONES.items())]),
             ("paper settings", setting_rows())):
         table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
-        columns = {"methods": ("name", "scenarios", "hardware=ddp", "what it is"),
+        columns = {"methods": ("name", "scenarios", "hardware=ddp", "cuda_graphs", "what it is"),
                    "paper settings": ("name", "chosen by", "what it is")}
         for column in columns.get(title, ("name", "what it is")):
             table.add_column(column, no_wrap=column != "what it is")

@@ -185,9 +185,16 @@ class HardwareConfig(Checked):
     # torch.compile the backbone (minutes of compiling first; pays off on long GPU runs); each task compiles afresh
     # and scoring runs eagerly, so that task-specialised graphs never exhaust the recompile limit (train.py)
     compile: bool = False
+    # Capture each training phase's full-size steps (forward, backward, optimiser step) as one CUDA graph and replay
+    # it, for methods that declare their steps capture-safe (Method.graph_safe; `cl-bench list`): one launch a step
+    # in place of hundreds, where small batches leave the GPU waiting on the host. Elsewhere the steps run eagerly,
+    # and metrics.json's ran_on.cuda_graphs says why (methods/loop.py StepGraph).
+    cuda_graphs: bool = False
 
     def checks(self):
-        return [("threads", self.threads is None or self.threads >= 1, "null or at least 1")]
+        return [("threads", self.threads is None or self.threads >= 1, "null or at least 1"),
+                ("cuda_graphs", not (self.cuda_graphs and self.compile),
+                 "false with hardware.compile=true: one or the other (a compiled backbone is not captured here)")]
 
 
 @dataclass

@@ -110,6 +110,21 @@ def ran_on(hw: Hardware) -> dict:
             "device": hw.device.type, "threads": hw.threads}
 
 
+def graph_mode(requested: bool, method, hw: Hardware) -> tuple[bool, str]:
+    """hardware.cuda_graphs for a run of method (its class): whether fit()'s steps go through a StepGraph
+    (methods/loop.py), and what metrics.json's ran_on.cuda_graphs says: captured, off, or why they were not
+    captured. Without a CUDA device the StepGraph runs its steps eagerly, as the tests run it."""
+    if not requested:
+        return False, "off"
+    if method.graph_safe is not True:
+        return False, f"not captured: {method.name}'s steps are not capture-safe ({method.graph_safe})"
+    if hw.world_size > 1:
+        return False, "not captured: data-parallel steps are not captured"
+    if hw.device.type != "cuda":
+        return True, "not captured: no CUDA device (the steps ran eagerly through the graph's buffers)"
+    return True, "captured"
+
+
 def launcher() -> str:
     """What started this process: torchrun, submitit (on Slurm or locally), Slurm's srun, a Hydra multirun's
     launcher (joblib, basic), or the command alone ("cl-bench")."""

@@ -39,10 +39,14 @@ def build(cfg, recorder, run_dir: Path | None = None):
     scenario = scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, hw.device, hw.channels_last,
                                select_on_test=official, per_task_norm=config.per_task_normalization(cfg))
     generator = torch.Generator(hw.device).manual_seed(cfg.seed)
+    graphs, graphs_record = hardware.graph_mode(cfg.hardware.cuda_graphs, methods.get(cfg.method.name), hw)
+    if graphs_record.startswith("not captured"):
+        recorder.warning(f"hardware.cuda_graphs: {graphs_record}")
     ctx = methods.Context(hw.device, hw.amp_dtype, generator, recorder, hw.rank, hw.world_size, cfg.seed,
                           cfg.data.eval_batch_size, precision=hw.precision,
                           shape=Shape(hw.device) if cfg.shape else None, store=checkpoint.SideStore(run_dir),
-                          ran_on={**hardware.ran_on(hw), "residency": scenario.residency})
+                          ran_on={**hardware.ran_on(hw), "residency": scenario.residency,
+                                  "cuda_graphs": graphs_record}, cuda_graphs=graphs)
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)

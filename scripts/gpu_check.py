@@ -12,8 +12,11 @@ depend on them), for each paper setting in SETTINGS, in one process:
   - a plain PyTorch loop (the setting's backbone as built, a linear head, cross-entropy, SGD, the same batch shape,
     precision and memory format) timed the same way: the method's step over it is its overhead (a method with
     glances or phases does more work a step; the table says how many samples each step saw).
-Then the jobs a GPU holds side by side: 1, 4 and 8 processes of one setting (JOBS_SETTING), each timing its steps
-once every process is warm (a file barrier), and their summed samples/s. Then precision against the CPU on the
+Then CUDA graphs (hardware.cuda_graphs, methods/loop.py StepGraph): each GRAPHS setting's steps measured as above
+eagerly and captured, and the default job (seed 0, fp32) trained captured against two eager runs, its weights' largest
+difference flagged where it exceeds ten times the eager runs' own. Then the jobs a GPU holds side by side: 1, 4
+and 8 processes of one setting (JOBS_SETTING), each timing its steps once every process is warm (a file barrier), and
+their summed samples/s. Then precision against the CPU on the
 embedded digits: the default job (method=finetune dataset=split_digits, whole) for DIGITS_SEEDS on the device in
 fp32 and bf16 and on the CPU in fp32, final average accuracy each. Two comparisons, each with the parity instrument's
 verdict at AGREE points (cl_bench.stats), flagged only when "different":
@@ -59,6 +62,13 @@ SETTINGS = {
     "nccl split_cifar100": ("cifar100", ["method=nccl", "dataset=split_cifar100"]),
     "derpp split_cifar10": ("cifar10", ["method=derpp", "dataset=split_cifar10"]),
 }
+# hardware.cuda_graphs (methods/loop.py StepGraph): settings of methods whose steps are capture-safe, timed eagerly and
+# captured; batches of 32, as derpp's, so that a task's epoch holds the window's steps.
+GRAPHS = {
+    "finetune split_cifar10": ("cifar10", ["method=finetune", "dataset=split_cifar10", "method.batch_size=32"]),
+    "ewc split_cifar10": ("cifar10", ["method=ewc", "dataset=split_cifar10", "method.batch_size=32"]),
+}
+GRAPHED = ["hardware.cuda_graphs=true"]
 JOBS_SETTING = "derpp split_cifar10"
 BARRIER_S = 300  # how long a job side by side waits for the others to be warm
 # Sizes: images a class written (train, test), steps warm-up / timed / profiled, jobs side by side.
@@ -74,7 +84,7 @@ DIGITS = ["method=finetune", "dataset=split_digits", "logger=none", "checkpoint.
 DIGITS_CPU = ["dataset.samples_per_task=60"]  # the rehearsal's cut
 DIGITS_SEEDS = {"gpu": (0, 1, 2), "cpu": (0, 1)}  # fixed before any run; the rehearsal's two reach the verdicts
 AGREE = 2.0  # points of final average accuracy: the equivalence margin of both comparisons
-SECTIONS = ("settings", "jobs", "digits")  # the default order; --sections chooses and orders them
+SECTIONS = ("settings", "graphs", "jobs", "digits")  # the default order; --sections chooses and orders them
 
 
 # --- data ------------------------------------------------------------------------------------------------------
@@ -239,11 +249,11 @@ def busy_fraction(prof, wall_us: float) -> float:
     return min(1.0, busy / wall_us)
 
 
-def setting_steps(label: str, data_root: Path, hardware: str, sizes: dict, barrier=None) -> dict:
+def setting_steps(label: str, data_root: Path, hardware: str, sizes: dict, barrier=None, extra=()) -> dict:
     """The setting's WARMUP + STEPS + PROFILED steps in this process, and a plain loop's on the same batch."""
     from cl_bench.recorders import Recorders
     t0 = time.perf_counter()
-    cfg, scenario, method, ctx = build_setting(label, data_root, hardware, sizes)
+    cfg, scenario, method, ctx = build_setting(label, data_root, hardware, sizes, extra)
     build_s = time.perf_counter() - t0
     window = Window(ctx.device, sizes, barrier)
     ctx.recorder = Recorders([window])
@@ -264,12 +274,13 @@ def setting_steps(label: str, data_root: Path, hardware: str, sizes: dict, barri
             "seconds": {k: round(v, 2) for k, v in seconds.items()}, "timeline": window.timeline}
 
 
-def build_setting(label: str, data_root: Path, hardware: str, sizes: dict):
-    """The setting as `cl-bench train` builds it, at the check's sizes: (cfg, scenario, method, ctx)."""
+def build_setting(label: str, data_root: Path, hardware: str, sizes: dict, extra=()):
+    """The setting (of SETTINGS or GRAPHS) as `cl-bench train` builds it, at the check's sizes: (cfg, scenario,
+    method, ctx)."""
     from cl_bench import api, train
     from cl_bench.recorders import Recorders
-    cfg = api.compose(*SETTINGS[label][1], *sizes["overrides"], f"data.root={data_root}", f"hardware={hardware}",
-                      "logger=none", "checkpoint.enabled=false", "seed=0")
+    cfg = api.compose(*{**SETTINGS, **GRAPHS}[label][1], *sizes["overrides"], f"data.root={data_root}",
+                      f"hardware={hardware}", "logger=none", "checkpoint.enabled=false", "seed=0", *extra)
     return (cfg, *train.build(cfg, Recorders([])))
 
 
@@ -325,6 +336,57 @@ def settings_section(data_root: Path, hardware: str, sizes: dict, labels: list[s
         print(f"gpu_check: {label}: {json.dumps(out[label])}", file=sys.stderr)
         keep(out)
     return out
+
+
+def graphs_section(data_root: Path, hardware: str, sizes: dict, labels: list[str], cpu: bool) -> dict:
+    """hardware.cuda_graphs: the GRAPHS settings' steps (those --only names) eager and captured, measured as the
+    settings are, and the default job's weights trained with capture against eager training's own spread
+    (graph_agreement)."""
+    out = {}
+    for label in labels:
+        row = {}
+        for mode, extra in (("eager", []), ("graphed", GRAPHED)):
+            try:
+                row[mode] = setting_steps(label, data_root, hardware, sizes, extra=extra)
+            except Exception as e:  # noqa: BLE001  one row's failure is its own
+                row[mode] = {"failed": f"{type(e).__name__}: {e}".splitlines()[0]}
+        failed = [row[mode]["failed"] for mode in row if "failed" in row[mode]]
+        out[label] = {"failed": failed[0]} if failed else {**row, "speedup": row["eager"]["step_ms"] /
+                                                            row["graphed"]["step_ms"]}
+        print(f"gpu_check: graphs {label}: {json.dumps(out[label].get('speedup', out[label]))}", file=sys.stderr)
+    out["default job"] = graph_agreement(hardware, cpu)
+    return out
+
+
+def graph_agreement(hardware: str, cpu: bool) -> dict:
+    """The default job (seed 0, fp32, DIGITS_CPU's cut on the rehearsal) trained twice eagerly and once captured:
+    the largest difference of any weight between the captured run and the first eager run, against the two eager
+    runs' own (a device's atomics may differ run to run). Flagged where the captured run is further off than ten
+    times that spread, plus 1e-6."""
+    from cl_bench import api
+
+    def weights(*extra: str) -> dict:
+        exp = api.build(api.compose(*DIGITS, *(DIGITS_CPU if cpu else []), f"hardware={hardware}",
+                                    "hardware.precision=fp32", "seed=0", *extra))
+        for task in exp.tasks:
+            exp.method.learn(task)
+        record = exp.ctx.ran_on["cuda_graphs"]
+        return record, {k: v.double() for k, v in exp.method.state_dict().items() if v.is_floating_point()}
+
+    try:
+        _, first = weights()
+        _, second = weights()
+        record, graphed = weights(*GRAPHED)
+    except Exception as e:  # noqa: BLE001
+        return {"failed": f"{type(e).__name__}: {e}".splitlines()[0]}
+
+    def largest(a: dict, b: dict) -> float:
+        return max(float((a[k] - b[k]).abs().max()) for k in a)
+    row = {"cuda_graphs": record, "eager_spread": largest(first, second), "graphed_diff": largest(first, graphed)}
+    if row["graphed_diff"] > 10 * row["eager_spread"] + 1e-6:
+        row["disagrees"] = (f"captured weights differ from eager ones by {row['graphed_diff']:.2e}, eager runs "
+                            f"among themselves by {row['eager_spread']:.2e}")
+    return row
 
 
 def jobs_section(data_root: Path, hardware: str, sizes: dict, work: Path, label: str) -> dict:
@@ -407,7 +469,8 @@ def digits_section(cpu: bool, work: Path) -> dict:
 def flagged(result: dict) -> list[str]:
     out = [f"{label}: {row['failed']}" for section in SECTIONS
            for label, row in result.get(section, {}).items() if "failed" in row]
-    out += [f"{label}: {row['disagrees']}" for label, row in result.get("digits", {}).items() if "disagrees" in row]
+    out += [f"{label}: {row['disagrees']}" for section in ("digits", "graphs")
+            for label, row in result.get(section, {}).items() if "disagrees" in row]
     out += [f"{label}: non-finite step time" for label, row in result.get("settings", {}).items()
             if "step_ms" in row and not np.isfinite(row["step_ms"])]
     return out
@@ -426,6 +489,8 @@ def render(r: dict) -> str:
     lines += [f"- {note}" for note in r.get("notes", [])]  # a record's provenance, where it needs more words
     if "settings" in r:
         lines += settings_lines(r)
+    if "graphs" in r:
+        lines += graphs_lines(r)
     if "jobs" in r:
         lines += jobs_lines(r)
     if "digits" in r:
@@ -451,6 +516,28 @@ def row_seconds(row: dict) -> str:
     """Where the row's wall time went (recorded from the first lease's second call on)."""
     seconds = row.get("seconds")
     return "n/a" if seconds is None else " / ".join(f"{seconds[k]:.0f}" for k in ("build", "learn", "plain"))
+
+
+def graphs_lines(r: dict) -> list[str]:
+    lines = ["", "CUDA graphs (`hardware.cuda_graphs=true`: each phase's full-size steps captured once and replayed):",
+             "", "| setting | eager step ms | captured step ms | speedup | syncs eager / captured | GPU busy eager / "
+             "captured | peak MiB eager / captured |", "|---|---|---|---|---|---|---|"]
+    for label, row in r["graphs"].items():
+        if label == "default job":
+            continue
+        if "failed" in row:
+            lines.append(f"| {label} | failed: {row['failed']} ||||||")
+            continue
+        e, g = row["eager"], row["graphed"]
+        lines.append(f"| {label} | {e['step_ms']:.1f} | {g['step_ms']:.1f} | {row['speedup']:.2f}x | "
+                     f"{fmt(e['syncs'], 'd')} / {fmt(g['syncs'], 'd')} | {fmt(e['gpu_busy'], '.0%')} / "
+                     f"{fmt(g['gpu_busy'], '.0%')} | {fmt(e['peak_mem_mb'], '.0f')} / {fmt(g['peak_mem_mb'], '.0f')} |")
+    job = r["graphs"].get("default job", {})
+    lines += ["", "The default job (fp32, seed 0) trained captured against eagerly: " + (
+        f"failed: {job['failed']}" if "failed" in job else
+        f"largest weight difference {job['graphed_diff']:.2e}, two eager runs' {job['eager_spread']:.2e} "
+        f"(ran_on.cuda_graphs: {job['cuda_graphs']})")]
+    return lines
 
 
 def jobs_lines(r: dict) -> list[str]:
@@ -498,8 +585,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="the folder the JSON and the table are written to")
     parser.add_argument("--cpu", action="store_true", help="the rehearsal: the CPU, tiny sizes")
     parser.add_argument("--only", help="the settings whose labels start with these comma-separated words (the suite's "
-                        "rehearsal runs two); the jobs side by side run the first of them unless it is "
-                        f"{JOBS_SETTING}")
+                        "rehearsal runs two, and one of the graphs section's); the jobs side by side run the first of "
+                        f"them unless it is {JOBS_SETTING}")
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help="the sections to run, in this order (comma-separated; default %(default)s): a re-run "
                         "of what a lease's first call had no time for")
@@ -513,9 +600,11 @@ def main() -> int:
     start = time.monotonic()
     sizes = SIZES["cpu" if opts.cpu else "gpu"]
     hardware = "cpu" if opts.cpu else "gpu"
-    labels = [k for k in SETTINGS if not opts.only or k.startswith(tuple(opts.only.split(",")))]
+    labels, graph_labels = ([k for k in table if not opts.only or k.startswith(tuple(opts.only.split(",")))]
+                            for table in (SETTINGS, GRAPHS))
     if not labels:
-        parser.error(f"--only {opts.only} names no setting: choose from {', '.join(SETTINGS)}")
+        parser.error(f"--only {opts.only} names no setting: choose from {', '.join(SETTINGS)} (and, for the graphs "
+                     f"section, {', '.join(GRAPHS)})")
     sections = opts.sections.split(",")
     if not sections or set(sections) - set(SECTIONS):
         parser.error(f"--sections {opts.sections}: choose from {', '.join(SECTIONS)}")
@@ -531,6 +620,7 @@ def main() -> int:
             write(result, opts.out, time.monotonic() - start)
         run = {"settings": lambda: settings_section(work / "data", hardware, sizes, labels,
                                                     lambda rows: keep("settings", rows)),
+               "graphs": lambda: graphs_section(work / "data", hardware, sizes, graph_labels, opts.cpu),
                "jobs": lambda: jobs_section(work / "data", hardware, sizes, work, jobs_label),
                "digits": lambda: digits_section(opts.cpu, work)}
         for section in sections:

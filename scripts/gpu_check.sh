@@ -8,15 +8,16 @@
 #      a machine without a registry takes the missing ones as carried wheels), else cl-bench without extras into
 #      .venv-gpu/ from PyPI (torch, a CUDA build);
 #   3. on data it writes: each paper setting's steps past warm-up (time, syncs, GPU-busy fraction, peak memory)
-#      beside a plain PyTorch loop on the same network and batch; 1, 4 and 8 jobs side by side; the default job in
-#      fp32 and bf16 against the CPU;
+#      beside a plain PyTorch loop on the same network and batch; two settings' steps eager and captured as CUDA
+#      graphs (hardware.cuda_graphs), and the default job's weights trained captured against eager; 1, 4 and 8 jobs
+#      side by side; the default job in fp32 and bf16 against the CPU;
 #   4. writes gpu_check.json and gpu_check.md in the folder it names (default outputs/gpu_check/DATE-TIME) and
 #      exits non-zero naming anything flagged.
 #
 #   bash scripts/gpu_check.sh [--out DIR] [--cpu] [--only WORDS] [--sections LIST]
 #     --cpu    the rehearsal: the same path on the CPU at tiny sizes (the suite runs it)
 #     --only   the settings whose labels start with these comma-separated words
-#     --sections  which of settings,jobs,digits to run, in that order (default all three): a second call's rest
+#     --sections  which of settings,graphs,jobs,digits to run, in that order (default all four): a second call's rest
 #
 # Python: $PYTHON, else the repository's .venv or .venv-gpu, else python3 (with the repository on PYTHONPATH).
 set -euo pipefail
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     --cpu) cpu=true; args+=(--cpu); shift ;;
     --only) args+=(--only "$2"); shift 2 ;;
     --sections) args+=(--sections "$2"); shift 2 ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument $1: see bash scripts/gpu_check.sh --help" >&2; exit 2 ;;
   esac
 done

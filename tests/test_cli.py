@@ -52,9 +52,10 @@ def test_list_names_methods_with_scenarios_datasets_and_backbones():
     # the scenarios hardware=ddp runs in (each method's distributed_scenarios, which tests/test_ddp.py holds the
     # agreement runs to): gated in both, CPG in the task scenario, the online methods in none
     cells = [[cell.strip() for cell in line.split("│")] for line in proc.stdout.splitlines() if "│" in line]
-    rows = {row[0]: row[1:3] for row in cells if row[0] in ("gated", "cpg", "nccl")}
-    assert rows["gated"] == ["class,task", "class,task"] and rows["cpg"] == ["task", "task"]
-    assert rows["nccl"] == ["class,task", "-"]
+    rows = {row[0]: row[1:4] for row in cells if row[0] in ("gated", "cpg", "nccl", "ewc")}
+    assert rows["gated"] == ["class,task", "class,task", "-"] and rows["cpg"] == ["task", "task", "-"]
+    assert rows["nccl"] == ["class,task", "-", "-"]
+    assert rows["ewc"][2] == "yes"  # hardware.cuda_graphs captures the steps of methods that declare them safe
 
 
 @pytest.mark.parametrize(("overrides", "says"), [

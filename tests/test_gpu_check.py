@@ -17,11 +17,11 @@ import gpu_check  # noqa: E402
 
 
 @pytest.mark.slow  # whole processes: `make test-fast` leaves it out
-def test_the_cpu_rehearsal_times_two_paper_settings_jobs_side_by_side_and_precision(tmp_path):
+def test_the_cpu_rehearsal_times_two_paper_settings_graphs_jobs_side_by_side_and_precision(tmp_path):
     out = tmp_path / "check"
     # PYTHON: the suite's own interpreter, which has every dependency; left to itself the script would look for
     # .venv and, in a checkout installed some other way, install a .venv-gpu from PyPI first
-    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--cpu", "--only", "cpg,nccl", "--out", str(out)],
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--cpu", "--only", "cpg,nccl,finetune", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -30,6 +30,12 @@ def test_the_cpu_rehearsal_times_two_paper_settings_jobs_side_by_side_and_precis
     for row in result["settings"].values():
         assert row["step_ms"] > 0 and row["plain_step_ms"] > 0 and row["batch"] == 8
         assert row["syncs"] is None and row["gpu_busy"] is None  # the device's counts: none on the CPU
+    graphs = result["graphs"]
+    assert list(graphs) == ["finetune split_cifar10", "default job"]
+    assert all(graphs["finetune split_cifar10"][mode]["step_ms"] > 0 for mode in ("eager", "graphed"))
+    # without CUDA the captured path runs its steps eagerly: the same weights, bit for bit
+    assert graphs["default job"]["graphed_diff"] == 0 and graphs["default job"]["cuda_graphs"].startswith(
+        "not captured: no CUDA device")
     assert result["jobs_setting"] == "cpg cifar100_20" and list(result["jobs"]) == ["1", "2"]
     assert all(row["samples_per_s"] > 0 for row in result["jobs"].values())
     digits = result["digits"]
@@ -39,6 +45,7 @@ def test_the_cpu_rehearsal_times_two_paper_settings_jobs_side_by_side_and_precis
     assert digits["cpu bf16"]["versus"]["verdict"] != "different"
     table = (out / "gpu_check.md").read_text()
     assert "| cpg cifar100_20 | 8 |" in table and "| 2 |" in table and "Flagged: nothing" in table
+    assert "| finetune split_cifar10 |" in table and "largest weight difference 0.00e+00" in table
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a usable GPU: the script would run the whole check")
@@ -95,9 +102,11 @@ def test_the_busy_fraction_is_the_union_of_kernel_intervals_over_the_wall():
 
 def test_failed_rows_and_a_device_that_disagrees_with_the_cpu_are_flagged():
     result = {"settings": {"a": {"failed": "RuntimeError: x"}, "b": {"step_ms": float("nan")}},
+              "graphs": {"c": {"failed": "RuntimeError: y"}, "default job": {"disagrees": "differ"}},
               "jobs": {"4": {"samples_per_s": 1.0}},
               "digits": {"cpu fp32": {"avg_acc": 0.9}, "gpu bf16": {"avg_acc": 0.8, "disagrees": "different"}}}
-    assert gpu_check.flagged(result) == ["a: RuntimeError: x", "gpu bf16: different", "b: non-finite step time"]
+    assert gpu_check.flagged(result) == ["a: RuntimeError: x", "c: RuntimeError: y", "gpu bf16: different",
+                                         "default job: differ", "b: non-finite step time"]
 
 
 def test_precision_is_judged_paired_on_the_device_and_the_device_unpaired_against_the_cpu(tmp_path, monkeypatch):

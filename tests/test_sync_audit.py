@@ -187,10 +187,14 @@ FAST = ["debug=fast", "shape=true", "logger=none", "dataset.num_tasks=2"]
 # to top), so that the next task claims the weights released and picks among the rest
 CPG_RAMP = ["shape=false", "method.prune_frequency=1", "method.prune_epochs=3", "method.prune_ramp_epochs=2",
             "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1", "method.train_acc_bar=0"]
-CASES = {**{name: (name, []) for name in methods.METHODS}, "cpg_ramp": ("cpg", CPG_RAMP)}
+# hardware.cuda_graphs: the StepGraph's path (loop.py), which on the CPU runs eagerly what a GPU captures: five
+# epochs of one batch, three of them warm-up, then a capture and a replay
+GRAPHED = ["shape=false", "hardware.cuda_graphs=true", "method.epochs=5"]
+CASES = {**{name: (name, []) for name in methods.METHODS}, "cpg_ramp": ("cpg", CPG_RAMP),
+         "finetune_graphed": ("finetune", GRAPHED)}
 # A call a case must make within a step, lest the audit pass over the path it is there for: CPG's release of
-# weights, by its ramp's cutoff or by count
-WITHIN = {"cpg_ramp": "kthvalue", "cpg": "topk"}
+# weights, by its ramp's cutoff or by count; the StepGraph's copy of each batch into its buffers
+WITHIN = {"cpg_ramp": "kthvalue", "cpg": "topk", "finetune_graphed": "copy_"}
 
 
 def audited_run(method: str, tmp_path, *overrides: str) -> SyncAudit:

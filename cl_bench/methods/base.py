@@ -97,6 +97,11 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
     # every phase of train_task is a fit() call and nothing between phases depends on how training went.
     # Otherwise a string saying why not.
     within_task_checkpoints: ClassVar[bool | str] = True
+    # Whether hardware.cuda_graphs may capture this method's fit() steps (methods/loop.py StepGraph): true where a
+    # step's loss and its after_backward read only the batch's tensors and tensors updated in place, draw nothing
+    # from the run's generators and read no Python value that changes from step to step (batch.step, a counter).
+    # Otherwise a string saying why not; its steps then run eagerly.
+    graph_safe: ClassVar[bool | str] = "its steps have not been checked for capture"
     # The states in which this method has degenerated (health.py), evaluated by health() after every task.
     health_checks: ClassVar[tuple[Check, ...]] = ()
 

@@ -29,11 +29,16 @@ class Context:
     # Where a method keeps state too large for its state dict (files in the run directory under train.run).
     store: SideStore = field(default_factory=SideStore)
     ran_on: dict = field(default_factory=dict)  # where the run ran (hardware.ran_on): metrics.json's, not a method's
+    # hardware.cuda_graphs granted (hardware.graph_mode): fit()'s full-size steps go through a StepGraph (loop.py),
+    # captured on a GPU and run eagerly through the same buffers elsewhere.
+    cuda_graphs: bool = False
 
     @property
     def augment_generator(self) -> torch.Generator:
         return self.generator if self.shard_generator is None else self.shard_generator
 
     def autocast(self):
+        # A captured step may not keep autocast's cache of cast weights: the cache is freed when the region exits,
+        # and a replay would read the freed copies.
         return torch.autocast(self.device.type, dtype=self.amp_dtype or torch.bfloat16,
-                              enabled=self.amp_dtype is not None)
+                              enabled=self.amp_dtype is not None, cache_enabled=not self.cuda_graphs)

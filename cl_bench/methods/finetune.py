@@ -6,6 +6,7 @@ class Finetune(Method):
     name = "finetune"
     scenarios = frozenset({"task", "class"})
     distributed_scenarios = frozenset({"task", "class"})
+    graph_safe = True
 
     def train_task(self, task):
         self.loop.fit(task, lambda batch: self.loss(batch, task.id))

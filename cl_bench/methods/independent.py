@@ -11,6 +11,7 @@ class Independent(Method):
     name = "independent"
     scenarios = frozenset({"task"})
     distributed_scenarios = frozenset({"task"})
+    graph_safe = True
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

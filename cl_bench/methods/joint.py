@@ -7,6 +7,7 @@ class Joint(Method):
     name = "joint"
     scenarios = frozenset({"task", "class"})
     distributed_scenarios = frozenset({"task", "class"})
+    graph_safe = True
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -131,9 +131,11 @@ class Loop:
             params, wd = weights_decayed(params, wd), 0.0
         if cfg.optimizer == "sgd":
             return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=wd)
+        # capturable: Adam's step counts stay on the device, so that a captured step (StepGraph) advances them
+        capturable = self.ctx.cuda_graphs and self.ctx.device.type == "cuda"
         if cfg.optimizer == "adam":
-            return torch.optim.Adam(params, lr=lr, weight_decay=wd)
-        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+            return torch.optim.Adam(params, lr=lr, weight_decay=wd, capturable=capturable)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=wd, capturable=capturable)
 
     def fit(self, task: Task, loss_fn, **options) -> None:
         """One phase of the task through the epoch loop (_fit), trained when it returns; named by phase_named in
@@ -162,50 +164,68 @@ class Loop:
             first_epoch = self.resume_at.restore(self.method, opt, sched, side_optimizers)
             self.resume_at = None
         objective = parallel.objective(self.method, loss_fn, params, options.model)
+        graph = self.step_graph(objective, opt, glances, options.after_backward)
         for epoch in range(first_epoch, epochs):
             self.method.train()
             parallel.seed_shard_augmentation(self.ctx, task.id, phase, epoch)
             self.ctx.recorder.epoch_start(task.id, epoch, epochs, steps)
             total, first_bad, skipped = self._epoch(data, objective, opt, epoch * steps, glances,
-                                                    options.after_backward, options.after_step)
+                                                    options.after_backward, options.after_step, graph)
             sched.step()
             self._epoch_done(task, epoch, total / max(steps * glances - skipped, 1), first_bad, skipped)
             if self.at_epoch_end is not None:
                 self.at_epoch_end(EpochEnd(task, phase, epoch, opt, side_optimizers))
             if after_epoch is not None and after_epoch(epoch):
                 break
+        if graph is not None:
+            graph.release()
         if self.ctx.world_size > 1:
             for module in (self.method, options.model):
                 if module is not None:
                     parallel.average_batch_norm_statistics(module)
 
-    def _epoch(self, data: Split, objective, opt, first_step: int, glances: int, after_backward, after_step):
+    def _epoch(self, data: Split, objective, opt, first_step: int, glances: int, after_backward, after_step,
+               graph: "StepGraph | None" = None):
         """One epoch's steps; the summed loss, the first step with a non-finite loss (-1: none) and the steps
         skipped, all on the device (no host sync per step)."""
-        total = torch.zeros((), device=self.ctx.device)
-        first_bad = torch.full((), -1, device=self.ctx.device)
+        total, first_bad = self.sums() if graph is None else graph.sums()
         skipped = 0
         for step, (raw, y, t) in enumerate(self.phase_batches(data.batches(self.cfg.batch_size, self.ctx.generator))):
             with in_step():
                 batch = self._training_batch(raw, y, t, first_step + step)
-                for _ in range(glances):
-                    with self.ctx.autocast():
-                        loss = objective(batch)
-                    # skip_nonfinite (off by default) reads the loss on the host: a sync each step, by request
-                    if self.cfg.skip_nonfinite and not torch.isfinite(loss):
-                        skipped += 1
-                        continue
-                    first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()  # data-parallel: DistributedDataParallel averages the gradients meanwhile
-                    if after_backward is not None:
-                        after_backward()
-                    opt.step()
-                    total += loss.detach()
+                if graph is not None:
+                    graph.step(batch, step)
+                else:
+                    skipped += self._glances(batch, objective, opt, glances, after_backward, total, first_bad, step)
                 if after_step is not None:
                     after_step(batch)
                 self.ctx.recorder.step()
         return total, first_bad, skipped
+
+    def _glances(self, batch: Batch, objective, opt, glances: int, after_backward, total, first_bad, step) -> int:
+        """The batch's optimiser steps, each on loss_fn called afresh; returns how many were skipped."""
+        skipped = 0
+        for _ in range(glances):
+            with self.ctx.autocast():
+                loss = objective(batch)
+            # skip_nonfinite (off by default) reads the loss on the host: a sync each step, by request
+            if self.cfg.skip_nonfinite and not torch.isfinite(loss):
+                skipped += 1
+                continue
+            update(loss, opt, after_backward, total, first_bad, step)
+        return skipped
+
+    def sums(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """An epoch's summed loss and first non-finite step, as _epoch keeps them on the device."""
+        return torch.zeros((), device=self.ctx.device), torch.full((), -1, device=self.ctx.device)
+
+    def step_graph(self, objective, opt, glances: int, after_backward) -> "StepGraph | None":
+        """The phase's StepGraph where hardware.cuda_graphs was granted (hardware.graph_mode) and the phase's steps
+        are one update each with no host read (not glances, not skip_nonfinite) and of full size (not debug=shape's
+        single batches); None: its steps run as they are."""
+        if not self.ctx.cuda_graphs or glances != 1 or self.cfg.skip_nonfinite or self.ctx.shape is not None:
+            return None
+        return StepGraph(self, objective, opt, after_backward)
 
     def _epoch_done(self, task: Task, epoch: int, mean: torch.Tensor, first_bad: torch.Tensor, skipped: int) -> None:
         """The epoch's one host read: its mean loss to the recorder, or the run stopped at a non-finite one."""
@@ -276,6 +296,125 @@ class Loop:
         """Continue the next task from a checkpoint written within it: fit() phases before point.phase are
         skipped (their result is in point.state), and point.phase continues after point.epoch."""
         self.resume_at = point
+
+
+def update(loss: torch.Tensor, opt, after_backward, total: torch.Tensor, first_bad: torch.Tensor, step) -> None:
+    """One optimiser step on loss; the epoch's sums updated in place on the device: total, and first_bad (the first
+    step whose loss was not finite, -1 while none was)."""
+    first_bad.copy_(torch.where((first_bad < 0) & ~torch.isfinite(loss.detach()), step, first_bad))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()  # data-parallel: DistributedDataParallel averages the gradients meanwhile
+    if after_backward is not None:
+        after_backward()
+    opt.step()
+    total += loss.detach()
+
+
+class StepGraph:
+    """hardware.cuda_graphs: a phase's full-size training steps (forward, loss, backward, after_backward and the
+    optimiser's step, update()) captured once as a CUDA graph and replayed, a launch a step where an eager step
+    launches hundreds of kernels. The graph reads its batch from static buffers that each step copies into, and
+    adds to the epoch's sums in place. WARMUP eager steps come first, so that the optimiser's state exists before
+    capture. A batch of another size (an epoch's last) runs eagerly; a new learning rate, which the optimiser's step
+    holds as a number, is captured afresh. Without a CUDA device the same buffers and steps run eagerly: the path
+    tests/test_cuda_graphs.py compares with training without graphs."""
+
+    WARMUP = 3
+
+    def __init__(self, loop: Loop, objective, opt, after_backward):
+        self.ctx, self.objective, self.opt, self.after_backward = loop.ctx, objective, opt, after_backward
+        self.capture = self.ctx.device.type == "cuda"
+        self.total, self.first_bad = loop.sums()
+        self.step_index = torch.zeros((), dtype=torch.long, device=self.ctx.device)
+        self.static: Batch | None = None  # the buffers the graph reads its batch from
+        self.graph = None  # the captured step: a CUDAGraph, or True where steps run eagerly; None: not yet
+        self.lrs: list[float] | None = None  # the learning rates it holds
+        self.grads: list | None = None  # the gradients the graph writes, put back after an eager step
+        self.eager_since = False  # an eager step replaced the gradients since the last replay
+        self.warm = 0  # eager steps taken on full batches before the first capture
+        self.captures = 0  # graphs captured (or, without CUDA, that would have been)
+
+    def step(self, batch: Batch, step: int) -> None:
+        if self.static is not None and any(a.shape != b.shape for a, b in zip(tensors(self.static), tensors(batch))):
+            self._body(batch, step)  # an epoch's last, smaller batch
+            self.eager_since = self.graph is not None
+            return
+        self._load(batch, step)
+        lrs = [group["lr"] for group in self.opt.param_groups]
+        if lrs != self.lrs:
+            self.graph, self.lrs = None, lrs
+        if self.graph is None and self.warm < self.WARMUP:
+            self.warm += 1
+            return self._warm_up()
+        if self.graph is None:
+            self._capture()
+        self._replay()
+
+    def sums(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The epoch's sums (Loop.sums), zeroed for a new epoch: the graph adds to these very tensors."""
+        self.total.zero_()
+        self.first_bad.fill_(-1)
+        return self.total, self.first_bad
+
+    def release(self) -> None:
+        """The phase is over: its gradients leave the graph's memory (as an eager loop leaves them), the graph
+        goes."""
+        if self.capture and self.graph is not None:
+            for p in params_of(self.opt):
+                if p.grad is not None:
+                    p.grad = p.grad.clone()
+        self.graph = self.grads = None
+
+    def _load(self, batch: Batch, step: int) -> None:
+        if self.static is None:
+            self.static = Batch(*(x.clone() for x in tensors(batch)))
+        else:
+            for buffer, x in zip(tensors(self.static), tensors(batch)):
+                buffer.copy_(x)
+        self.step_index.fill_(step)
+
+    def _body(self, batch: Batch, step) -> None:
+        with self.ctx.autocast():
+            loss = self.objective(batch)
+        update(loss, self.opt, self.after_backward, self.total, self.first_bad, step)
+
+    def _warm_up(self) -> None:
+        if not self.capture:
+            return self._body(self.static, self.step_index)
+        side = torch.cuda.Stream(self.ctx.device)  # as torch's recipe: warm-up off the stream the graph captures
+        side.wait_stream(torch.cuda.current_stream(self.ctx.device))
+        with torch.cuda.stream(side):
+            self._body(self.static, self.step_index)
+        torch.cuda.current_stream(self.ctx.device).wait_stream(side)
+
+    def _capture(self) -> None:
+        self.captures += 1
+        if not self.capture:
+            self.graph = True
+            return
+        self.opt.zero_grad(set_to_none=True)  # the graph's backward allocates the gradients it then rewrites
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._body(self.static, self.step_index)
+        self.graph, self.grads, self.eager_since = graph, [p.grad for p in params_of(self.opt)], False
+
+    def _replay(self) -> None:
+        if not self.capture:
+            return self._body(self.static, self.step_index)
+        if self.eager_since:  # the step reads and writes the graph's gradients: the attributes name them again
+            for p, grad in zip(params_of(self.opt), self.grads, strict=True):
+                p.grad = grad
+            self.eager_since = False
+        self.graph.replay()
+
+
+def tensors(batch: Batch) -> tuple[torch.Tensor, ...]:
+    """What a step reads of its batch (a captured step reads these buffers)."""
+    return batch.raw, batch.x, batch.y, batch.t
+
+
+def params_of(opt) -> list[torch.Tensor]:
+    return [p for group in opt.param_groups for p in group["params"]]
 
 
 @dataclass

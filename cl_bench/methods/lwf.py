@@ -29,6 +29,7 @@ class LwF(Method):
     name = "lwf"
     scenarios = frozenset({"task", "class"})
     distributed_scenarios = frozenset({"task", "class"})
+    graph_safe = True  # the teacher is copied before the phase; its forward is captured with the step
     Config = LwFConfig
 
     def train_task(self, task):

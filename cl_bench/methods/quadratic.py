@@ -31,6 +31,8 @@ class QuadraticPenalty(Method):
     estimate the importance, then add() or reanchor())."""
 
     key_prefix = "quad"
+    # The penalty and its gradient read the anchors (A, B, C) and SI's scratch buffers, all updated in place.
+    graph_safe = True
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
