@@ -99,6 +99,7 @@ def distillation(logits: torch.Tensor, teacher: torch.Tensor, temperature: float
 
 class BiC(Rehearsal, Method):
     name = "bic"
+    graph_safe = True  # stage 1 is its one fit(); stage 2, the bias correction, runs a loop of its own eagerly
     scenarios = frozenset({"class"})
     # distributed_scenarios stays empty: stage 2 is a loop of its own over logits computed once, not fit().
     # within_task_checkpoints stays True: stage 1 is the task's one fit() call; the hold-out and the teacher before

@@ -156,6 +156,8 @@ COMPACTING = "lower method.train_acc_bar (the bar each phase must top) or train 
 
 class CPG(MaskedMethod):
     name = "cpg"
+    graph_safe = ("its pruning ramp changes the masks, and the branches taken on them, between the steps of a phase; "
+                  "its picking scores step outside the step, from their gradients")
     Config = CPGConfig
     within_task_checkpoints = ("its phases choose among trained models by validation accuracy (growing, "
                                "compacting), so a task restarts from its beginning")

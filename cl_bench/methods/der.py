@@ -60,6 +60,7 @@ class DERppConfig(DERConfig):
 
 class DER(Rehearsal, Method):
     name = "der"
+    graph_safe = "a step draws its replay batch from the run's generator, which a captured step would not advance"
     scenarios = frozenset({"task", "class"})
     # Data-parallel: every rank stores the global batch with its logits (gathered) and draws the same replay rows.
     distributed_scenarios = frozenset({"task", "class"})

@@ -109,6 +109,7 @@ def cutmix(x: torch.Tensor, y: torch.Tensor, alpha: float, prob: float, generato
 
 class GDumb(Rehearsal, Method):
     name = "gdumb"
+    graph_safe = "a step draws its CutMix from the run's generator, which a captured step would not advance"
     scenarios = frozenset({"task", "class"})
     Config = GDumbConfig
 

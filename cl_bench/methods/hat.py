@@ -113,6 +113,7 @@ def attention_regulariser(masks: list[torch.Tensor], cumulative: list[torch.Tens
 
 class HAT(Method):
     name = "hat"
+    graph_safe = "its gates' scale anneals with the step's index, a number a captured step would hold fixed"
     backbone_use = "hat"  # nn/hat.py
     scenarios = frozenset({"task"})
     needs = frozenset({Capability.chain})  # a unit's mask reads the previous layer's (nn/hat.py)

@@ -72,6 +72,7 @@ class ICaRLConfig(MethodConfig):
 
 class ICaRL(Rehearsal, Method):
     name = "icarl"
+    graph_safe = True
     scenarios = frozenset({"class"})
     distributed_scenarios = frozenset({"class"})  # training is one fit(); herding runs the same on every rank
     Config = ICaRLConfig

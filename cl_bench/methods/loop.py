@@ -323,21 +323,20 @@ class StepGraph:
 
     def __init__(self, loop: Loop, objective, opt, after_backward):
         self.ctx, self.objective, self.opt, self.after_backward = loop.ctx, objective, opt, after_backward
+        self.trained = list({id(p): p for p in (*params_of(opt), *loop.method.parameters())}.values())
         self.capture = self.ctx.device.type == "cuda"
         self.total, self.first_bad = loop.sums()
         self.step_index = torch.zeros((), dtype=torch.long, device=self.ctx.device)
         self.static: Batch | None = None  # the buffers the graph reads its batch from
         self.graph = None  # the captured step: a CUDAGraph, or True where steps run eagerly; None: not yet
         self.lrs: list[float] | None = None  # the learning rates it holds
-        self.grads: list | None = None  # the gradients the graph writes, put back after an eager step
-        self.eager_since = False  # an eager step replaced the gradients since the last replay
+        self.grads: list | None = None  # (parameter, the gradient tensor the graph writes for it)
         self.warm = 0  # eager steps taken on full batches before the first capture
         self.captures = 0  # graphs captured (or, without CUDA, that would have been)
 
     def step(self, batch: Batch, step: int) -> None:
         if self.static is not None and any(a.shape != b.shape for a, b in zip(tensors(self.static), tensors(batch))):
             self._body(batch, step)  # an epoch's last, smaller batch
-            self.eager_since = self.graph is not None
             return
         self._load(batch, step)
         lrs = [group["lr"] for group in self.opt.param_groups]
@@ -360,7 +359,7 @@ class StepGraph:
         """The phase is over: its gradients leave the graph's memory (as an eager loop leaves them), the graph
         goes."""
         if self.capture and self.graph is not None:
-            for p in params_of(self.opt):
+            for p in self.trained:
                 if p.grad is not None:
                     p.grad = p.grad.clone()
         self.graph = self.grads = None
@@ -396,16 +395,16 @@ class StepGraph:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._body(self.static, self.step_index)
-        self.graph, self.grads, self.eager_since = graph, [p.grad for p in params_of(self.opt)], False
+        self.graph, self.grads = graph, [(p, p.grad) for p in self.trained if p.grad is not None]
 
     def _replay(self) -> None:
         if not self.capture:
             return self._body(self.static, self.step_index)
-        if self.eager_since:  # the step reads and writes the graph's gradients: the attributes name them again
-            for p, grad in zip(params_of(self.opt), self.grads, strict=True):
-                p.grad = grad
-            self.eager_since = False
         self.graph.replay()
+        # The replay wrote its gradients where the capture put them; what ran since (an eager step, a hook that
+        # set a gradient to None) may have pointed .grad elsewhere, and after_step reads .grad
+        for p, grad in self.grads:
+            p.grad = grad
 
 
 def tensors(batch: Batch) -> tuple[torch.Tensor, ...]:

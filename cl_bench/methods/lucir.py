@@ -136,6 +136,7 @@ class CosineHead(nn.Module):
 
 class LUCIR(Rehearsal, Method):
     name = "lucir"
+    graph_safe = True
     backbone_use = "final_relu"  # backbones.remove_final_relu
     scenarios = frozenset({"class"})
     # every phase is one fit(); imprinting and herding run the same on every rank

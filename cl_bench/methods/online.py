@@ -60,6 +60,7 @@ class OnlineMethod(Rehearsal, Method):
 
     scenarios = frozenset({"task", "class"})
     Config = OnlineConfig
+    graph_safe = "its stream is a loop of its own (glances, inner and outer steps, replay draws), not fit()'s steps"
     within_task_checkpoints = "it learns each task from a stream of small batches, and its passes are not checkpointed"
     soft_targets = False  # whether the memory keeps the logits each sample got when it was stored
 

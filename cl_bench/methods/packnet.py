@@ -21,6 +21,7 @@ class PackNetConfig(MaskedConfig):
 
 class PackNet(MaskedMethod):
     name = "packnet"
+    graph_safe = True  # its masks change between phases only; each phase is captured afresh
     short_schedule = ("method.retrain_epochs=1",)
     Config = PackNetConfig
     no_own_weights = Check("packnet.no_own_weights", "a task owns no weight, or next to none: the tasks before it "

@@ -13,6 +13,7 @@ class PiggybackConfig(PickingConfig):
 
 class Piggyback(MaskedMethod):
     name = "piggyback"
+    graph_safe = "its picking scores step outside the step (after_step), from their gradients"
     Config = PiggybackConfig
     picking = True
     health_checks = (PICKS_ALL, PICKS_NONE)  # later tasks own no weight by design: no capacity checks
