@@ -391,7 +391,8 @@ class StepGraph:
         if not self.capture:
             self.graph = True
             return
-        self.opt.zero_grad(set_to_none=True)  # the graph's backward allocates the gradients it then rewrites
+        for p in self.trained:  # the graph's backward allocates the gradients it then rewrites (an existing one
+            p.grad = None  # would be accumulated into, on every replay)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._body(self.static, self.step_index)
