@@ -1164,8 +1164,9 @@ GRAPHS_NOTE = [
     "the plain loop; every replay of every capture-safe method repeats its captured step (a TorchFunctionMode "
     "records the captured step's torch calls, each with its Python numbers, its tensors' shapes and the address of "
     "each parameter, buffer, optimiser state or graph buffer it reads, and compares each replay's: it finds a number "
-    "that changes between steps, a buffer replaced by a new tensor and a draw from the run's generator, the test's "
-    "negative cases); and the path adds no host sync inside a step (tests/test_sync_audit.py, finetune_graphed). "
+    "that changes between steps, a branch on the step's index, a buffer replaced by a new tensor and a draw from the "
+    "run's generator, the test's negative cases); and the path adds no host sync inside a step "
+    "(tests/test_sync_audit.py, finetune_graphed). "
     "What the CPU cannot show is the capture itself: the GPU check's graphs section (`bash scripts/gpu_check.sh "
     "--sections graphs`) times finetune and EWC on Split CIFAR-10 eager and captured, and trains the default job "
     "captured against two eager runs, flagging weights further apart than ten times the eager runs' own spread."]

@@ -225,10 +225,19 @@ def replaced(loss):
     return scaled
 
 
+def branched(loss):
+    """Finetune's loss with a term added on even steps only: a branch on batch.step, which a graph holds fixed."""
+    def scaled(self, batch, task_id):
+        out = loss(self, batch, task_id)
+        return out * 2 if batch.step % 2 else out
+    return scaled
+
+
 @pytest.mark.parametrize(("name", "patch", "why"), [
     ("er", None, "a step draws from a generator of its own"),  # its replay batch, from the run's generator
     ("finetune", counted, "call "),
-    ("finetune", replaced, "call ")])
+    ("finetune", replaced, "call "),
+    ("finetune", branched, "call ")])
 def test_the_replay_audit_finds_steps_a_graph_would_get_wrong(name, patch, why, monkeypatch):
     if patch is not None:
         monkeypatch.setattr(METHODS[name], "loss", patch(METHODS[name].loss))

@@ -371,6 +371,10 @@ class StepGraph:
             for buffer, x in zip(tensors(self.static), tensors(batch)):
                 buffer.copy_(x)
         self.step_index.fill_(step)
+        # A captured step holds the batch.step its capture read; the eager path (no CUDA) reads each step's, so that
+        # a step that branches on it calls otherwise from replay to replay, which tests/test_cuda_graphs.py's audit
+        # finds
+        self.static.step = batch.step
 
     def _body(self, batch: Batch, step) -> None:
         with self.ctx.autocast():
