@@ -144,7 +144,8 @@ def list_all() -> int:
     tables = []
     for title, rows in (
             ("methods", [(name, ",".join(sorted(cls.scenarios)), ",".join(sorted(cls.distributed_scenarios)) or "-",
-                          "yes" if cls.graph_safe is True else "-", first_line(sys.modules[cls.__module__]))
+                          "yes" if cls.graph_safe is True else ",".join(cls.graph_phases) or "-",
+                          first_line(sys.modules[cls.__module__]))
                          for name, cls in sorted(methods.METHODS.items())]),
             ("datasets", [(p.stem, yaml_comment(p)) for p in sorted((config.CONF / "dataset").glob("*.yaml"))]),
             ("backbones", [(name, first_line(module)) for name, (module, _) in sorted(backbones.BACKBONES.items())]),

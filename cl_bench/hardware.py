@@ -116,12 +116,15 @@ def graph_mode(requested: bool, method, hw: Hardware) -> tuple[bool, str]:
     captured. Without a CUDA device the StepGraph runs its steps eagerly, as the tests run it."""
     if not requested:
         return False, "off"
-    if method.graph_safe is not True:
+    if method.graph_safe is not True and not method.graph_phases:
         return False, f"not captured: {method.name}'s steps are not capture-safe ({method.graph_safe})"
     if hw.world_size > 1:
         return False, "not captured: data-parallel steps are not captured"
     if hw.device.type != "cuda":
         return True, "not captured: no CUDA device (the steps ran eagerly through the graph's buffers)"
+    if method.graph_safe is not True:
+        return True, (f"captured in its {', '.join(method.graph_phases)} phases only (the others' steps are not "
+                      f"capture-safe: {method.graph_safe})")
     return True, "captured"
 
 

@@ -1147,29 +1147,34 @@ def render_scaling(s) -> list[str]:
 # hardware.cuda_graphs (methods/loop.py StepGraph), under the GPU check's table: what it does and what the CPU shows
 # of it; the check's graphs section times the capture itself, and until a lease has run it the note says so.
 GRAPHS_NOTE = [
-    "", "### CUDA graphs (`hardware.cuda_graphs=true`)", "",
+    "",
+    "### CUDA graphs (`hardware.cuda_graphs=true`)",
+    "",
     "Launches, not arithmetic, set the pace of small continual steps on a GPU (the rows above: busy 11-15% of each "
     "step). With `hardware.cuda_graphs=true`, each training phase's full-size steps (forward, loss, backward, the "
-    "hooks after it and the optimiser's step) are captured once as a CUDA graph after three eager warm-up steps and "
-    "replayed: one launch a step. The graph reads each batch from buffers the step copies it into; an epoch's smaller "
-    "last batch runs eagerly; a new learning rate (a milestone) is captured afresh; Adam and AdamW are built "
-    "`capturable`, so that their step counts stay on the device. Methods whose steps read nothing that changes "
-    "between steps, other than tensors updated in place, declare themselves capture-safe (`Method.graph_safe`, the "
-    "`cuda_graphs` column of `cl-bench list`): finetune, joint, independent, LwF, EWC, MAS, SI, PackNet, BiC, iCaRL "
-    "and LUCIR. The others say why not (replay draws from the run's generator, CPG's ramp and picking, HAT's "
-    "annealed scale, the online methods' own loop) and run eagerly; metrics.json's `ran_on.cuda_graphs` says which, "
-    "and why, as it does for a run without a CUDA device.", "",
-    "What the CPU shows (tests/test_cuda_graphs.py): without a device the StepGraph runs the same buffers, warm-up, "
-    "capture points and recaptures eagerly, and trains every capture-safe method to the same weights, bit for bit, as "
-    "the plain loop; every replay of every capture-safe method repeats its captured step (a TorchFunctionMode "
+    "hooks after it and the optimiser's step) are captured once as a CUDA graph after three eager warm-up steps and"
+    " replayed: one launch a step. The graph reads each batch from buffers the step copies it into; an epoch's "
+    "smaller last batch runs eagerly; a new learning rate (a milestone) is captured afresh; Adam and AdamW are "
+    "built `capturable`, so that their step counts stay on the device. Methods whose steps read nothing that "
+    "changes between steps, other than tensors updated in place, declare themselves capture-safe "
+    "(`Method.graph_safe`, the `cuda_graphs` column of `cl-bench list`): finetune, joint, independent, LwF, EWC, "
+    "MAS, SI, PackNet, BiC, iCaRL and LUCIR; CPG (and PAE) in its goal models' phases only. The others say why not "
+    "(replay draws from the run's generator, CPG's ramp and picking, HAT's annealed scale, the online methods' own "
+    "loop) and run eagerly; metrics.json's `ran_on.cuda_graphs` says which, and why, as it does for a run without a"
+    " CUDA device.",
+    "",
+    "What the CPU shows (tests/test_cuda_graphs.py): without a device the StepGraph runs the same buffers, warm-up,"
+    " capture points and recaptures eagerly, and trains every capture-safe method to the same weights, bit for bit,"
+    " as the plain loop; every replay of every capture-safe method repeats its captured step (a TorchFunctionMode "
     "records the captured step's torch calls, each with its Python numbers, its tensors' shapes and the address of "
-    "each parameter, buffer, optimiser state or graph buffer it reads, and compares each replay's: it finds a number "
-    "that changes between steps, a branch on the step's index, a buffer replaced by a new tensor and a draw from the "
-    "run's generator, the test's negative cases); and the path adds no host sync inside a step "
-    "(tests/test_sync_audit.py, finetune_graphed). "
-    "What the CPU cannot show is the capture itself: the GPU check's graphs section (`bash scripts/gpu_check.sh "
-    "--sections graphs`) times finetune and EWC on Split CIFAR-10 eager and captured, and trains the default job "
-    "captured against two eager runs, flagging weights further apart than ten times the eager runs' own spread."]
+    "each parameter, buffer, optimiser state or graph buffer it reads, and compares each replay's: it finds a "
+    "number that changes between steps, a branch on the step's index, a buffer replaced by a new tensor and a draw "
+    "from the run's generator, the test's negative cases); and the path adds no host sync inside a step "
+    "(tests/test_sync_audit.py, finetune_graphed). What the CPU cannot show is the capture itself: the GPU check's "
+    "graphs section (`bash scripts/gpu_check.sh --sections graphs`) times finetune on Split CIFAR-10 and PAE's goal"
+    " model on cifar100_20 eager and captured, and trains the default job captured against two eager runs, flagging"
+    " weights further apart than ten times the eager runs' own spread.",
+]
 GRAPHS_UNTIMED = "No GPU check with the graphs section has been recorded yet."
 
 

@@ -62,11 +62,12 @@ SETTINGS = {
     "nccl split_cifar100": ("cifar100", ["method=nccl", "dataset=split_cifar100"]),
     "derpp split_cifar10": ("cifar10", ["method=derpp", "dataset=split_cifar10"]),
 }
-# hardware.cuda_graphs (methods/loop.py StepGraph): settings of methods whose steps are capture-safe, timed eagerly and
-# captured; batches of 32, as derpp's, so that a task's epoch holds the window's steps.
+# hardware.cuda_graphs (methods/loop.py StepGraph): settings whose first steps are capture-safe, timed eagerly and
+# captured: finetune (batches of 32, as derpp's, so that a task's epoch holds the window's steps), and PAE's paper
+# setting, whose first steps are task 0's goal model (CPG captures its goal phases only).
 GRAPHS = {
     "finetune split_cifar10": ("cifar10", ["method=finetune", "dataset=split_cifar10", "method.batch_size=32"]),
-    "ewc split_cifar10": ("cifar10", ["method=ewc", "dataset=split_cifar10", "method.batch_size=32"]),
+    "pae cifar100_20 goal": SETTINGS["pae cifar100_20"],
 }
 GRAPHED = ["hardware.cuda_graphs=true"]
 JOBS_SETTING = "derpp split_cifar10"

@@ -102,6 +102,9 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
     # from the run's generators and read no Python value that changes from step to step (batch.step, a counter).
     # Otherwise a string saying why not; its steps then run eagerly.
     graph_safe: ClassVar[bool | str] = "its steps have not been checked for capture"
+    # Where graph_safe is not True: the phases (by Loop.phase_named's name) whose steps are capture-safe all the
+    # same, which hardware.cuda_graphs captures alone (CPG's goal models).
+    graph_phases: ClassVar[tuple[str, ...]] = ()
     # The states in which this method has degenerated (health.py), evaluated by health() after every task.
     health_checks: ClassVar[tuple[Check, ...]] = ()
 

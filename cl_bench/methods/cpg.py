@@ -158,6 +158,7 @@ class CPG(MaskedMethod):
     name = "cpg"
     graph_safe = ("its pruning ramp changes the masks, and the branches taken on them, between the steps of a phase; "
                   "its picking scores step outside the step, from their gradients")
+    graph_phases = ("goal",)  # the goal models: a plain network, its loss and weight decay
     Config = CPGConfig
     within_task_checkpoints = ("its phases choose among trained models by validation accuracy (growing, "
                                "compacting), so a task restarts from its beginning")

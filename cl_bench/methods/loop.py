@@ -220,10 +220,14 @@ class Loop:
         return torch.zeros((), device=self.ctx.device), torch.full((), -1, device=self.ctx.device)
 
     def step_graph(self, objective, opt, glances: int, after_backward) -> "StepGraph | None":
-        """The phase's StepGraph where hardware.cuda_graphs was granted (hardware.graph_mode) and the phase's steps
-        are one update each with no host read (not glances, not skip_nonfinite) and of full size (not debug=shape's
-        single batches); None: its steps run as they are."""
+        """The phase's StepGraph where hardware.cuda_graphs was granted (hardware.graph_mode), the method's steps,
+        or this phase's (Method.graph_phases), are capture-safe, and they are one update each with no host read (not
+        glances, not skip_nonfinite) and of full size (not debug=shape's single batches); None: its steps run as they
+        are."""
         if not self.ctx.cuda_graphs or glances != 1 or self.cfg.skip_nonfinite or self.ctx.shape is not None:
+            return None
+        method = type(self.method)
+        if method.graph_safe is not True and self.phase_name not in method.graph_phases:
             return None
         return StepGraph(self, objective, opt, after_backward)
 
