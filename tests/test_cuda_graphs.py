@@ -63,10 +63,11 @@ def test_some_methods_declare_their_steps_capture_safe_and_the_rest_say_why_not(
 
 
 @pytest.mark.parametrize("name", SAFE + PHASED)
-def test_a_graphed_run_trains_as_the_eager_loop_bit_for_bit(name, graphs):
+def test_a_graphed_run_trains_as_the_eager_loop_bit_for_bit_and_every_replay_repeats_its_capture(name, graphs,
+                                                                                                  monkeypatch):
     eager = trained(name).method.state_dict()
     assert not graphs
-    graphed = trained(name, "hardware.cuda_graphs=true")
+    graphed, audit = audited(name, monkeypatch)
     assert graphed.ctx.cuda_graphs and graphs
     assert eager.keys() == graphed.method.state_dict().keys()
     assert all(torch.equal(eager[k], v) for k, v in graphed.method.state_dict().items())
@@ -74,6 +75,7 @@ def test_a_graphed_run_trains_as_the_eager_loop_bit_for_bit(name, graphs):
     # retraining, cut to one epoch, once)
     assert all(g.captures >= 1 and g.warm == StepGraph.WARMUP for g in graphs) and any(g.captures == 2 for g in graphs)
     assert all(g.graph is None for g in graphs)  # released with its phase
+    assert audit.replays > 0 and audit.calls and not audit.problems, audit.problems[:5]
 
 
 def test_a_step_graph_copies_each_batch_into_its_buffers_and_sums_the_epoch_in_place(graphs):
@@ -179,8 +181,8 @@ def by_optimiser() -> bool:
     return frame.f_code.co_filename.startswith(TORCH_OPTIM)
 
 
-def audited(name: str, monkeypatch, *overrides: str) -> ReplayAudit:
-    """A graphed run of method name on the CPU, its replays audited (ReplayAudit)."""
+def audited(name: str, monkeypatch, *overrides: str):
+    """A graphed run of method name on the CPU, its replays audited: (the experiment, its ReplayAudit)."""
     torch.manual_seed(0)
     exp = api.build(composed(name, "hardware.cuda_graphs=true", *overrides))
     audit = ReplayAudit(exp.method)
@@ -200,14 +202,7 @@ def audited(name: str, monkeypatch, *overrides: str) -> ReplayAudit:
     with audit:
         for task in exp.tasks:
             exp.method.learn(task)
-    return audit
-
-
-@pytest.mark.parametrize("name", SAFE + PHASED)
-def test_every_replay_of_a_capture_safe_method_repeats_its_captured_step(name, monkeypatch):
-    audit = audited(name, monkeypatch)
-    assert audit.replays > 0 and audit.calls
-    assert not audit.problems, audit.problems[:5]
+    return exp, audit
 
 
 def counted(loss):
@@ -248,5 +243,5 @@ def test_the_replay_audit_finds_steps_a_graph_would_get_wrong(name, patch, why, 
     if patch is not None:
         monkeypatch.setattr(METHODS[name], "loss", patch(METHODS[name].loss))
     monkeypatch.setattr(METHODS[name], "graph_safe", True)
-    audit = audited(name, monkeypatch)
+    _, audit = audited(name, monkeypatch)
     assert audit.replays > 0 and any(problem.startswith(why) for problem in audit.problems), audit.problems[:5]
