@@ -55,10 +55,10 @@ def test_two_processes_match_one_with_the_same_global_batch(common_runs):
     single, ddp = common_runs
     host = socket.gethostname()
     assert single["ran_on"] == {"launcher": "cl-bench", "world_size": 1, "hosts": [host], "nodes": 1, "device": "cpu",
-                                "threads": single["ran_on"]["threads"], "residency": "device"}
+                                "threads": single["ran_on"]["threads"], "residency": "device", "cuda_graphs": "off"}
     threads = max(1, len(os.sched_getaffinity(0)) // 2)  # torchrun's two processes share the node's cores
     assert ddp["ran_on"] == {"launcher": "torchrun", "world_size": 2, "hosts": [host, host], "nodes": 1,
-                             "device": "cpu", "threads": threads, "residency": "device"}
+                             "device": "cpu", "threads": threads, "residency": "device", "cuda_graphs": "off"}
     # Each rank takes half of every batch and the gradients are averaged: the same updates as one process
     # up to the order of float sums, so the results agree within a few test samples.
     assert_close_runs(ddp, single, 0.02, 0.06)
