@@ -395,8 +395,10 @@ def test_the_excerpts_are_the_pinned_files():
 
 def test_pending_rows_run_only_their_pilot():
     from parity import plans
-    assert ("cpg", "cpg_learn") in plans.PLANS and ("cpg", "cpg_learn") not in plans.PENDING  # its pilot ran
-    for name in ("pae_learn", "packnet_learn"):
+    for name in ("cpg_learn", "packnet_learn"):  # their pilots ran
+        assert ("cpg", name) in plans.PLANS and ("cpg", name) not in plans.PENDING
+        assert plans.seeds("cpg", name)[0] == plans.FIRST_SEED
+    for name in ("pae_learn",):
         assert ("cpg", name) in plans.PENDING and ("cpg", name) not in plans.PLANS
         assert plans.seeds("cpg", name, pilot=True) == plans.PILOT_SEEDS == (0, 1, 2)
         with pytest.raises(SystemExit, match=f"cpg/{name} has no seed plan yet.*pilot must run first"):
