@@ -116,7 +116,7 @@ def graph_mode(requested: bool, method, hw: Hardware) -> tuple[bool, str]:
     captured. Without a CUDA device the StepGraph runs its steps eagerly, as the tests run it."""
     if not requested:
         return False, "off"
-    if method.graph_safe is not True and not method.graph_phases:
+    if not method.captures():
         return False, f"not captured: {method.name}'s steps are not capture-safe ({method.graph_safe})"
     if hw.world_size > 1:
         return False, "not captured: data-parallel steps are not captured"

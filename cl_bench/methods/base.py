@@ -105,6 +105,11 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
     # Where graph_safe is not True: the phases (by Loop.phase_named's name) whose steps are capture-safe all the
     # same, which hardware.cuda_graphs captures alone (CPG's goal models).
     graph_phases: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def captures(cls, phase: str | None = None) -> bool:
+        """Whether hardware.cuda_graphs captures the steps of the named phase (None: of any phase of the method)."""
+        return cls.graph_safe is True or (bool(cls.graph_phases) if phase is None else phase in cls.graph_phases)
     # The states in which this method has degenerated (health.py), evaluated by health() after every task.
     health_checks: ClassVar[tuple[Check, ...]] = ()
 

@@ -226,8 +226,7 @@ class Loop:
         are."""
         if not self.ctx.cuda_graphs or glances != 1 or self.cfg.skip_nonfinite or self.ctx.shape is not None:
             return None
-        method = type(self.method)
-        if method.graph_safe is not True and self.phase_name not in method.graph_phases:
+        if not type(self.method).captures(self.phase_name):
             return None
         return StepGraph(self, objective, opt, after_backward)
 
