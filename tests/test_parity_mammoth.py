@@ -18,8 +18,8 @@ def write_idx_dataset(raw: Path) -> None:
     rng = np.random.default_rng(0)
     raw.mkdir(parents=True)
     for split, count in (("train", 20), ("t10k", 10)):
-        mammoth.write_idx(raw / f"{split}-images-idx3-ubyte", rng.integers(0, 256, (count, 6, 5), dtype=np.uint8))
-        mammoth.write_idx(raw / f"{split}-labels-idx1-ubyte", (np.arange(count) % 10).astype(np.uint8))
+        common.write_idx(raw / f"{split}-images-idx3-ubyte", rng.integers(0, 256, (count, 6, 5), dtype=np.uint8))
+        common.write_idx(raw / f"{split}-labels-idx1-ubyte", (np.arange(count) % 10).astype(np.uint8))
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_mammoth_finds_the_files_where_torchvision_looks(split):
     _, folder = split
     for name in ("MNIST", "MyMNIST"):  # seq-mnist's train set is a subclass of torchvision's MNIST
         raw = folder / "MNIST" / name / "raw"
-        assert sorted(p.name for p in raw.iterdir()) == sorted(mammoth.IDX.values())
+        assert sorted(p.name for p in raw.iterdir()) == sorted(common.IDX.values())
 
 
 def test_tasks_out_of_seq_mnist_order_are_refused(tmp_path):

@@ -34,6 +34,7 @@ import json
 import os
 import platform
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -142,6 +143,27 @@ def scenario(overrides: list[str]):
     return scenarios.build(cfg.dataset, cfg.data, cfg.scenario, cfg.seed, torch.device("cpu"),
                            select_on_test=cfg.method.protocol == "official",
                            per_task_norm=config.per_task_normalization(cfg))
+
+
+# MNIST's four files as torchvision names them (its MNIST reads them, uncompressed, from <root>/MNIST/raw).
+IDX = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
+       "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
+
+
+def write_idx(path: Path, array) -> None:
+    """An IDX file of unsigned bytes: 00 00 08 ndim, the sizes as big-endian int32, then the bytes."""
+    import numpy as np
+    array = np.ascontiguousarray(array, dtype=np.uint8)
+    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    path.write_bytes(header + array.tobytes())
+
+
+def read_idx(path: Path):
+    """write_idx's file back as a uint8 array."""
+    import numpy as np
+    raw = Path(path).read_bytes()
+    ndim = raw[3]
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim]))
 
 
 def git_commit(folder: Path) -> str:

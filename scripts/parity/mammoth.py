@@ -13,7 +13,6 @@ cl-bench's natural class order, so task t is the same samples on both sides.
 from __future__ import annotations
 
 import re
-import struct
 import sys
 from pathlib import Path
 
@@ -44,10 +43,8 @@ PATCHES = [
           "list seq-mnist only, for the same reason", ENVIRONMENT),
 ]
 
-# MNIST's files as torchvision names them; torchvision's MNIST looks in <root>/MNIST/raw and Mammoth passes
-# root=<base_path>/MNIST.
-IDX = {"train_x": "train-images-idx3-ubyte", "train_y": "train-labels-idx1-ubyte",
-       "test_x": "t10k-images-idx3-ubyte", "test_y": "t10k-labels-idx1-ubyte"}
+# Mammoth passes torchvision's MNIST root=<base_path>/MNIST: it reads common.IDX's files from
+# <base_path>/MNIST/MNIST/raw.
 SETTING = "S-MNIST (seq-mnist), class-IL, 5 x 2 digits, MLP 2x100, 1 epoch, buffer {}"
 
 
@@ -192,13 +189,6 @@ def raw_folder(folder: Path) -> Path:
     return Path(folder) / "MNIST" / "MNIST" / "raw"
 
 
-def write_idx(path: Path, array: np.ndarray) -> None:
-    """An IDX file of unsigned bytes: 00 00 08 ndim, the sizes as big-endian int32, then the bytes."""
-    array = np.ascontiguousarray(array, dtype=np.uint8)
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
-    path.write_bytes(header + array.tobytes())
-
-
 def digits(task) -> list[int]:
     """The original digits of a task, checked to be the ones Mammoth's seq-mnist puts in the same task."""
     want = [2 * task.id, 2 * task.id + 1]
@@ -224,8 +214,8 @@ def write_tasks(scenario, row: Row, folder: Path) -> None:
     }
     raw = raw_folder(folder)
     raw.mkdir(parents=True, exist_ok=True)
-    for key, stem in IDX.items():
-        write_idx(raw / stem, arrays[key])
+    for key, stem in common.IDX.items():
+        common.write_idx(raw / stem, arrays[key])
     # torchvision looks in <root>/<class name>/raw, and Mammoth reads its training set through MNIST's subclass
     # MyMNIST: the same files, under that name too.
     (raw.parent.parent / "MyMNIST").symlink_to("MNIST", target_is_directory=True)
