@@ -89,7 +89,7 @@ def test_every_row_has_a_plan_recomputed_from_its_pilot_records(name):
         assert round(pilot["paired"].sd, 2) == pytest.approx(plan.pilot_sd), row
         seconds = sum(sum(s) / len(s) for s in pilot["seconds"].values())
         assert round(seconds) == plan.pair_seconds, row
-        assert plans.planned(plan.pilot_sd, plan.pair_seconds) == (plan.needed, plan.n), row
+        assert plans.planned(plan.pilot_sd, plan.pair_seconds, plan.cpu_hours) == (plan.needed, plan.n), row
         assert not set(plan.seeds) & set(plan.pilot_seeds)
 
 
