@@ -1,5 +1,6 @@
-"""The cgate parity runner: the split it writes is cl-bench's, in files torchvision's CIFAR10 reads, and the
-matrix cgate prints parses into cl-bench's layout. No reference checkout or real data needed."""
+"""The cgate parity runner: the split it writes is cl-bench's, in files torchvision's CIFAR10 (gated_task) and MNIST
+(gated_learn) read, and the matrix cgate prints parses into cl-bench's layout. No reference checkout or real data
+needed."""
 import os
 import pickle
 import sys
@@ -68,6 +69,42 @@ def test_torchvision_reads_the_files_as_cgate_does(scenario, written, monkeypatc
     np.testing.assert_array_equal(held, np.arange(sizes["train"], sizes["train"] + sizes["val"]))
     first = scenario.tasks[0].train.x[0].cpu().numpy().transpose(1, 2, 0)  # torchvision keeps images H x W x C
     np.testing.assert_array_equal(train.data[0], first)
+
+
+def write_mnist(root: Path) -> None:
+    """Small MNIST idx files, uncompressed as torchvision leaves them, every digit present."""
+    rng = np.random.default_rng(1)
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for split in ("train", "test"):
+        labels = rng.permutation(np.repeat(np.arange(10), PER_CLASS[split])).astype(np.uint8)
+        common.write_idx(raw / common.IDX[f"{split}_x"], rng.integers(0, 256, (len(labels), 28, 28), dtype=np.uint8))
+        common.write_idx(raw / common.IDX[f"{split}_y"], labels)
+
+
+def test_the_learning_rows_mnist_split_is_written_as_torchvisions_mnist_reads_it(tmp_path, monkeypatch):
+    """gated_learn's Split MNIST: cgate's prepare_dataset opens the files with torchvision's MNIST (no checksums on
+    the raw files) and holds out heldout.npy's rows (its row patch); both give back cl-bench's split."""
+    root = tmp_path / "mnist"
+    write_mnist(root)
+    row = cgate.ROWS["gated_learn"]
+    scenario = common.scenario([*common.clbench_overrides(row, 3, str(root)), "data.cache=false",
+                                "dataset.samples_per_task=20", "dataset.val_samples_per_task=4",
+                                "dataset.test_samples_per_task=11"])
+    folder = tmp_path / "written"
+    cgate.write_tasks(scenario, row, folder)
+    assert not (folder / cgate.CIFAR).exists()
+    for task, test, got in zip(scenario.tasks, scenario.test, cgate.read_tasks(folder), strict=True):
+        for name, split in (("train", task.train), ("val", task.val), ("test", test)):
+            np.testing.assert_array_equal(got[name][0], split.x.cpu().numpy(), err_msg=f"task {task.id} {name}")
+            np.testing.assert_array_equal(got[name][1], split.y.cpu().numpy(), err_msg=f"task {task.id} {name}")
+    mnist = pytest.importorskip("torchvision.datasets.mnist")
+    train, test = mnist.MNIST(folder, train=True), mnist.MNIST(folder, train=False)
+    sizes = [sum(len(getattr(t, name)) for t in scenario.tasks) for name in ("train", "val")]
+    assert len(train.targets) == sum(sizes) and len(test.targets) == sum(len(s) for s in scenario.test)
+    np.testing.assert_array_equal(np.load(folder / cgate.HELDOUT), np.arange(sizes[0], sum(sizes)))
+    np.testing.assert_array_equal(train.data[0].numpy(), scenario.tasks[0].train.x[0, 0].cpu().numpy())
+    assert cgate.task_pairs(folder) == "TASK_PAIRS=[(0, 1), (2, 3), (4, 5), (6, 7), (8, 9)]"
 
 
 def test_task_pairs_name_each_tasks_classes(written):
@@ -148,26 +185,30 @@ def test_the_learning_row_is_cgates_training_at_cl_benchs_defaults():
     assert composed(*row.clbench, *cgate.DIAGNOSTICS["learn_own_pools"].clbench).backbone.pools is None
     settings = dict(s.split("=", 1) for s in row.reference)
     assert settings["ARCH"] == "'SimpleCNN'" and settings["CONV_CH"] == "100" and settings["SCHEDULER"] == "None"
+    # Split MNIST as cgate reads it: one channel, no transforms (cfg.py's are CIFAR's: three-channel normalisation)
+    assert (settings["DATASET_NAME"], settings["IN_CH"], settings["TRAIN_TRANSFORM"], settings["TEST_TRANSFORM"]) == (
+        "'MNIST'", "1", "None", "None") and cfg.dataset.name == "split_mnist"
     assert (settings["N_TASKS"], settings["EPOCHS_PER_TASK"]) == (str(cgate.LEARN["tasks"]), str(cgate.LEARN["epochs"]))
     assert {p.kind for p in row.patches} == {common.ARCHITECTURE} and all(p.why for p in row.patches)
 
 
 def test_the_learning_rows_gated_network_pools_after_two_units_as_simplecnn():
     """cl-bench's side of the pair: three gated units of 100 kernels, a max-pool after the first two only, so the
-    third unit and the head's global average see 8x8 maps at 32x32, as cgate's SimpleCNN (down, down, same)."""
+    third unit and the head's global average see 7x7 maps of MNIST's 28x28, as cgate's SimpleCNN (down, down,
+    same)."""
     import torch
     from torch import nn
 
     from cl_bench import backbones
     from cl_bench.nn import gated
-    net = backbones.build(composed(*cgate.ROWS["gated_learn"].clbench).backbone, (3, 32, 32))
+    net = backbones.build(composed(*cgate.ROWS["gated_learn"].clbench).backbone, (1, 28, 28))
     units = gated.convert(net, 5, 16)
     kinds = [type(m).__name__ for m in net.body if not isinstance(m, nn.Identity)]
     assert kinds == ["GatedUnit", "MaxPool2d", "GatedUnit", "MaxPool2d", "GatedUnit", "AdaptiveAvgPool2d", "Flatten"]
     net.eval()
     gated.route(gated.routed(net), [0])
-    assert net(torch.zeros(2, 3, 32, 32)).shape == (2, 100)
-    assert [u.out_pixels for u in units] == [32 * 32, 16 * 16, 8 * 8]
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 100)
+    assert [u.out_pixels for u in units] == [28 * 28, 14 * 14, 7 * 7]
     assert all(u.convs[0].bias is None for u in units)  # no conv bias: a batch norm follows each conv
 
 
@@ -223,7 +264,7 @@ def test_every_patch_applies_once_to_the_pinned_checkout(tmp_path):
 # Run in cgate's patched copy (its cfg.py wants ROOT_DIR and its modules sit at the top level): both networks of the
 # learning row with one set of weights, every gate open (second linear 0, bias +10: cgate's evaluation thresholds
 # the logit at 0, as cl-bench's), random batch-norm affines and running statistics, cgate's eps 1 on both; prints
-# the largest difference of the logits, and cgate's input size.
+# the largest difference of the logits, and cgate's input channels.
 SAME_NET = """
 import ast, json, sys
 import torch
@@ -235,8 +276,8 @@ from src.model import ChannelGatedCL
 from cl_bench import backbones
 from cl_bench.nn import gated
 torch.manual_seed(0)
-theirs = ChannelGatedCL(in_ch=3, out_dim=2, conv_ch=cfg.CONV_CH).eval()
-ours = backbones.build(json.loads(sys.argv[2]), (3, 32, 32))
+theirs = ChannelGatedCL(in_ch=cfg.IN_CH, out_dim=2, conv_ch=cfg.CONV_CH).eval()
+ours = backbones.build(json.loads(sys.argv[2]), (cfg.IN_CH, 28, 28))
 units = gated.convert(ours, 1, 16)
 head = torch.nn.Linear(ours.feature_dim, 2)
 with torch.no_grad():
@@ -259,11 +300,11 @@ with torch.no_grad():
     theirs.multihead_clf.heads[0][-1].bias.copy_(head.bias)
     ours.eval()
     gated.route(gated.routed(ours), [0])
-    x = torch.randn(8, 3, 32, 32)
+    x = torch.randn(8, cfg.IN_CH, 28, 28)
     mine = head(ours(x))
     out, _ = theirs(x, torch.zeros(8, dtype=torch.long))
 print(json.dumps({"diff": (mine - out).abs().max().item(), "scale": out.abs().max().item(),
-                  "size": cfg.UPSCALE_SIZE}))
+                  "in_ch": cfg.IN_CH}))
 """
 
 
@@ -286,7 +327,7 @@ def test_the_learning_rows_networks_are_one(tmp_path):
     backbone = {"name": "convnet", "channels": [100, 100, 100], "pools": 2}
     copy = common.patched_copy(Path(CHECKOUT), cgate.PINNED, [*cgate.PATCHES, *row.patches], tmp_path / "matched")
     matched = same_net(copy, row, backbone)
-    assert matched["size"] == 32 and matched["scale"] > 1e-2 and matched["diff"] < 1e-4 * max(1.0, matched["scale"])
+    assert matched["in_ch"] == 1 and matched["scale"] > 1e-2 and matched["diff"] < 1e-4 * max(1.0, matched["scale"])
     own_order = [p for p in row.patches if p.file != "src/blocks.py"]
     published = same_net(common.patched_copy(Path(CHECKOUT), cgate.PINNED, [*cgate.PATCHES, *own_order],
                                              tmp_path / "published"), row, backbone)

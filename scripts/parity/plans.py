@@ -104,10 +104,9 @@ PENDING: dict[tuple[str, str], str] = {
     ("cpg", "pae_learn"): "the learning cut with growth on (issue 45), revised after a first pilot stopped on seed 0: "
                           "its pilot's seed 0 has run (2026-12-05); seed 1, cut short twice by sessions' ends (the "
                           "second time with its work folder lost), and seed 2 have not completed",
-    ("cgate", "gated_learn"): "the learning cut (issue 45) on cgate's SimpleCNN, its network matched on both sides "
-                              "(scripts/parity/cgate.py): its pilot has not run; sized at about 12.7 h a seed on "
-                              "this CPU (cl-bench 2.3 h, cgate 10.4 h: cgate.py's LEARN), more than the CPU_HOURS a "
-                              "whole plan may take, so it waits for a faster machine",
+    ("cgate", "gated_learn"): "the learning cut (issue 45) on cgate's SimpleCNN and the paper's Split MNIST, its "
+                              "network matched on both sides (scripts/parity/cgate.py's LEARN, which replaced a Split "
+                              "CIFAR-10 cut of 12.7 h a seed before any of its runs): its pilot has not run",
 }
 
 
