@@ -215,10 +215,14 @@ FINDINGS = [
     "1,480 s). Seed 1's reference was cut short by a session's end and resumed (--resume; 1,092 s replayed, none of "
     "them stopped). Every run shared the two cores with one other parity run, and seeds 1 and 2 also with test "
     "runs for part of their time.",
-    "**packnet_learn's plan, seed 100 (2026-12-05), the first of its 3.** RA, reference / cl-bench: 91.48 / 90.78; "
-    "every task at or above 80% on both sides (the lowest, task 1: 84.7 / 84.5). The reference's 2,188 s include "
-    "780 s for which its process was stopped (SIGSTOP, 04:00:18-04:13:18 UTC) while CI was timed; cl-bench's side "
-    "took 945 s. Seeds 101 and 102 have not run.",
+    "**packnet_learn's plan, seeds 100-102 (2026-12-05), run in full: undetermined.** RA, reference / cl-bench: "
+    "91.48 / 90.78, 91.84 / 90.92 and 91.22 / 91.70; every task at or above 80% on both sides (the lowest, task 1, "
+    "bird/cat: 84.6 to 84.9 on the reference, 83.3 to 85.3 on cl-bench). The paired differences (-0.7, -0.9, "
+    "+0.5 points) spread five times as wide as the pilot's, whose sd (0.15) sized the plan, so three seeds leave "
+    "the test undetermined at +-1; no seed is added after this look. Seed 100's reference seconds include 780 s for "
+    "which its process was stopped (SIGSTOP, 04:00:18-04:13:18 UTC) while CI was timed; seeds 101 and 102 ran "
+    "without stops, beside one other parity run and, for parts of their time, one or two sizing runs on the two "
+    "cores.",
     "**The learning cut's pilot, pae_learn seed 0 (2026-12-04/05), growth on.** RA, reference / cl-bench: 90.94 / "
     "91.06; every task ended at or above 80% on both sides (the lowest, task 1: 82.3 / 83.7). The chosen sparsities "
     "agreed on tasks 0 and 2 (0.6, 0.9) and differed by one step on tasks 1, 3 and 4 (reference 0.9, 0.6, 0.8; "
