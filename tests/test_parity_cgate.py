@@ -333,3 +333,17 @@ def test_the_learning_rows_networks_are_one(tmp_path):
                                              tmp_path / "published"), row, backbone)
     assert published["diff"] > 1e-2
     assert same_net(copy, row, {**backbone, "pools": None})["diff"] > 1e-2
+
+
+def test_seeds_choose_part_of_a_diagnostics_seeds(tmp_path, monkeypatch):
+    """--seeds with --diagnostic runs only those of the diagnostic's seeds (it once ran all of them), and refuses a
+    seed outside them."""
+    ran = []
+    monkeypatch.setattr(common, "run_clbench_side", lambda reference, row, name, seed, *args: ran.append(seed))
+    base = ["cgate.py", "--ref", str(tmp_path), "--work", str(tmp_path / "work"), "--diagnostic", "learn_quirks"]
+    monkeypatch.setattr(sys, "argv", [*base, "--seeds", "0"])
+    common.main(cgate)
+    assert ran == [0]
+    monkeypatch.setattr(sys, "argv", [*base, "--seeds", "7"])
+    with pytest.raises(SystemExit, match="not among"):
+        common.main(cgate)

@@ -389,14 +389,15 @@ def run_diagnostic(reference, args, work: Path) -> None:
     """One diagnostic's changed side over its seeds; the other side's records of those seeds are the row's."""
     diagnostic = reference.DIAGNOSTICS[args.diagnostic]
     row = reference.ROWS[diagnostic.row]
+    seeds = only(diagnostic.seeds, args.seeds, args.diagnostic)  # --seeds: part of them, as for a row
     if diagnostic.side == "cl-bench":
         changed = replace(row, clbench=(*row.clbench, *diagnostic.clbench))
-        for seed in diagnostic.seeds:
+        for seed in seeds:
             run_clbench_side(reference, changed, diagnostic.row, seed, work, args, args.diagnostic)
         return
     copy = patched_copy(args.ref.resolve(), reference.PINNED, [*reference.PATCHES, *row.patches, *diagnostic.patches],
                         work, args.any_commit)
-    for seed in diagnostic.seeds:
+    for seed in seeds:
         run_reference_side(reference, copy, diagnostic.row, seed, work, args, args.diagnostic)
 
 
