@@ -89,8 +89,18 @@ def test_every_row_has_a_plan_recomputed_from_its_pilot_records(name):
         assert round(pilot["paired"].sd, 2) == pytest.approx(plan.pilot_sd), row
         seconds = sum(sum(s) / len(s) for s in pilot["seconds"].values())
         assert round(seconds) == plan.pair_seconds, row
-        assert plans.planned(plan.pilot_sd, plan.pair_seconds, plan.cpu_hours) == (plan.needed, plan.n), row
+        upper_from = plan.pilot if plan.upper_sd else None
+        assert plans.planned(plan.pilot_sd, plan.pair_seconds, plan.cpu_hours, upper_from) == (plan.needed, plan.n), row
         assert not set(plan.seeds) & set(plan.pilot_seeds)
+
+
+def test_the_sd_upper_bound_is_the_chi_square_bound():
+    """At 3 pilot seeds and 80%, the bound is sd sqrt(2 / chi2_0.2(2)), chi2_0.2(2) = -2 ln 0.8 (2 degrees of freedom:
+    an exponential); a larger pilot tightens it towards the sd; a plan sized from it needs more seeds."""
+    import math
+    assert plans.sd_upper_bound(1.0, 3) == pytest.approx(math.sqrt(2 / (-2 * math.log(0.8))))
+    assert 1.0 < plans.sd_upper_bound(1.0, 30) < plans.sd_upper_bound(1.0, 10) < plans.sd_upper_bound(1.0, 3)
+    assert plans.planned(0.5, 60, upper_from=3)[0] > plans.planned(0.5, 60)[0]
 
 
 def test_a_row_without_a_plan_is_refused_in_one_line():
@@ -207,6 +217,14 @@ def test_a_plan_run_in_full_gives_the_verdict_and_the_pilot_is_reported_apart(to
     assert "paired -9.67 [-11.10, -8.23]" in text
     partial = row_line(summary.document([toy], pilot_records() + plan[:-2]))
     assert "pilot only" in partial and "3 run" in partial  # a plan cut short never decides the row
+
+
+def test_a_plan_sized_from_the_sd_bound_says_so(toy, monkeypatch):
+    assert "upper bound (" not in summary.document([toy], pilot_records())  # TOY_PLAN: sized from the sd itself
+    monkeypatch.setitem(plans.PLANS, ("toy", "m_1"), plans.Plan(pilot=3, pilot_sd=1.0, pair_seconds=30, needed=11,
+                                                                n=4, upper_sd=True))
+    text = summary.document([toy], pilot_records())
+    assert f"4 fresh seeds from 100, sized from the sd's 80% upper bound ({plans.sd_upper_bound(1.0, 3):.2f})" in text
 
 
 def test_dirty_trees_are_flagged(toy):

@@ -12,6 +12,11 @@ never enters the verdict, and nothing here changes after a look at the plan's re
 exactly these seeds (scripts/parity/common.py main). A pilot that grew seed by seed while its row looked far off is
 marked after_look: its pilot interval is not a 95% interval, which is why it only sets the plan.
 
+A pilot of three seeds estimates its sd poorly: packnet_learn's plan, sized from a pilot sd of 0.15, met a paired
+spread five times as wide and stayed undetermined. Plans fixed from 2026-12-05 on (upper_sd=True) are therefore
+sized from the one-sided SD_CONFIDENCE upper confidence bound of the pilot's sd (the chi-square bound), not from the
+sd itself; the plans fixed before keep the rule they were made by.
+
 tests/test_parity_summary.py recomputes every plan from docs/parity.json's pilot records.
 """
 from __future__ import annotations
@@ -27,6 +32,7 @@ CPU_HOURS = 6.0
 # seeds, is under the cap either way).
 LEARN_CPU_HOURS = 18.0
 FIRST_SEED = 100
+SD_CONFIDENCE = 0.8  # upper_sd plans: the pilot sd's one-sided upper confidence bound at this level
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class Plan:
     n: int  # the plan: max(needed, MIN_SEEDS), capped at cpu_hours
     after_look: bool = False  # the pilot was extended after a look at its results
     cpu_hours: float = CPU_HOURS  # the cap's budget: CPU_HOURS, or LEARN_CPU_HOURS for the learning cut's rows
+    upper_sd: bool = False  # sized from the pilot sd's SD_CONFIDENCE upper bound (plans fixed from 2026-12-05 on)
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -52,11 +59,20 @@ class Plan:
         return self.n < self.needed
 
 
-def planned(sd: float, pair_seconds: float, cpu_hours: float = CPU_HOURS) -> tuple[int, int]:
-    """(needed, n) for a pilot's paired sd and seconds a seed: the rule above."""
+def planned(sd: float, pair_seconds: float, cpu_hours: float = CPU_HOURS,
+            upper_from: int | None = None) -> tuple[int, int]:
+    """(needed, n) for a pilot's paired sd and seconds a seed: the rule above; with upper_from (the pilot's seeds),
+    sized from the sd's upper confidence bound (sd_upper_bound)."""
     from cl_bench.stats import seeds_for_power
-    needed = seeds_for_power(sd, MARGIN)
+    needed = seeds_for_power(sd if upper_from is None else sd_upper_bound(sd, upper_from), MARGIN)
     return needed, min(max(needed, MIN_SEEDS), int(cpu_hours * 3600 // pair_seconds))
+
+
+def sd_upper_bound(sd: float, pilot: int, confidence: float = SD_CONFIDENCE) -> float:
+    """The one-sided upper confidence bound of a normal sd estimated from `pilot` paired seeds: sd sqrt((k - 1) /
+    chi2_{1 - confidence}(k - 1)). For three seeds at 0.8, 2.12 times the estimate."""
+    from scipy.stats import chi2
+    return sd * (((pilot - 1) / chi2.ppf(1 - confidence, pilot - 1)) ** 0.5)
 
 
 # Fixed on 2026-12-04 from the 332 pilot runs in docs/parity.json (commit ba63915), before any plan seed ran.

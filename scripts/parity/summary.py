@@ -198,6 +198,8 @@ def pilot_line(module, name: str, records: list[dict]) -> str:
     return (f"Pilot, seeds 0-{plan.pilot - 1}{look}: reference {fmt_side(pilot['reference'])}, cl-bench "
             f"{fmt_side(pilot['cl-bench'])}, paired {fmt_paired(pilot['paired'])}, sd {pilot['paired'].sd:.2f}; "
             f"the plan: {plan.n} fresh seed{'s' * (plan.n != 1)} from {plans.FIRST_SEED}"
+            + (f", sized from the sd's {plans.SD_CONFIDENCE:.0%} upper bound "
+               f"({plans.sd_upper_bound(plan.pilot_sd, plan.pilot):.2f})" if plan.upper_sd else "")
             + (f", capped at {plan.cpu_hours:.0f} CPU-hours (80% power needs {plan.needed})" if plan.capped else "")
             + ".")
 
@@ -312,11 +314,12 @@ row's overrides. RA is the average accuracy after the last task, in points. Both
 - **The verdict is an equivalence test** at a margin of ±{margin:g} point (TOST): *equivalent* when the 90%
   interval lies inside ±{margin:g}; *different* when the 95% interval lies wholly outside it; *undetermined*
   otherwise (n too small to tell). A noisy row is undetermined, never equivalent by default.
-- **Seed counts are fixed before the runs** (scripts/parity/plans.py): from the paired sd of a pilot, the fresh
-  seeds (from {first}) that give the test 80% power, capped at {hours:g} CPU-hours a row ({learn_hours:g} for the
-  learning cut's rows, whose seeds take hours). A verdict in bold rests on a plan run in full; "pilot only" rests on
-  the pilot, and "extended after a look" marks a pilot that grew seed by seed while its row looked far off (its
-  interval is not a 95% interval). Pilots are reported apart under each row.
+- **Seed counts are fixed before the runs** (scripts/parity/plans.py): from the paired sd of a pilot (for plans
+  fixed from 2026-12-05 on, its one-sided {sd_level:.0%} upper confidence bound: three pilot seeds estimate an sd
+  poorly), the fresh seeds (from {first}) that give the test 80% power, capped at {hours:g} CPU-hours a row
+  ({learn_hours:g} for the learning cut's rows, whose seeds take hours). A verdict in bold rests on a plan run in
+  full; "pilot only" rests on the pilot, and "extended after a look" marks a pilot that grew seed by seed while its
+  row looked far off (its interval is not a 95% interval). Pilots are reported apart under each row.
 - **Provenance**: each record carries the cl-bench commit and whether its tree was dirty, the reference's commit,
   Python, numpy and torch on its side, the CPU, the threads and the date; the Records column flags what lacks them
   (records made before they existed: which torch those ran on is not known) or was made from a dirty tree, and
@@ -339,7 +342,7 @@ def document(modules: list, records: list[dict]) -> str:
     split = sections(records)
     commits = {r["commit"] for r in records if r["side"] == "cl-bench"}
     lines = [HEADER.format(margin=plans.MARGIN, first=plans.FIRST_SEED, hours=plans.CPU_HOURS,
-                           learn_hours=plans.LEARN_CPU_HOURS,
+                           learn_hours=plans.LEARN_CPU_HOURS, sd_level=plans.SD_CONFIDENCE,
                            runs=len(split["runs"]), diagnostics=len(split["diagnostics"]), commits=len(commits)),
              *tables(modules, records)]
     for module in modules:
