@@ -227,7 +227,7 @@ FINDINGS = [
     "91.06; every task ended at or above 80% on both sides (the lowest, task 1: 82.3 / 83.7). The chosen sparsities "
     "agreed on tasks 0 and 2 (0.6, 0.9) and differed by one step on tasks 1, 3 and 4 (reference 0.9, 0.6, 0.8; "
     "cl-bench 0.8, 0.8, 0.9); the reference's task 3 grew to 1.5x, cl-bench's did not. Each difference lies within "
-    "noise of a goal, as cpg_learn's did: e.g. task 1's goal 0.832 (reference) and 0.821 (cl-bench), each one goal "
+    "noise of a goal, as cpg_learn's did: e.g. task 1's goal 83.2% (reference) and 82.1% (cl-bench), each one goal "
     "model's score on 1000 images. The reference's record's 7,990 s were cut short by a session's end and resumed "
     "(6,889 s replayed) and include about 3,470 s for which its process was stopped while the suite was timed "
     "(2026-12-05 00:22-00:30, 00:31-00:40, 00:48-00:57, 01:20-01:29, 01:30-01:41, 02:01-02:13 UTC); cl-bench's side "
