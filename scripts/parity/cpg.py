@@ -232,6 +232,12 @@ FINDINGS = [
     "(6,889 s replayed) and include about 3,470 s for which its process was stopped while the suite was timed "
     "(2026-12-05 00:22-00:30, 00:31-00:40, 00:48-00:57, 01:20-01:29, 01:30-01:41, 02:01-02:13 UTC); cl-bench's side "
     "took 2,122 s.",
+    "**The learning cut's pilot, pae_learn seed 1 (2026-12-05), growth on.** RA, reference / cl-bench: 91.02 / "
+    "90.62; every task ended at or above 80% on both sides (the lowest, task 1: 81.8 / 80.3). The chosen sparsities "
+    "agreed on four tasks of five (0.6, 0.9, -, 0.9, 0.8) and differed on task 2 (reference 0.9, cl-bench 0.6); the "
+    "reference grew at task 0, cl-bench at task 2 (both to 1.5x, then the maximum). The reference's side took "
+    "5,531 s beside one other parity run; cl-bench's 3,273 s, beside that run for about 18 minutes and the CI "
+    "suite for about 22.",
     "**The cut: no growth, bar 0.** Goals are fixed at 0 on both sides (a goal each side measured for itself would "
     "differ by chance and send the two through different phases), so compaction keeps the sparsest target and the "
     "network never grows: growth and exhaustion are not compared by these rows. The training-accuracy bar (95% for "

@@ -118,9 +118,8 @@ PLANS: dict[tuple[str, str], Plan] = {
 PILOT_SEEDS = (0, 1, 2)
 PENDING: dict[tuple[str, str], str] = {
     ("cpg", "pae_learn"): "the learning cut with growth on (issue 45), revised after a first pilot stopped on seed 0: "
-                          "its pilot's seed 0 has run (2026-12-05); seed 1 has been started three times and never "
-                          "completed (twice cut short by a session's end, once stopped when it could not finish "
-                          "within its session: a work folder does not outlive one), and seed 2 has not run",
+                          "its pilot's seeds 0 and 1 have run (2026-12-05; seed 1 after three starts cut short), "
+                          "seed 2 has not",
     ("cgate", "gated_learn"): "the learning cut (issue 45) on cgate's SimpleCNN and the paper's Split MNIST, its "
                               "network matched on both sides (scripts/parity/cgate.py's LEARN, which replaced a Split "
                               "CIFAR-10 cut of 12.7 h a seed before any of its runs): its pilot's seed 0 has run on "
