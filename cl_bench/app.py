@@ -64,11 +64,8 @@ def run(args: list[str]) -> int:
 
 
 def submitit_failure(message: str) -> str:
-    """A submitit job that failed, in one line: the job's own one-line error where it printed one, else where its
-    logs are (submitit's message quotes the job's error stream after naming its result file)."""
-    said = [line for line in message.splitlines() if line.startswith("cl-bench: error: ")]
-    if said:
-        return said[-1].removeprefix("cl-bench: error: ")
+    """A submitit job that ended without a result (killed, or stopped by a signal), in one line: where its logs
+    are. A job's own errors never come here: task() raises them inside the job, and the caller re-raises them."""
     return f"a submitit job failed: {message.splitlines()[0]}; its logs are beside that file"
 
 
@@ -244,6 +241,8 @@ def task(cfg) -> float:
     except UserError as e:
         log.error(str(e))
         print(f"cl-bench: error: {e}", file=sys.stderr)
+        if "SUBMITIT_EXECUTOR" in os.environ:  # raised, submitit hands it to the sweep's caller at once; an exit
+            raise  # leaves no result, and the caller waits 15 s for one before it reads the job's error stream
         sys.exit(2)
     except train_module.Interrupted as stop:
         log.warning(f"stopped by {stop}")

@@ -39,6 +39,11 @@ refuse() {
   echo "gpu_check: CUDA is not usable here ($1): run it on a GPU machine, or add --cpu for the rehearsal on the CPU" >&2
   exit 1
 }
+# Without any NVIDIA device (nor WSL's GPU device), refuse before starting any Python: seconds, not the minutes of
+# installing torch or the seconds of importing it only to find no GPU.
+if ! $cpu && [ ! -e /dev/nvidia0 ] && [ ! -e /dev/dxg ] && ! nvidia-smi -L >/dev/null 2>&1; then
+  refuse "no NVIDIA device: no /dev/nvidia0, /dev/dxg or nvidia-smi"
+fi
 if [ -z "${PYTHON:-}" ]; then
   for candidate in "$repo/.venv/bin/python" "$repo/.venv-gpu/bin/python" python3; do
     PYTHON="$candidate"
@@ -48,10 +53,6 @@ fi
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 deps='import torch, torchvision, hydra, omegaconf, rich, sklearn, scipy, safetensors, yaml, PIL'
 if ! "$PYTHON" -c "$deps" 2>/dev/null; then
-  # Installing torch only to find no GPU would take minutes: without any NVIDIA device, refuse now.
-  if ! $cpu && ! ls /dev/nvidia0 >/dev/null 2>&1 && ! nvidia-smi -L >/dev/null 2>&1; then
-    refuse "no NVIDIA device: neither /dev/nvidia0 nor nvidia-smi"
-  fi
   echo "gpu_check: installing cl-bench's dependencies into $repo/.venv-gpu" >&2
   python3 -m venv "$repo/.venv-gpu"
   "$repo/.venv-gpu/bin/pip" install --quiet "$repo"

@@ -3,6 +3,7 @@ side and the precision rows), its refusal of a machine without CUDA, and the par
 whole (the step window around epoch ends, the busy fraction's arithmetic, what gets flagged)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -48,18 +49,39 @@ def test_the_cpu_rehearsal_times_two_paper_settings_graphs_jobs_side_by_side_and
     assert "| finetune split_cifar10 |" in table and "largest weight difference 0.00e+00" in table
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="a usable GPU: the script would run the whole check")
-def test_a_machine_without_cuda_is_refused_in_one_line_in_seconds_writing_nothing(tmp_path):
-    start = time.monotonic()
+NO_DEVICE = not any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/dxg")) and not shutil.which("nvidia-smi")
+
+
+def refused(tmp_path, env: dict) -> subprocess.CompletedProcess:
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--out", str(tmp_path / "check")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert time.monotonic() - start < 30  # seconds (torch's import), not the minutes of the check
+                          capture_output=True, text=True, timeout=60, env={**os.environ, **env})
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("gpu_check: CUDA is not usable here (")
-    # why, in the words of whichever probe refused: torch's (a Python with torch) or the device files' (one without)
-    assert ("torch.cuda.is_available() is False" in proc.stderr or "no NVIDIA device" in proc.stderr)
     assert "--cpu" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+    return proc
+
+
+@pytest.mark.skipif(not NO_DEVICE, reason="an NVIDIA device here: the first gate lets the script on")
+def test_a_machine_without_an_nvidia_device_is_refused_before_any_python_starts(tmp_path):
+    start = time.monotonic()
+    proc = refused(tmp_path, {"PYTHON": "/nonexistent/python"})  # never started: the gate comes first
+    assert time.monotonic() - start < 5
+    assert "no NVIDIA device: no /dev/nvidia0, /dev/dxg or nvidia-smi" in proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a usable GPU: the script would run the whole check")
+def test_a_device_torch_cannot_use_is_refused_in_torchs_words(tmp_path):
+    """Past the first gate (here an nvidia-smi that lists a device), torch's probe refuses: a driver or device
+    visible to the system that torch cannot use."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: a device torch cannot use'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    check = tmp_path / "out"
+    check.mkdir()
+    proc = refused(check, {"PATH": f"{fake}:{os.environ['PATH']}", "PYTHON": sys.executable})
+    assert "torch.cuda.is_available() is False" in proc.stderr and sys.executable in proc.stderr
 
 
 def test_an_unknown_argument_or_setting_is_refused_in_one_line(tmp_path):

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 import yaml
-from conftest import cl_bench, train
+from conftest import cl_bench, once_per_session, train
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
@@ -24,9 +24,19 @@ def metrics(job_dir):
     return json.loads((job_dir / "metrics.json").read_text())
 
 
-def test_two_by_two_sweep_and_its_report(tmp_path):
+@pytest.fixture
+def two_by_two(tmp_path_factory, worker_id, tmp_path):
+    """sweep()'s four jobs, run once in the session and copied into each test that reads or changes them."""
+    def compute(folder):
+        sweep(folder / "sweep")
+        return str(folder / "sweep")
     sweep_dir = tmp_path / "sweep"
-    sweep(sweep_dir)
+    shutil.copytree(once_per_session(tmp_path_factory, worker_id, "two_by_two_sweep", compute), sweep_dir)
+    return sweep_dir
+
+
+def test_two_by_two_sweep_and_its_report(two_by_two):
+    sweep_dir = two_by_two
     jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir())
     assert [p.name for p in jobs] == ["0", "1", "2", "3"]
     runs = [metrics(j) for j in jobs]
@@ -48,9 +58,8 @@ def test_two_by_two_sweep_and_its_report(tmp_path):
     assert {"acc", "avg"} <= plots
 
 
-def test_rerunning_a_half_finished_sweep_completes_only_what_is_missing(tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    sweep(sweep_dir)
+def test_rerunning_a_half_finished_sweep_completes_only_what_is_missing(two_by_two):
+    sweep_dir = two_by_two
     before = {j: metrics(sweep_dir / j) for j in "0123"}
     # job 2 died after its second task; job 3 died before writing anything
     job2 = sweep_dir / "2"
