@@ -164,6 +164,14 @@ FINDINGS = [
     "and momentum of 1 on cl-bench's side): RA 98.09, the tasks 95.6, 99.7, 99.8, 98.9 and 96.4%. One seed of "
     "three on each side: no cause is named from it; task 0 is where a look starts. cgate's side ran 6,845 s and "
     "cl-bench's 2,234 s, each beside one other parity run, one thread each.",
+    "**The pilot's seeds 1 and 2 (2026-12-05, a later session).** cgate's seed 1: RA 98.62, the tasks 99.2, 97.7, "
+    "99.5, 99.6 and 97.1%; cl-bench's seed 1: 98.18 (99.1, 99.6, 98.9, 99.6 and 93.7%), its seed 2: 98.06 (98.7, "
+    "99.7, 98.6, 99.7 and 93.6%). Seed 0's gap in task 0 (96.3 against 99.4) does not recur on seed 1 (99.1 against "
+    "99.2); the last task (8/9) is lower on cl-bench's side on both seeds with a pair (89.1 against 96.3, 93.7 "
+    "against 97.1) and at 93.6% on seed 2. learn_quirks' seed 1: 99.00 (99.2, 99.8, 99.9, 99.2 and 96.8%), its last "
+    "task at cgate's level, as on seed 0. cgate's seed 2 has not run, so no cause is named; task 4, learned last over "
+    "frozen kernels, is where the look goes. cgate's seed 1 ran 8,650 s (beside one other parity run, and for 20 "
+    "minutes the suite), cl-bench's seeds 2,967 and 1,821 s.",
     "**The learning row's three runs:** the row itself (cl-bench at the paper's defaults, the two networks one), "
     "the diagnostic `learn_quirks` (cl-bench with cgate's gate noise and batch-norm eps and momentum of 1, on the "
     "same network) and `learn_own_pools` (cl-bench's gated_convnet entirely at its defaults), each against the same "

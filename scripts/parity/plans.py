@@ -122,9 +122,9 @@ PENDING: dict[tuple[str, str], str] = {
                           "seed 2 has not",
     ("cgate", "gated_learn"): "the learning cut (issue 45) on cgate's SimpleCNN and the paper's Split MNIST, its "
                               "network matched on both sides (scripts/parity/cgate.py's LEARN, which replaced a Split "
-                              "CIFAR-10 cut of 12.7 h a seed before any of its runs): its pilot's seed 0 has run on "
-                              "both sides (2026-12-05); seeds 1 and 2 have not run (about 2.5 h a seed, the two "
-                              "sides side by side)",
+                              "CIFAR-10 cut of 12.7 h a seed before any of its runs): its pilot's seeds 0 and 1 have "
+                              "run on both sides and seed 2 on cl-bench's (2026-12-05); cgate's seed 2 has not (about "
+                              "1.9 h)",
 }
 
 
