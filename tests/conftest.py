@@ -43,10 +43,13 @@ def cl_bench(*args, cwd=None, timeout=600, fresh=False) -> subprocess.CompletedP
 
 # cl_bench() and train() start a run in a process of its own, forked from a server that imported the package once
 # (multiprocessing's forkserver, whose server runs nothing else): each run is as isolated as `cl-bench train` in a
-# fresh interpreter, without paying the 2-3 s of importing torch, Hydra and cl_bench again. The server starts on
-# first use, with the environment of then.
+# fresh interpreter, without paying the seconds of imports again. The server also imports what every run imports
+# later, inside the run: torch._dynamo (train.build imports it, since torch.optim would on its first step) and
+# scikit-learn (the embedded digits' reader). Those two cost each forked run 2-5 s, more than most runs train. The
+# server starts on first use, with the environment of then.
 FORKSERVER = multiprocessing.get_context("forkserver")
-FORKSERVER.set_forkserver_preload(["cl_bench.cli", "cl_bench.app", "cl_bench.train"])
+FORKSERVER.set_forkserver_preload(["cl_bench.cli", "cl_bench.app", "cl_bench.train", "torch._dynamo",
+                                   "sklearn.datasets", "sklearn.model_selection"])
 
 
 def _forked_cli(argv: list[str], env: dict, cwd: str, out: str, err: str) -> None:
