@@ -169,7 +169,8 @@ def composed(*overrides):
 def test_the_learning_row_is_cgates_training_at_cl_benchs_defaults():
     """The row's cl-bench side: gated_convnet with cgate's two pools, cgate's training (as gated_task's), and
     the method's own defaults for the gate noise and the batch norms, which the diagnostic learn_quirks sets to
-    cgate's; learn_own_pools gives the backbone its own pooling back."""
+    cgate's (learn_gate_noise and learn_norms one of the two each); learn_own_pools gives the backbone its own pooling
+    back."""
     row = cgate.ROWS["gated_learn"]
     assert set(cgate.MATCHED) < set(row.clbench) and set(cgate.MATCHED) < set(cgate.ROWS["gated_task"].clbench)
     assert not set(cgate.QUIRKS) & set(row.clbench) and set(cgate.QUIRKS) < set(cgate.ROWS["gated_task"].clbench)
@@ -182,6 +183,10 @@ def test_the_learning_row_is_cgates_training_at_cl_benchs_defaults():
     assert cgate.LEARN["val"] % 64 == 0 and cgate.LEARN["test"] % 64 == 0 and cgate.LEARN["train"] % 64 != 1
     quirks = composed(*row.clbench, *cgate.DIAGNOSTICS["learn_quirks"].clbench)
     assert (quirks.method.gate_noise, quirks.method.norm_eps, quirks.method.norm_momentum) == ("gumbel", 1.0, 1.0)
+    noise = composed(*row.clbench, *cgate.DIAGNOSTICS["learn_gate_noise"].clbench).method
+    assert (noise.gate_noise, noise.norm_eps, noise.norm_momentum) == ("gumbel", None, None)
+    norms = composed(*row.clbench, *cgate.DIAGNOSTICS["learn_norms"].clbench).method
+    assert (norms.gate_noise, norms.norm_eps, norms.norm_momentum) == ("logistic", 1.0, 1.0)
     assert composed(*row.clbench, *cgate.DIAGNOSTICS["learn_own_pools"].clbench).backbone.pools is None
     settings = dict(s.split("=", 1) for s in row.reference)
     assert settings["ARCH"] == "'SimpleCNN'" and settings["CONV_CH"] == "100" and settings["SCHEDULER"] == "None"
