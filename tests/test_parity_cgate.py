@@ -237,10 +237,11 @@ def test_rows_patch_their_own_copy_and_their_diagnostics_carry_them(tmp_path, mo
     assert sum(", row gated_learn only: " in line for line in lines) == len(cgate.LEARN_NET)
 
 
-def test_the_learning_row_runs_only_its_pilot_and_smoke_needs_its_own_out_folder(monkeypatch):
+def test_the_learning_row_runs_its_plan_after_its_pilot_and_smoke_needs_its_own_out_folder(monkeypatch):
     from parity import plans
-    assert ("cgate", "gated_learn") in plans.PENDING and ("cgate", "gated_learn") not in plans.PLANS
+    assert ("cgate", "gated_learn") not in plans.PENDING and plans.PLANS[("cgate", "gated_learn")].upper_sd
     assert plans.seeds("cgate", "gated_learn", pilot=True) == (0, 1, 2)
+    assert plans.seeds("cgate", "gated_learn") == tuple(range(plans.FIRST_SEED, plans.FIRST_SEED + 6))
     smoke_arguments_checked(cgate, "gated_learn", monkeypatch)
     smoke = cgate.ROWS["gated_learn"]
     assert f"dataset.samples_per_task={cgate.SMOKE['train']}" in smoke.clbench and plans.PILOT_SEEDS == (0,)

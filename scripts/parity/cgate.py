@@ -173,6 +173,15 @@ FINDINGS = [
     "task at cgate's level, as on seed 0. cgate's seed 2 has not run, so no cause is named; task 4, learned last over "
     "frozen kernels, is where the look goes. cgate's seed 1 ran 8,650 s (beside one other parity run, and for 20 "
     "minutes the suite), cl-bench's seeds 2,967 and 1,821 s.",
+    "**The pilot's last run, cgate's seed 2 (2026-12-05, a later session).** RA 98.78, the tasks 99.1, 99.7, 99.4, "
+    "99.1 and 96.6%; against cl-bench's 98.06 on that seed (98.7, 99.7, 98.6, 99.7 and 93.6%). The last task is lower "
+    "on cl-bench's side at its defaults on all three pairs (89.1, 93.7 and 93.6% against 96.3, 97.1 and 96.6%); "
+    "the other tasks differ by under a point but for seed 0's task 0 and seed 1's task 1 (97.7% on cgate's side). "
+    "The pilot sets the plan (plans.py): 6 seeds, capped by LEARN_CPU_HOURS below the 38 that the sd's upper bound "
+    "needs. The diagnostics learn_gate_noise and learn_norms take cgate's two quirks one at a time; no cause is named "
+    "before they run. cgate's seed 2 ran 8,929 s beside one other parity run, for about 40 minutes the suite and CI, "
+    "and includes 461 s for which its process was stopped (SIGSTOP, 17:39:52-17:47:33 UTC) while the suite was "
+    "timed.",
     "**The learning row's runs:** the row itself (cl-bench at the paper's defaults, the two networks one), "
     "the diagnostic `learn_quirks` (cl-bench with cgate's gate noise and batch-norm eps and momentum of 1, on the "
     "same network), `learn_gate_noise` and `learn_norms` (one of those two quirks each, added after learn_quirks' "

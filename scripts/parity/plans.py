@@ -111,6 +111,11 @@ PLANS: dict[tuple[str, str], Plan] = {
     # pair of 3,782 s (seed 0's cl-bench side includes 1,549 s stopped while the suite was timed) caps nothing.
     ("cpg", "packnet_learn"): Plan(pilot=3, pilot_sd=0.15, pair_seconds=3782, needed=2, n=3,
                                    cpu_hours=LEARN_CPU_HOURS),
+    # Fixed on 2026-12-05 from gated_learn's pilot (seeds 0-2, docs/parity.json), before any plan seed ran: the sd's
+    # upper bound (2.03) needs 38 seeds; LEARN_CPU_HOURS at the pilot's mean pair of 10,482 s (cgate's side 6,845 to
+    # 8,929 s, each beside other runs) caps the plan at 6, so the row says it is capped.
+    ("cgate", "gated_learn"): Plan(pilot=3, pilot_sd=0.96, pair_seconds=10482, needed=38, n=6,
+                                   cpu_hours=LEARN_CPU_HOURS, upper_sd=True),
 }
 
 
@@ -119,12 +124,7 @@ PILOT_SEEDS = (0, 1, 2)
 PENDING: dict[tuple[str, str], str] = {
     ("cpg", "pae_learn"): "the learning cut with growth on (issue 45), revised after a first pilot stopped on seed 0: "
                           "its pilot's seeds 0 and 1 have run (2026-12-05; seed 1 after three starts cut short), "
-                          "seed 2 has not",
-    ("cgate", "gated_learn"): "the learning cut (issue 45) on cgate's SimpleCNN and the paper's Split MNIST, its "
-                              "network matched on both sides (scripts/parity/cgate.py's LEARN, which replaced a Split "
-                              "CIFAR-10 cut of 12.7 h a seed before any of its runs): its pilot's seeds 0 and 1 have "
-                              "run on both sides and seed 2 on cl-bench's (2026-12-05); cgate's seed 2 has not (about "
-                              "1.9 h)",
+                          "seed 2 on the reference's side (2026-12-05), not yet on cl-bench's",
 }
 
 
