@@ -17,9 +17,9 @@ kernels) and test on the same images.
 gated_task compares cgate's ResNet-18 on Split CIFAR-10 at a cut where tasks barely learn. gated_learn (issue 45) is
 the learning cut, on Split MNIST and cgate's small SimpleCNN with its network made cl-bench's gated_convnet (row
 patches, Row.patches) and cl-bench at the paper's defaults; its diagnostics learn_quirks and learn_own_pools run
-cl-bench with cgate's quirks and with its own pooling against the same cgate runs (FINDINGS), learn_gate_noise and
-learn_norms with one quirk each. `--smoke` (with --out
-elsewhere than the records) runs gated_learn at SMOKE's size, one seed, to check that both sides run and parse.
+cl-bench with cgate's quirks and with its own pooling against the same cgate runs, learn_gate_noise and learn_norms
+with one quirk each (FINDINGS). `--smoke` (with --out elsewhere than the records) runs gated_learn at SMOKE's size,
+one seed, to check that both sides run and parse.
 """
 from __future__ import annotations
 
@@ -205,7 +205,9 @@ MATCHED = ("method.lr_milestones=[]", "method.optimizer=adam", "method.lr=0.001"
            "method.gate_hidden=16", "method.freeze_threshold=0.001")
 # cgate's two quirks that cl-bench has options for (FINDINGS): one Gumbel draw per gate logit, and per-task batch
 # norms with eps and momentum 1.
-QUIRKS = ("method.gate_noise=gumbel", "method.norm_eps=1.0", "method.norm_momentum=1.0")
+GATE_NOISE_QUIRK = ("method.gate_noise=gumbel",)  # one Gumbel draw per gate logit
+NORM_QUIRKS = ("method.norm_eps=1.0", "method.norm_momentum=1.0")  # the BatchNorm positional-argument slip
+QUIRKS = GATE_NOISE_QUIRK + NORM_QUIRKS
 
 # The learning cut (issue 45), on cgate's own small network: ARCH = 'SimpleCNN' (the paper's Split MNIST net, three
 # gated 3x3 conv units of CONV_CH = 100 channels, 2x2 max-pools after the first two, a head on the global average)
@@ -297,9 +299,10 @@ DIAGNOSTICS = {
     # and 1, before any run of either: which of the two closes it.
     "learn_gate_noise": Diagnostic("gated_learn", "cl-bench", "cl-bench with cgate's gate noise alone, one Gumbel "
                                    "draw per gate logit, and torch's batch-norm eps and momentum", (0, 1, 2),
-                                   QUIRKS[:1]),
+                                   GATE_NOISE_QUIRK),
     "learn_norms": Diagnostic("gated_learn", "cl-bench", "cl-bench with cgate's per-task batch norms alone, eps "
-                              "and momentum 1, and the paper's binary Gumbel-softmax noise", (0, 1, 2), QUIRKS[1:]),
+                              "and momentum 1, and the paper's binary Gumbel-softmax noise", (0, 1, 2),
+                              NORM_QUIRKS),
     "learn_own_pools": Diagnostic("gated_learn", "cl-bench", "cl-bench's gated_convnet as it is, all at its "
                                   "defaults: a third max-pool (7x7 to 3x3) before the global average, which cgate's "
                                   "SimpleCNN does not have", (0, 1, 2), ("backbone.pools=null",)),
