@@ -393,16 +393,17 @@ def test_the_excerpts_are_the_pinned_files():
         assert (ref / patch.file).read_text().count(patch.old) == 1, patch.why
 
 
-def test_pending_rows_run_only_their_pilot():
+def test_the_learning_rows_run_their_plans_after_their_pilots():
     from parity import plans
-    for name in ("cpg_learn", "packnet_learn"):  # their pilots ran
+    for name in ("cpg_learn", "packnet_learn", "pae_learn"):  # their pilots ran
         assert ("cpg", name) in plans.PLANS and ("cpg", name) not in plans.PENDING
         assert plans.seeds("cpg", name)[0] == plans.FIRST_SEED
-    for name in ("pae_learn",):
-        assert ("cpg", name) in plans.PENDING and ("cpg", name) not in plans.PLANS
         assert plans.seeds("cpg", name, pilot=True) == plans.PILOT_SEEDS == (0, 1, 2)
-        with pytest.raises(SystemExit, match=f"cpg/{name} has no seed plan yet.*pilot must run first"):
-            plans.seeds("cpg", name)
+    # pae_learn's plan was fixed after the rule began sizing from the sd's upper bound (2026-12-05)
+    plan = plans.PLANS[("cpg", "pae_learn")]
+    assert plan.upper_sd and plan.cpu_hours == plans.LEARN_CPU_HOURS
+    assert plans.planned(plan.pilot_sd, plan.pair_seconds, plan.cpu_hours, upper_from=plan.pilot) == (plan.needed,
+                                                                                                       plan.n)
 
 
 def smoke_arguments_checked(module, row: str, monkeypatch) -> None:

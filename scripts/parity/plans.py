@@ -111,6 +111,11 @@ PLANS: dict[tuple[str, str], Plan] = {
     # pair of 3,782 s (seed 0's cl-bench side includes 1,549 s stopped while the suite was timed) caps nothing.
     ("cpg", "packnet_learn"): Plan(pilot=3, pilot_sd=0.15, pair_seconds=3782, needed=2, n=3,
                                    cpu_hours=LEARN_CPU_HOURS),
+    # Fixed on 2026-12-05 from pae_learn's pilot (seeds 0-2, docs/parity.json), before any plan seed ran: the sd's
+    # upper bound (0.61) needs 6 seeds; at the pilot's mean pair of 10,185 s (the reference's side 5,531 to 7,990 s,
+    # seed 0's including about 3,470 s stopped while the suite was timed) 6 fit under LEARN_CPU_HOURS.
+    ("cpg", "pae_learn"): Plan(pilot=3, pilot_sd=0.29, pair_seconds=10185, needed=6, n=6, cpu_hours=LEARN_CPU_HOURS,
+                               upper_sd=True),
     # Fixed on 2026-12-05 from gated_learn's pilot (seeds 0-2, docs/parity.json), before any plan seed ran: the sd's
     # upper bound (2.03) needs 38 seeds; LEARN_CPU_HOURS at the pilot's mean pair of 10,482 s (cgate's side 6,845 to
     # 8,929 s, each beside other runs) caps the plan at 6, so the row says it is capped.
@@ -121,11 +126,7 @@ PLANS: dict[tuple[str, str], Plan] = {
 
 # Rows whose pilot has not run yet, and why: no plan can be fixed for them, so only their pilot (PILOT_SEEDS) runs.
 PILOT_SEEDS = (0, 1, 2)
-PENDING: dict[tuple[str, str], str] = {
-    ("cpg", "pae_learn"): "the learning cut with growth on (issue 45), revised after a first pilot stopped on seed 0: "
-                          "its pilot's seeds 0 and 1 have run (2026-12-05; seed 1 after three starts cut short), "
-                          "seed 2 on the reference's side (2026-12-05), not yet on cl-bench's",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def seeds(reference: str, row: str, pilot: bool = False) -> tuple[int, ...]:
