@@ -244,7 +244,7 @@ def test_the_learning_row_runs_its_plan_after_its_pilot_and_smoke_needs_its_own_
     assert plans.seeds("cgate", "gated_learn") == tuple(range(plans.FIRST_SEED, plans.FIRST_SEED + 6))
     smoke_arguments_checked(cgate, "gated_learn", monkeypatch)
     smoke = cgate.ROWS["gated_learn"]
-    assert f"dataset.samples_per_task={cgate.SMOKE['train']}" in smoke.clbench and plans.PILOT_SEEDS == (0,)
+    assert f"dataset.samples_per_task={cgate.SMOKE['train']}" in smoke.clbench
     assert f"N_TASKS={cgate.SMOKE['tasks']}" in smoke.reference and smoke.patches == cgate.LEARN_NET
     composed(*smoke.clbench)
 
@@ -339,6 +339,62 @@ def test_the_learning_rows_networks_are_one(tmp_path):
                                              tmp_path / "published"), row, backbone)
     assert published["diff"] > 1e-2
     assert same_net(copy, row, {**backbone, "pools": None})["diff"] > 1e-2
+
+
+# Run in the learning row's patched copy: cgate's own freezing (src/model.py's freeze_relevant_kernels, on one
+# validation batch) and its own save after a task, with each unit's task-0 gates set open on its first OPEN[i]
+# channels and shut on the rest (second linear 0, bias +-10: evaluation thresholds the logit at 0).
+OPEN = (7, 20, 45)
+FROZEN_BY_CGATE = """
+import ast, json, sys
+import torch
+from config import cfg
+for setting in json.loads(sys.argv[1]):
+    key, value = setting.split('=', 1)
+    setattr(cfg, key, ast.literal_eval(value))
+from src.model import ChannelGatedCL, freeze_relevant_kernels
+torch.manual_seed(0)
+model = ChannelGatedCL(in_ch=cfg.IN_CH, out_dim=2, conv_ch=cfg.CONV_CH, freeze_fixed_proc=cfg.FREEZE_FIXED_PROC,
+                       freeze_top_proc=cfg.FREEZE_TOP_PROC, freeze_prob_thr=cfg.FREEZE_PROB_THR)  # as src/train.py
+with torch.no_grad():
+    for layer, n_open in zip(model.backbone.layers, json.loads(sys.argv[2])):
+        gate = layer[0].gates[0][-1]
+        gate.weight.zero_()
+        gate.bias.fill_(-10.0)
+        gate.bias[:n_open] = 10.0
+batch = (torch.randn(16, cfg.IN_CH, 28, 28), torch.zeros(16, dtype=torch.long), torch.zeros(16, dtype=torch.long))
+freeze_relevant_kernels(model, [batch], task_identifier=0, verbose=False)
+model.save_model_state_dict('after_task_0.ckpt')
+"""
+
+
+@NEEDS_CHECKOUT
+def test_the_reference_phases_read_the_kernels_cgate_froze(tmp_path):
+    """reference_phases counts what cgate's own freezing marked and its own save wrote after a task: the kernels
+    whose gates fired on validation, here every open one and no shut one."""
+    import json
+    import subprocess
+    row = cgate.ROWS["gated_learn"]
+    copy = common.patched_copy(Path(CHECKOUT), cgate.PINNED, [*cgate.PATCHES, *row.patches], tmp_path / "copy")
+    assert cgate.reference_phases(copy) == []  # nothing saved yet
+    env = {**os.environ, "ROOT_DIR": str(copy), "PYTHONPATH": str(copy), **common.one_thread_env()}
+    done = subprocess.run([sys.executable, "-c", FROZEN_BY_CGATE, json.dumps(row.reference), json.dumps(OPEN)],
+                          cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert cgate.reference_phases(copy) == [{"task": 0, "frozen": sum(OPEN)}]
+
+
+def test_the_clbench_phases_are_the_kernels_each_task_left_frozen(tmp_path):
+    """clbench_phases reads a cl-bench gated run's kernels frozen after each task: non-decreasing (a frozen kernel
+    stays frozen), the last the run's final capacity; a folder without events gives none."""
+    from conftest import train
+    assert cgate.clbench_phases(tmp_path) == []
+    metrics = train(tmp_path / "run", "method=gated", "scenario=task", "dataset.num_tasks=3", "backbone=convnet",
+                    "backbone.channels=[8,16]", "method.epochs=1", "checkpoint.keep=1")
+    phases = cgate.clbench_phases(tmp_path / "run")
+    assert [p["task"] for p in phases] == [0, 1, 2]
+    frozen = [p["frozen"] for p in phases]
+    assert frozen == sorted(frozen) and 0 < frozen[0] and frozen[-1] == metrics["capacity"]["kernels_frozen"] <= 24
 
 
 def test_seeds_choose_part_of_a_diagnostics_seeds(tmp_path, monkeypatch):

@@ -139,11 +139,18 @@ def test_the_per_task_decisions_are_set_side_by_side_over_the_seeds():
                record("reference", 1, [0.8, 0.9], [0.0, 0.5], [0.93, 0.84]),
                record("cl-bench", 0, [0.6, 0.9], [0.0, 0.0], [0.95, 0.82]),
                record("cl-bench", 1, [0.6, 0.9], [0.0, 0.0], [0.91, 0.82])]
-    lines = summary.phase_lines(records)
+    from parity import cgate, cpg
+    lines = summary.phase_lines(cpg, records)
     assert lines[2] == "| task | goal | width kept | sparsity kept | refit | final test acc % |"
     assert lines[4] == "| 0 | 0.905 / 0.905 | 1.0 / 1.0 | 0.6 ×1, 0.8 ×1 / 0.6 | kept / kept | 94.0 / 93.0 |"
     assert lines[5] == "| 1 | 0.905 / 0.905 | 1.5 / 1.0 | 0.9 / 0.9 | kept / kept | 82.0 / 82.0 |"
-    assert summary.phase_lines(records[:2]) == []  # one side without phases: nothing to set beside
+    assert summary.phase_lines(cpg, records[:2]) == []  # one side without phases: nothing to set beside
+    assert summary.phase_lines(summary, records) == []  # a module that names no decisions: none rendered
+    for r, frozen in zip(records, ([129, 264], [147, 266], [199, 287], [212, 294])):  # gated: averaged counts
+        r["phases"] = [{"task": t, "frozen": n} for t, n in enumerate(frozen)]
+    lines = summary.phase_lines(cgate, records)
+    assert lines[2] == "| task | kernels frozen after it | final test acc % |"
+    assert lines[4:6] == ["| 0 | 138.0 / 205.5 | 94.0 / 93.0 |", "| 1 | 265.0 / 290.5 | 82.0 / 82.0 |"]
 
 
 def test_make_parity_runs_the_plan_not_chosen_seeds():

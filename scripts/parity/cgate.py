@@ -18,8 +18,9 @@ gated_task compares cgate's ResNet-18 on Split CIFAR-10 at a cut where tasks bar
 the learning cut, on Split MNIST and cgate's small SimpleCNN with its network made cl-bench's gated_convnet (row
 patches, Row.patches) and cl-bench at the paper's defaults; its diagnostics learn_quirks and learn_own_pools run
 cl-bench with cgate's quirks and with its own pooling against the same cgate runs, learn_gate_noise and learn_norms
-with one quirk each (FINDINGS). `--smoke` (with --out elsewhere than the records) runs gated_learn at SMOKE's size,
-one seed, to check that both sides run and parse.
+with one quirk each (FINDINGS). Each record also holds, per task, the kernels frozen after it (phases: cgate's saved
+masks, cl-bench's events), which docs/parity.md sets side by side where both sides have them. `--smoke` (with --out
+elsewhere than the records) runs gated_learn at SMOKE's size, one seed, to check that both sides run and parse.
 """
 from __future__ import annotations
 
@@ -429,7 +430,9 @@ def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str) -> O
     env = {**common.one_thread_env(), "ROOT_DIR": str(copy), "PYTHONPATH": str(copy)}
     command = [python, "-c", LAUNCHER, str(seed), *row.reference, task_pairs(data)]
     text = common.run_logged(command, copy, Path(data) / "cgate.log", env)
-    return parse_accuracies(text)
+    outcome = parse_accuracies(text)
+    outcome.phases = reference_phases(copy)
+    return outcome
 
 
 def parse_accuracies(text: str) -> Outcome:
@@ -447,6 +450,36 @@ def parse_accuracies(text: str) -> Outcome:
     n = len(scores)
     matrix = [[scores[i][j] for i in range(j + 1)] for j in range(n)]
     return Outcome(sum(matrix[-1]) / n, matrix)
+
+
+# What gated fixes after each task: the kernels frozen (fired on validation above the freeze threshold, on this
+# task or an earlier one), of the network's 300 on the learning row. A later task trains only the rest, so the count
+# before the last task says how much it can still learn (summary.phase_lines sets the two sides beside each other).
+PHASE_COLUMNS = (("frozen", "kernels frozen after it", "{:.1f}"),)
+FROZEN_MASK = "gated_conv.frozen_kernels_mask"  # SimpleCNN's gated units' buffer (cgate's ResNet's differ: not read)
+
+
+def reference_phases(copy: Path) -> list[dict]:
+    """cgate's kernels frozen after each task, from the state dicts src/train.py saves after it (a kernel whose
+    frozen_kernels_mask entry is above 0 is frozen); empty for a network without SimpleCNN's masks."""
+    import torch
+    phases = []
+    for saved in sorted(Path(copy).glob("results/*/checkpoints/after_task_*.ckpt"),
+                        key=lambda f: int(f.stem.rsplit("_", 1)[1])):
+        masks = [v for k, v in torch.load(saved, map_location="cpu").items() if k.endswith(FROZEN_MASK)]
+        if not masks:
+            return []
+        phases.append({"task": int(saved.stem.rsplit("_", 1)[1]), "frozen": int(sum((m > 0).sum() for m in masks))})
+    return phases
+
+
+def clbench_phases(run_dir: Path) -> list[dict]:
+    """cl-bench's kernels frozen after each task (common.run_clbench_side calls this): the capacity its events.jsonl
+    records at each task's end."""
+    events = Path(run_dir) / "events.jsonl"
+    ends = [json.loads(line) for line in events.read_text().splitlines()] if events.is_file() else []
+    return [{"task": e["task"], "frozen": e["capacity"]["kernels_frozen"]} for e in ends
+            if e.get("event") == "task_end" and "kernels_frozen" in e.get("capacity", {})]
 
 
 def smoke(argv: list[str]) -> list[str]:

@@ -530,6 +530,12 @@ def refit_outcome(retrain: Path) -> dict:
     return {"refit": "kept", "refit_checkpoint": saved[0]} if saved else {"refit": "not kept"}
 
 
+# The per-task decisions docs/parity.md sets side by side (summary.phase_lines): field, title, and the format of
+# the seeds' mean where they are averaged (the rest are tallied).
+PHASE_COLUMNS = (("goal", "goal", "{:.3f}"), ("multiplier", "width kept", None), ("ratio", "sparsity kept", None),
+                 ("refit", "refit", None))
+
+
 # What cl-bench's CPG logs per task in the run's train.log (cl_bench/methods/cpg.py's log.info lines).
 CLB_START = re.compile(r"task (\d+): goal (\S+); at ([\d.]+)x:")
 CLB_GROWN = re.compile(r"task (\d+): grown to ([\d.]+)x:")

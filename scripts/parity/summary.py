@@ -204,9 +204,6 @@ def pilot_line(module, name: str, records: list[dict]) -> str:
             + ".")
 
 
-PHASE_COLUMNS = (("goal", "goal"), ("multiplier", "width kept"), ("ratio", "sparsity kept"), ("refit", "refit"))
-
-
 def tally(values: list) -> str:
     """Seeds' values of one decision: the value where all agree, else each value with its count (0.6 ×2, 0.9 ×1)."""
     if not values:
@@ -217,27 +214,31 @@ def tally(values: list) -> str:
     return ", ".join(f"{v} ×{n}" for v, n in counts.items())
 
 
-def phase_cell(runs: list[dict], task: int, field: str) -> str:
-    """One side's value of one decision for one task over its seeds: goals as their mean, the rest tallied."""
+def phase_cell(runs: list[dict], task: int, field: str, mean: str | None) -> str:
+    """One side's value of one decision for one task over its seeds: their mean in the format `mean` where the
+    column has one (a goal, a count), else tallied."""
     values = [r["phases"][task].get(field) for r in runs if task < len(r["phases"])]
     known = [v for v in values if v is not None]
-    return f"{sum(known) / len(known):.3f}" if field == "goal" and known else tally(values)
+    return mean.format(sum(known) / len(known)) if mean and known else tally(values)
 
 
-def phase_lines(records: list[dict]) -> list[str]:
-    """A row's per-task decisions on both sides (records' phases, where the runner reads them): each decision over
-    the seeds as `reference / cl-bench`, with each task's final test accuracy (mean over the seeds, points)."""
+def phase_lines(module, records: list[dict]) -> list[str]:
+    """A row's per-task decisions on both sides (records' phases, where the runner reads them; the module's
+    PHASE_COLUMNS name them): each decision over the seeds as `reference / cl-bench`, with each task's final test
+    accuracy (mean over the seeds, points)."""
+    columns = getattr(module, "PHASE_COLUMNS", ())
     sides = {side: sorted((r for r in records if r["side"] == side and r.get("phases")), key=lambda r: r["seed"])
              for side in ("reference", "cl-bench")}
-    if not all(sides.values()):
+    if not columns or not all(sides.values()):
         return []
     seeds = {side: [r["seed"] for r in runs] for side, runs in sides.items()}
     lines = [f"Per task, `reference / cl-bench` over seeds {seeds['reference']} / {seeds['cl-bench']} (a value with "
              "×n: n seeds chose it; goal: the mean):", "",
-             "| task | " + " | ".join(title for _, title in PHASE_COLUMNS) + " | final test acc % |",
-             "|---" * (len(PHASE_COLUMNS) + 2) + "|"]
+             "| task | " + " | ".join(title for _, title, _ in columns) + " | final test acc % |",
+             "|---" * (len(columns) + 2) + "|"]
     for task in range(max(len(r["phases"]) for runs in sides.values() for r in runs)):
-        cells = [" / ".join(phase_cell(runs, task, field) for runs in sides.values()) for field, _ in PHASE_COLUMNS]
+        cells = [" / ".join(phase_cell(runs, task, field, mean) for runs in sides.values())
+                 for field, _, mean in columns]
         final = [f"{100 * sum(r['matrix'][-1][task] for r in runs) / len(runs):.1f}" for runs in sides.values()]
         lines.append(f"| {task} | " + " | ".join(cells) + f" | {' / '.join(final)} |")
     return [*lines, ""]
@@ -284,7 +285,7 @@ def section(module, records: list[dict]) -> list[str]:
                   f"`cl-bench train {' '.join(row.clbench)} seed=N`." + (f" {row.note}." if row.note else "")
                   + (f" **Not the same algorithm:** {row.differs}." if row.differs else ""), "",
                   pilot_line(module, name, row_records(records, module, name)), "",
-                  *phase_lines(row_records(records, module, name))]
+                  *phase_lines(module, row_records(records, module, name))]
         diagnostics = diagnostic_lines(module, name, records)
         lines += [*diagnostics, ""] if diagnostics else []
     return lines
