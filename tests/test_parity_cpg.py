@@ -407,22 +407,27 @@ def test_the_learning_rows_run_their_plans_after_their_pilots():
 
 
 def smoke_arguments_checked(module, row: str, monkeypatch) -> None:
-    """common.smoke through a reference module's smoke(): argv untouched without --smoke, refused without --out,
-    else --smoke dropped; the module's rows and the pilot seeds restored after the test."""
-    from parity import plans
+    """common.smoke through a reference module's smoke(): argv untouched without --smoke, refused without --out;
+    else --smoke dropped and only the shrunk rows' pilot run (every such row, or those --rows names), never another
+    row's cut or a plan's seeds: seed 0 of the pilot; the module's rows restored after the test."""
     monkeypatch.setattr(module, "ROWS", dict(module.ROWS))
-    monkeypatch.setattr(plans, "PILOT_SEEDS", plans.PILOT_SEEDS)
     script = f"{module.NAME}.py"
-    assert module.smoke([script, "--rows", row]) == [script, "--rows", row]
+    full = next(name for name in module.ROWS if not name.endswith("_learn"))
+    assert module.smoke([script, "--rows", full]) == [script, "--rows", full]
     with pytest.raises(SystemExit, match="--smoke needs --out"):
         module.smoke([script, "--smoke"])
-    assert module.smoke([script, "--smoke", "--out", "/tmp/x"]) == [script, "--out", "/tmp/x"]
+    shrunk = [name for name in module.ROWS if name.endswith("_learn")]
+    assert module.smoke([script, "--smoke", "--out", "/tmp/x"]) == [script, "--out", "/tmp/x", "--rows", *shrunk,
+                                                                    "--pilot", "--seeds", "0"]
+    assert module.smoke([script, "--smoke", "--rows", row, "--out", "/tmp/x", "--pilot", "--seeds", "1"]) == [
+        script, "--rows", row, "--out", "/tmp/x", "--pilot", "--seeds", "1"]
+    with pytest.raises(SystemExit, match=f"--smoke runs only the learning rows .*, not {full}: drop --smoke"):
+        module.smoke([script, "--smoke", "--rows", row, full, "--out", "/tmp/x"])
 
 
 def test_smoke_needs_its_own_out_folder(monkeypatch):
-    from parity import plans
-    smoke_arguments_checked(cpg, "cpg", monkeypatch)
-    assert cpg.settings(cpg.ROWS["cpg_learn"])["epochs"] == str(cpg.SMOKE.epochs) and plans.PILOT_SEEDS == (0,)
+    smoke_arguments_checked(cpg, "pae_learn", monkeypatch)
+    assert cpg.settings(cpg.ROWS["cpg_learn"])["epochs"] == str(cpg.SMOKE.epochs)
 
 
 def commands(log: Path) -> list[str]:

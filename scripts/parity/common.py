@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import itertools
 import json
 import os
 import platform
@@ -404,14 +405,25 @@ def run_diagnostic(reference, args, work: Path) -> None:
 def smoke(argv: list[str], rows: dict, small) -> list[str]:
     """--smoke: a reference's learning rows at a size far below their cut (small(): name -> Row, put in rows), one
     seed, to check that every phase of both sides runs and parses (seconds of training, no result); its records
-    would pass for the rows', so --out must lead elsewhere."""
+    would pass for the rows', so --out must lead elsewhere. Only those rows run (all of them unless --rows names
+    some), and only seed 0 of their pilot (unless --seeds says otherwise): without it a plan's seeds, or another row
+    at its full cut, would run."""
     if "--smoke" not in argv:
         return argv
     if "--out" not in argv:
         sys.exit("--smoke needs --out DIR away from the rows' records (outputs/parity): its runs are no result")
-    rows.update(small())
-    plans.PILOT_SEEDS = (0,)  # one seed: a check, not a pilot
-    return [a for a in argv if a != "--smoke"]
+    shrunk = small()
+    rows.update(shrunk)
+    argv = [a for a in argv if a != "--smoke"]
+    if "--rows" in argv:
+        named = list(itertools.takewhile(lambda a: not a.startswith("--"), argv[argv.index("--rows") + 1:]))
+        others = [name for name in named if name not in shrunk]
+        if others:
+            sys.exit(f"--smoke runs only the learning rows ({' '.join(shrunk)}), not {' '.join(others)}: drop "
+                     "--smoke to run those at their cut")
+    else:
+        argv += ["--rows", *shrunk]
+    return [*argv, *([] if "--pilot" in argv else ["--pilot"]), *([] if "--seeds" in argv else ["--seeds", "0"])]
 
 
 def hold(work: Path, name: str):
