@@ -81,7 +81,9 @@ class GatedConfig(MethodConfig):
     grad_clip: float | None = None  # clip the gradient norm of each step (cgate: 1.0); None: no clipping
     tau: float = 2 / 3  # temperature of the Gumbel-sigmoid gate sampling in training
     # the noise added to a gate's logit in training: logistic (two Gumbel draws' difference, the binary
-    # Gumbel-softmax of the paper), or gumbel (one draw, as lit-leo/cgate; docs/parity.md measures both)
+    # Gumbel-softmax of the paper), or gumbel (one draw, as lit-leo/cgate; docs/parity.md measures both: on Split
+    # MNIST's learning row gumbel left fewer gates open in evaluation, froze about 150 of 300 kernels after the first
+    # task against about 200, and its last task scored 97% against 89-94%)
     gate_noise: GateNoise = GateNoise.logistic
     gate_hidden: int = 16  # hidden units of each gating module (with batch norm and ReLU)
     gate_open_bias: float | None = None  # None: gate logits from the default init (paper); a number: fc2's bias
