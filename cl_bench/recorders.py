@@ -57,6 +57,17 @@ def step_metrics(record: dict) -> dict:
     return out
 
 
+def read_events(run_dir) -> list[dict]:
+    """A run's events.jsonl (JSONRecorder writes it), in order; none where the run has no such file."""
+    path = Path(run_dir) / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def task_end_capacities(run_dir) -> list[dict]:
+    """Per finished task, in order, the capacity its task_end event carries (methods that report one)."""
+    return [e["capacity"] for e in read_events(run_dir) if e.get("event") == "task_end" and "capacity" in e]
+
+
 class JSONRecorder(Recorder):
     """metrics.json, rewritten after every task, and events.jsonl, one line per event."""
 

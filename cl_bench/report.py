@@ -9,6 +9,7 @@ from pathlib import Path
 from .console import rich_console
 from .errors import UserError
 from .files import write_text_atomic
+from .recorders import task_end_capacities
 
 GROUP = ("method", "dataset", "tasks", "scenario", "backbone", "memory", "protocol", "ran_on")  # official-protocol
 # runs are never averaged with honest ones, nor 20 permutations with 100, nor one GPU's with two nodes
@@ -342,9 +343,7 @@ def _avg_acc_curves(plt, runs, plots) -> list[Path]:
 
 def _capacity_over_tasks(plt, run, plots) -> list[Path]:
     """From the capacity each task_end event carries: parameters and the free fraction over tasks."""
-    events = Path(run["run_dir"]) / "events.jsonl"
-    caps = [e["capacity"] for e in map(json.loads, events.read_text().splitlines())
-            if e.get("event") == "task_end" and "capacity" in e] if events.is_file() else []
+    caps = task_end_capacities(run["run_dir"])
     if not caps:
         return []
     keys = [k for k in CAPACITY_CURVES if k in caps[-1]]

@@ -269,7 +269,8 @@ def task_times(run_dir: Path) -> tuple[list[float], list[float]]:
     """Per task, from the run's events: seconds learning (task_start to its last epoch_end) and seconds after
     that (the evaluation of every seen task, and post-training work such as EWC's Fisher pass)."""
     learn, rest, start, last_epoch = [], [], 0.0, 0.0
-    for e in (json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()):
+    from cl_bench.recorders import read_events
+    for e in read_events(run_dir):
         if e["event"] == "task_start":
             start = last_epoch = e["time"]
         elif e["event"] == "epoch_end":

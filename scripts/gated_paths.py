@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from cl_bench.recorders import task_end_capacities
+
 
 def lookup(config: dict, dotted: str) -> str:
     for part in dotted.split("."):
@@ -32,8 +34,7 @@ def gated_runs(sweep: Path, key: str) -> dict[str, list[dict]]:
         if metrics["method"] != "gated" or not metrics["complete"]:
             continue
         config = yaml.safe_load((path.parent / ".hydra" / "config.yaml").read_text())
-        events = [json.loads(line) for line in (path.parent / "events.jsonl").read_text().splitlines()]
-        frozen = [e["capacity"]["kernels_frozen"] for e in events if e["event"] == "task_end"]
+        frozen = [capacity["kernels_frozen"] for capacity in task_end_capacities(path.parent)]
         groups.setdefault(lookup(config, key), []).append({**metrics, "frozen_after": frozen})
     return groups
 

@@ -484,22 +484,21 @@ def reference_phases(copy: Path) -> list[dict]:
     """cgate's kernels frozen after each task, from the state dicts src/train.py saves after it (a kernel whose
     frozen_kernels_mask entry is above 0 is frozen); empty for a network without SimpleCNN's masks."""
     import torch
+    saved = {int(f.stem.rsplit("_", 1)[1]): f for f in Path(copy).glob("results/*/checkpoints/after_task_*.ckpt")}
     phases = []
-    for saved in sorted(Path(copy).glob("results/*/checkpoints/after_task_*.ckpt"),
-                        key=lambda f: int(f.stem.rsplit("_", 1)[1])):
-        masks = [v for k, v in torch.load(saved, map_location="cpu").items() if k.endswith(FROZEN_MASK)]
+    for task in sorted(saved):
+        masks = [v for k, v in torch.load(saved[task], map_location="cpu").items() if k.endswith(FROZEN_MASK)]
         if not masks:
             return []
-        phases.append({"task": int(saved.stem.rsplit("_", 1)[1]), "frozen": int(sum((m > 0).sum() for m in masks))})
+        phases.append({"task": task, "frozen": int(sum((m > 0).sum() for m in masks))})
     return phases
 
 
 def clbench_phases(run_dir: Path) -> list[dict]:
     """cl-bench's kernels frozen after each task (common.run_clbench_side calls this): the capacity its events.jsonl
     records at each task's end."""
-    events = Path(run_dir) / "events.jsonl"
-    ends = [json.loads(line) for line in events.read_text().splitlines()] if events.is_file() else []
-    return [{"task": e["task"], "frozen": e["capacity"]["kernels_frozen"]} for e in ends
+    from cl_bench.recorders import read_events
+    return [{"task": e["task"], "frozen": e["capacity"]["kernels_frozen"]} for e in read_events(run_dir)
             if e.get("event") == "task_end" and "kernels_frozen" in e.get("capacity", {})]
 
 
