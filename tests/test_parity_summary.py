@@ -223,7 +223,9 @@ def test_a_plan_run_in_full_gives_the_verdict_and_the_pilot_is_reported_apart(to
     assert "Pilot, seeds 0-2 (extended after a look: not a 95% interval)" in text
     assert "paired -9.67 [-11.10, -8.23]" in text
     partial = row_line(summary.document([toy], pilot_records() + plan[:-2]))
-    assert "pilot only" in partial and "3 run" in partial  # a plan cut short never decides the row
+    assert "pilot only" in partial and "3 run;" in partial  # a plan cut short never decides the row
+    one_sided = row_line(summary.document([toy], pilot_records() + plan[:-1]))
+    assert "pilot only" in one_sided and "3 run, 1 on the reference side only;" in one_sided
 
 
 def test_a_plan_sized_from_the_sd_bound_says_so(toy, monkeypatch):

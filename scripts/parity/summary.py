@@ -128,9 +128,14 @@ def fmt_verdict(p: stats.Paired, on: str, plan: plans.Plan | None) -> str:
 def fmt_seeds(records: list[dict], plan: plans.Plan | None, key: tuple) -> str:
     if plan is None:
         return f"no plan yet ({plans.PENDING[key]}); pilot {len(plans.PILOT_SEEDS)}"
-    done = compare(records, set(plan.seeds))["paired"].n
+    planned = set(plan.seeds)
+    done = compare(records, planned)["paired"].n
+    ran = {side: set(by_seed(records, side, planned)) for side in SIDES}
+    # A plan's seeds run a side at a time where a side is long: say how far each has got before they pair up.
+    alone = "".join(f", {len(ran[side] - ran[other])} on the {side} side only"
+                    for side, other in (SIDES, SIDES[::-1]) if ran[side] - ran[other])
     cap = f", capped (80% power needs {plan.needed})" if plan.capped else ""
-    return f"plan {plan.n}{cap}: {done} run; pilot {plan.pilot}"
+    return f"plan {plan.n}{cap}: {done} run{alone}; pilot {plan.pilot}"
 
 
 def fmt_seconds(figures: dict) -> str:
@@ -320,7 +325,8 @@ row's overrides. RA is the average accuracy after the last task, in points. Both
   poorly), the fresh seeds (from {first}) that give the test 80% power, capped at {hours:g} CPU-hours a row
   ({learn_hours:g} for the learning cut's rows, whose seeds take hours). A verdict in bold rests on a plan run in
   full; "pilot only" rests on the pilot, and "extended after a look" marks a pilot that grew seed by seed while its
-  row looked far off (its interval is not a 95% interval). Pilots are reported apart under each row.
+  row looked far off (its interval is not a 95% interval). Pilots are reported apart under each row. The Seeds
+  column counts the plan's seeds run on both sides, and those so far run on one side only.
 - **Provenance**: each record carries the cl-bench commit and whether its tree was dirty, the reference's commit,
   Python, numpy and torch on its side, the CPU, the threads and the date; the Records column flags what lacks them
   (records made before they existed: which torch those ran on is not known) or was made from a dirty tree, and
