@@ -204,6 +204,15 @@ FINDINGS = [
     "session, 1,849 s; its record, as the two single quirks' seed 2, holds the frozen counts): RA 98.28, the last "
     "task 97.4%, 131 kernels frozen after task 0 and 295 after task 3; both quirks together are -0.33 points of cgate "
     "over seeds 0-2, undetermined.",
+    "**learn_own_pools, seeds 0-2 (2026-12-06), cl-bench's gated_convnet at all its defaults (its third max-pool, "
+    "7x7 to 3x3, before the global average):** RA 98.28, 98.42 and 98.52, the last task 97.7, 97.1 and 97.7%, and "
+    "-0.38 points of cgate over seeds 0-2, equivalent at n=3 (a diagnostic: the row's verdict is its plan's). Like "
+    "cgate's gate noise, the third pool leaves more kernels free after task 0: 114, 124 and 115 frozen, against 202, "
+    "216 and 200 on the row's seeds 100-102 (cl-bench's side, the same session); after task 3, 294-298 against "
+    "299-300. Task 0 itself ends lower, 94.9-95.6% against 96.4-99.5%. So at this cut a user's default network "
+    "comes within the margin of cgate (at n=3), and the matched network's shortfall is on its last task; whether "
+    "the last task gains from the free kernels or from the coarser map, these runs do not separate. Each run took "
+    "1,463 to 1,565 s beside one of the row's plan seeds.",
     "**The learning row's runs:** the row itself (cl-bench at the paper's defaults, the two networks one), "
     "the diagnostic `learn_quirks` (cl-bench with cgate's gate noise and batch-norm eps and momentum of 1, on the "
     "same network), `learn_gate_noise` and `learn_norms` (one of those two quirks each, added after learn_quirks' "
