@@ -128,14 +128,12 @@ def fmt_verdict(p: stats.Paired, on: str, plan: plans.Plan | None) -> str:
 def fmt_seeds(records: list[dict], plan: plans.Plan | None, key: tuple) -> str:
     if plan is None:
         return f"no plan yet ({plans.PENDING[key]}); pilot {len(plans.PILOT_SEEDS)}"
-    planned = set(plan.seeds)
-    done = compare(records, planned)["paired"].n
-    ran = {side: set(by_seed(records, side, planned)) for side in SIDES}
+    ref, ours = (set(by_seed(records, side, set(plan.seeds))) for side in SIDES)
     # A plan's seeds run a side at a time where a side is long: say how far each has got before they pair up.
-    alone = "".join(f", {len(ran[side] - ran[other])} on the {side} side only"
-                    for side, other in (SIDES, SIDES[::-1]) if ran[side] - ran[other])
+    alone = "".join(f", {len(only)} on the {side} side only" for side, only in zip(SIDES, (ref - ours, ours - ref))
+                    if only)
     cap = f", capped (80% power needs {plan.needed})" if plan.capped else ""
-    return f"plan {plan.n}{cap}: {done} run{alone}; pilot {plan.pilot}"
+    return f"plan {plan.n}{cap}: {len(ref & ours)} run{alone}; pilot {plan.pilot}"
 
 
 def fmt_seconds(figures: dict) -> str:
