@@ -141,6 +141,7 @@ def test_the_per_task_decisions_are_set_side_by_side_over_the_seeds():
                record("cl-bench", 1, [0.6, 0.9], [0.0, 0.0], [0.91, 0.82])]
     from parity import cgate, cpg
     lines = summary.phase_lines(cpg, records)
+    assert lines[0].endswith("over seeds [0, 1] / [0, 1] (a value with ×n: n seeds chose it; goal: the mean):")
     assert lines[2] == "| task | goal | width kept | sparsity kept | refit | final test acc % |"
     assert lines[4] == "| 0 | 0.905 / 0.905 | 1.0 / 1.0 | 0.6 ×1, 0.8 ×1 / 0.6 | kept / kept | 94.0 / 93.0 |"
     assert lines[5] == "| 1 | 0.905 / 0.905 | 1.5 / 1.0 | 0.9 / 0.9 | kept / kept | 82.0 / 82.0 |"
@@ -149,6 +150,7 @@ def test_the_per_task_decisions_are_set_side_by_side_over_the_seeds():
     for r, frozen in zip(records, ([129, 264], [147, 266], [199, 287], [212, 294])):  # gated: averaged counts
         r["phases"] = [{"task": t, "frozen": n} for t, n in enumerate(frozen)]
     lines = summary.phase_lines(cgate, records)
+    assert lines[0].endswith("(kernels frozen after it: the mean):")  # no tally here, so no ×n in its legend
     assert lines[2] == "| task | kernels frozen after it | final test acc % |"
     assert lines[4:6] == ["| 0 | 138.0 / 205.5 | 94.0 / 93.0 |", "| 1 | 265.0 / 290.5 | 82.0 / 82.0 |"]
 
