@@ -249,10 +249,10 @@ FINDINGS = [
     "**pae_learn's plan, seeds 100-105 (2026-12-06): cl-bench's side has run seeds 100-102, ahead of the "
     "reference's (about 1.9 h a seed against 0.7-0.9; none has run).** RA 91.24, 90.98 and 90.54; every task ended at "
     "or above 80% (the lowest, task 1: 83.0, 82.2 and 81.5%). Each grew once, to the maximum 1.5x, at a different "
-    "task (3, 2 and 0), and the chosen sparsities spread as the pilot's did (task 0: 0.6 on all three; task 1: "
-    "0.6, 0.8, 0.9). The runs took 2,397, 2,669 and 3,199 s, each beside one reference run of gated_learn's plan or "
-    "(seed 102, for its last 22 minutes) the CI suite. The row has no verdict until the reference runs the same "
-    "seeds.",
+    "task (3, 2 and 0); the chosen sparsities agreed on task 0 (0.6 on all three) and differed between seeds on "
+    "the others (task 1: 0.6, 0.8, 0.9). The runs took 2,397, 2,669 and 3,199 s, each beside one reference run "
+    "of gated_learn's plan or (seed 102, for its last 22 minutes) the CI suite. The row has no verdict until the "
+    "reference runs the same seeds.",
     "**The cut: no growth, bar 0.** Goals are fixed at 0 on both sides (a goal each side measured for itself would "
     "differ by chance and send the two through different phases), so compaction keeps the sparsest target and the "
     "network never grows: growth and exhaustion are not compared by these rows. The training-accuracy bar (95% for "
