@@ -214,14 +214,14 @@ FINDINGS = [
     "the last task gains from the free kernels or from the coarser map, these runs do not separate. Each run took "
     "1,463 to 1,565 s beside one of the row's plan seeds.",
     "**The row's plan, seeds 100-105 (2026-12-06): cl-bench's side has run all six, cgate's seeds 100 and 101 (its "
-    "seeds take about four times as long).** On cl-bench's side the last task ends at 84.9-95.7%, below the "
-    "96.3-97.1% of cgate's pilot seeds, as on the row's own pilot; 194 to 218 kernels frozen after task 0, 299-300 "
-    "after task 3. cgate scored RA 98.94 and 98.85 against cl-bench's 97.88 and 98.21 on the same seeds: its last "
-    "task 96.6% and 96.0% against 93.9% and 95.7%, its first 99.4% and 99.1% against 96.4% and 97.5%, with 161 and "
-    "149 kernels frozen after task 0 (cl-bench 202 and 216) and 295 after task 3 on both. Its seeds took 6,752 and "
-    "6,720 s beside pae_learn's plan, one run at a time: seed 100 beside cl-bench's runs throughout, seed 101 "
-    "beside the reference's seed 100 for its first 90 minutes. The row has no verdict until cgate's side runs "
-    "seeds 102-105.",
+    "seeds take about four times as long).** On cl-bench's side the last task ends at 84.9-95.7%, below the 96.3-97.1% "
+    "of cgate's pilot seeds, as on the row's own pilot; 194 to 218 kernels frozen after task 0, 299-300 after task 3. "
+    "cgate scored RA 98.94 and 98.85 against cl-bench's 97.88 and 98.21 on the same seeds: its last task 96.6% and "
+    "96.0% against 93.9% and 95.7%, its first 99.4% and 99.1% against 96.4% and 97.5%, with 161 and 149 kernels frozen "
+    "after task 0 (cl-bench 202 and 216) and 295 after task 3 in both seeds (cl-bench 300, 299). Its seeds took 6,752 "
+    "and 6,720 s beside pae_learn's plan, one run at a time: seed 100 beside cl-bench's runs throughout, seed 101 "
+    "beside the reference's seed 100 for its first 90 minutes. The row has no verdict until cgate's side runs seeds "
+    "102-105.",
     "**The learning row's runs:** the row itself (cl-bench at the paper's defaults, the two networks one), "
     "the diagnostic `learn_quirks` (cl-bench with cgate's gate noise and batch-norm eps and momentum of 1, on the "
     "same network), `learn_gate_noise` and `learn_norms` (one of those two quirks each, added after learn_quirks' "
