@@ -235,8 +235,8 @@ def phase_lines(module, records: list[dict]) -> list[str]:
     if not columns or not all(sides.values()):
         return []
     seeds = {side: [r["seed"] for r in runs] for side, runs in sides.items()}
-    # The legend names only what this table holds: a tallied column's ×n, each averaged column's mean.
-    legend = ["a value with ×n: n seeds chose it"] if any(mean is None for *_, mean in columns) else []
+    # The legend names only what this table holds (phase_cell's test): a tallied column's ×n, each averaged one's mean.
+    legend = ["a value with ×n: n seeds chose it"] if any(not mean for *_, mean in columns) else []
     legend += [f"{title}: the mean" for _, title, mean in columns if mean]
     lines = [f"Per task, `reference / cl-bench` over seeds {seeds['reference']} / {seeds['cl-bench']} "
              f"({'; '.join(legend)}):", "",
