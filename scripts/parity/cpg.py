@@ -210,11 +210,11 @@ FINDINGS = [
     "cores).** cl-bench's seed 100 scored RA 90.68; every task ended at or above 80% (the lowest, task 1: 82.7%). It "
     "never grew: each task's unpruned network met its goal at 1x (task 0: 95.6% against 95.0%), and it kept 0.6, 0.9, "
     "0.9, 0.9 and 0.9. On tasks 1-4 the refit's best epoch beat the restarted mask and was kept, as on the pilot's "
-    "seeds, each time scoring under the compacted model it replaced (82.7% against 84.1% on task 1, 87.8% against "
-    "88.6%, 94.9% against 96.1% and 93.1% against 94.7%): the reference keeps that epoch too (the defect item below), "
-    "and the run's health check names it (cpg.refit_worse). It took 2,834 s, beside cgate's seed 104 of gated_learn's "
-    "plan for its first 20 minutes, the parity tests for one and the CI suite for 16, then alone. The reference's "
-    "side has not run: the row has no verdict.",
+    "seeds, each time scoring under the compacted model it replaced in selection accuracy (82.7% against 84.1% on "
+    "task 1, 87.8% against 88.6%, 94.9% against 96.1% and 93.1% against 94.7%): the reference keeps that epoch too "
+    "(the defect item below), and the run's health check names it (cpg.refit_worse). It took 2,834 s, beside cgate's "
+    "seed 104 of gated_learn's plan for its first 20 minutes, the parity tests for one and the CI suite for 16, then "
+    "alone. The reference's side has not run: the row has no verdict.",
     "**The learning cut's pilot, packnet_learn seeds 0-2 (2026-12-04/05).** RA, reference / cl-bench: 91.16 / "
     "91.62, 91.28 / 91.44 and 91.36 / 91.72 (the paired differences' mean +0.33, sd 0.15 points; the plan that "
     "follows by plans.py's rule is in that file). Every task ended at or above 80% on both sides (the lowest, task "
