@@ -231,11 +231,11 @@ FINDINGS = [
     "parity tests for one and cl-bench's seed 100 of cpg_learn's plan for its last 20, seed 105 beside the "
     "reference's seed 104 of pae_learn's plan for its first 60 minutes and cl-bench's seed 101 of cpg_learn's plan "
     "for its last 50. The plan's verdict, with its six pairs, is undetermined: cl-bench minus cgate -1.04 RA points, "
-    "pairs -1.06, -0.64, -1.58, -2.09, -0.61 and -0.27, 90% interval [-1.60, -0.48], 95% [-1.76, -0.32]. Neither "
-    "interval holds 0, so cl-bench's side scores lower than cgate's at this cut; the 95% interval reaches inside -1, "
-    "so a gap beyond the one-point margin is not shown either, and six pairs (the cap) are far from the 38 that 80% "
-    "power needs. Most of the gap is the last task: 96.3% against 91.8% on the mean of the six seeds, against at most "
-    "0.9 points on tasks 0-3.",
+    "95% interval [-1.76, -0.32]. The interval does not hold 0, so cl-bench's side scores lower than cgate's at this "
+    "cut; its 90% interval reaches past -1, so equivalence within the one-point margin is not shown, and the 95% "
+    "interval reaches inside -1, so a gap beyond the margin is not shown either, and six pairs (the cap) are far from "
+    "the 38 that 80% power needs. Most of the gap is the last task: 96.3% against 91.8% on the mean of the six seeds, "
+    "against at most 0.9 points on tasks 0-3.",
     "**The learning row's runs:** the row itself (cl-bench at the paper's defaults, the two networks one), "
     "the diagnostic `learn_quirks` (cl-bench with cgate's gate noise and batch-norm eps and momentum of 1, on the "
     "same network), `learn_gate_noise` and `learn_norms` (one of those two quirks each, added after learn_quirks' "
