@@ -51,6 +51,13 @@ class Paired:
             return DIFFERENT
         return UNDETERMINED
 
+    def direction(self) -> str:
+        """"higher" or "lower" where the 95% interval excludes 0, else "": an undetermined verdict can still tell
+        which side is above, though not whether by more than the margin."""
+        if self.n < 2:
+            return ""
+        return "higher" if self.ci95[0] > 0 else "lower" if self.ci95[1] < 0 else ""
+
 
 def interval(mean: float, sd: float, n: int, level: float) -> tuple[float, float]:
     """The two-sided `level` interval of a mean over n values of sample sd `sd` (NaN for a single value)."""

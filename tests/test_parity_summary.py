@@ -238,6 +238,53 @@ def test_a_plan_sized_from_the_sd_bound_says_so(toy, monkeypatch):
     assert f"4 fresh seeds from 100, sized from the sd's 80% upper bound ({plans.sd_upper_bound(1.0, 3):.2f})" in text
 
 
+def test_an_undetermined_verdict_whose_interval_excludes_zero_gives_its_direction(toy):
+    # pilot differences -10, -9, -10 with the margin widened to 20: TOST cannot decide, the 95% interval
+    # [-11.10, -8.23] excludes 0, so the row says which side is lower
+    text = row_line(summary.document([toy], pilot_records()))
+    assert "different" in text and "margin not shown" not in text  # outside +-1: no direction clause needed
+    p = stats.paired({0: 1.0, 1: 2.0, 2: 1.5}, {0: 0.0, 1: 0.0, 2: 0.0})  # +1.5 [+0.26, +2.74]
+    assert p.verdict(1.0) == stats.UNDETERMINED and p.direction() == "higher"
+    assert summary.verdict_text(p) == "undetermined: cl-bench higher, margin not shown"
+    wide = stats.paired({0: 1.0, 1: -2.0, 2: 1.5}, {0: 0.0, 1: 0.0, 2: 0.0})  # the interval spans 0
+    assert wide.direction() == "" and summary.verdict_text(wide) == stats.UNDETERMINED
+
+
+def test_cpus_per_side_pairs_across_models_and_seconds_per_cpu(toy):
+    def on(cpu, rec):
+        rec["provenance"] = dict(rec["provenance"], cpu=cpu)
+        return rec
+    records = [on("Intel(R) Xeon(R) Processor", record("reference", s, 0.8, 20.0)) for s in range(3)]
+    records += [on("AMD EPYC" if s == 2 else "Intel(R) Xeon(R) Processor", record("cl-bench", s, 0.8, 10.0 + 20 * s))
+                for s in range(3)]
+    line = row_line(summary.document([toy], records))
+    assert "| Xeon / EPYC ×1, Xeon ×2; 1 pair across CPUs |" in line
+    assert "| 20 / 50 (EPYC), 20 (Xeon) |" in line  # cl-bench: 10 and 30 s on the Xeon, 50 on the EPYC
+    unrecorded = [record(side, 0, 0.8, provenance={}) for side in summary.SIDES]
+    assert "| ? / ? | 2 without provenance |" in row_line(summary.document([toy], unrecorded))
+
+
+def test_a_row_reconfigured_after_a_look_says_so_with_its_before_numbers(toy, monkeypatch):
+    monkeypatch.setitem(summary.LOOKS, "toy/m_1", {"commit": "abc1234", "changed": "a dropout option taken",
+                                                   "seen": "a gap", "before": "other"})
+    text = summary.document([toy], pilot_records())
+    assert "pilot only, extended after a look, reconfigured after a look: different" in row_line(text)
+    assert ("Reconfigured after a look (abc1234): a dropout option taken, after a gap. The before-numbers are the "
+            "diagnostic `other`'s records. Only its plan's fresh seeds can confirm the change") in text
+    plan = [record(side, 100 + i, 0.8) for i in range(4) for side in summary.SIDES]
+    assert "decide the verdict" in summary.document([toy], pilot_records() + plan)
+
+
+def test_every_look_names_a_row_and_its_before_numbers_are_records():
+    rows = {f"{m.NAME}/{name}": m for m in summary.modules() for name in m.ROWS}
+    records = summary.load(RECORDS)
+    for key, look in summary.LOOKS.items():
+        assert key in rows and {"commit", "changed", "seen"} <= set(look)
+        if look.get("before"):
+            assert look["before"] in rows[key].DIAGNOSTICS
+            assert any(r.get("diagnostic") == look["before"] for r in records)
+
+
 def test_dirty_trees_are_flagged(toy):
     dirty = {key: "x" for key in PROVENANCE_KEYS} | {"clbench_dirty": True}
     records = [*(record("reference", s, 0.8) for s in range(3)), *(record("cl-bench", s, 0.8, provenance=dirty)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -28,6 +30,9 @@ from parity.common import PATCH_KINDS, PROVENANCE_KEYS, RECORDS, ROOT  # noqa: E
 
 from cl_bench import stats  # noqa: E402
 
+# Rows whose cl-bench side or cut changed after a gap was seen ("reference/row": what changed, when, what was seen,
+# and the diagnostic that holds the before-numbers): a data file, read here and rendered in the row.
+LOOKS = json.loads((HERE / "looks.json").read_text())
 REFERENCES = ("cpg", "mammoth", "hat", "lamaml", "cgate")  # the runner modules, in the doc's order
 SIDES = ("reference", "cl-bench")
 # Where a row's reference comes from, the doc's sections in order (a module's SOURCE, or a row's own `source`).
@@ -115,14 +120,22 @@ def fmt_paired(p: stats.Paired) -> str:
     return f"{p.mean:+.2f} [{p.ci95[0]:+.2f}, {p.ci95[1]:+.2f}]"
 
 
-def fmt_verdict(p: stats.Paired, on: str, plan: plans.Plan | None) -> str:
+def verdict_text(p: stats.Paired) -> str:
+    """TOST's verdict, and where it is undetermined but the 95% interval excludes 0, which side is above."""
+    verdict = p.verdict(plans.MARGIN)
+    if verdict == stats.UNDETERMINED and p.direction():
+        verdict += f": cl-bench {p.direction()}, margin not shown"
+    return verdict
+
+
+def fmt_verdict(p: stats.Paired, on: str, plan: plans.Plan | None, key: tuple = ()) -> str:
     if not p.n:
         return "not run"
-    verdict = p.verdict(plans.MARGIN)
+    reconfigured = ", reconfigured after a look" if "/".join(key) in LOOKS else ""
     if on == "plan":
-        return f"**{verdict}**"
+        return f"**{verdict_text(p)}**{reconfigured}"
     look = ", extended after a look" if plan and plan.after_look else ""
-    return f"pilot only{look}: {verdict}"
+    return f"pilot only{look}{reconfigured}: {verdict_text(p)}"
 
 
 def fmt_seeds(records: list[dict], plan: plans.Plan | None, key: tuple) -> str:
@@ -136,8 +149,36 @@ def fmt_seeds(records: list[dict], plan: plans.Plan | None, key: tuple) -> str:
     return f"plan {plan.n}{cap}: {len(ref & ours)} run{alone}; pilot {plan.pilot}"
 
 
-def fmt_seconds(figures: dict) -> str:
-    return " / ".join(f"{sum(s) / len(s):.0f}" if s else "–" for s in (figures["seconds"][side] for side in SIDES))
+def cpu_name(record: dict) -> str:
+    """The CPU a record ran on, short (Xeon, EPYC), or "?" for records from before provenance existed."""
+    name = record.get("provenance", {}).get("cpu")
+    if not name:
+        return "?"
+    words = re.sub(r"\((R|TM)\)|\b(Intel|AMD|Processor|CPU)\b", " ", name).split()
+    return words[0] if words else name
+
+
+def fmt_seconds(records: list[dict]) -> str:
+    """Mean seconds a run, per side, and per CPU where a side ran on more than one."""
+    def side_cell(runs):
+        by_cpu = {}
+        for r in runs:
+            by_cpu.setdefault(cpu_name(r), []).append(r["seconds"])
+        if len(by_cpu) == 1:
+            return f"{statistics.mean(next(iter(by_cpu.values()))):.0f}"
+        return ", ".join(f"{statistics.mean(s):.0f} ({cpu})" for cpu, s in sorted(by_cpu.items()))
+    return " / ".join(side_cell(runs) if runs else "–" for runs in ([r for r in records if r["side"] == side]
+                                                                   for side in SIDES))
+
+
+def fmt_cpus(records: list[dict]) -> str:
+    """The CPUs each side ran on (with counts where several), and the seeds whose two sides ran on different
+    models: their seconds do not compare, and a CPU's floating point may differ."""
+    sides = [[cpu_name(r) for r in records if r["side"] == side] for side in SIDES]
+    cell = " / ".join(tally(names) if names else "–" for names in sides)
+    cpus = {side: {r["seed"]: cpu_name(r) for r in records if r["side"] == side} for side in SIDES}
+    across = [s for s, cpu in cpus["reference"].items() if cpus["cl-bench"].get(s, cpu) != cpu]
+    return cell + (f"; {len(across)} pair{'s' * (len(across) != 1)} across CPUs" if across else "")
 
 
 def fmt_provenance(records: list[dict]) -> str:
@@ -168,13 +209,13 @@ def table_line(module, name: str, row, records: list[dict]) -> str:
     used = [r for r in records if r["seed"] in set(figures["reference"]) | set(figures["cl-bench"])]
     return (f"| {row.method} | [{module.REPO}](#{module.NAME}) @ `{module.PINNED[:8]}` | {row.setting} "
             f"| {fmt_side(figures['reference'])} | {fmt_side(figures['cl-bench'])} | {fmt_paired(figures['paired'])} "
-            f"| {fmt_verdict(figures['paired'], on, plan)} | {fmt_seeds(records, plan, key)} "
-            f"| {fmt_seconds(figures)} | {fmt_provenance(used)} |")
+            f"| {fmt_verdict(figures['paired'], on, plan, key)} | {fmt_seeds(records, plan, key)} "
+            f"| {fmt_seconds(used)} | {fmt_cpus(used)} | {fmt_provenance(used)} |")
 
 
 TABLE_HEAD = ["| Method | Reference @ commit | Setting | Reference RA | cl-bench RA | cl-bench − reference, paired "
-              "[95% CI] | Verdict (±1 point) | Seeds | s/run (ref / cl-bench) | Records |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "[95% CI] | Verdict (±1 point) | Seeds | s/run (ref / cl-bench) | CPU (ref / cl-bench) | Records |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def tables(modules: list, records: list[dict]) -> list[str]:
@@ -260,7 +301,7 @@ def diagnostic_lines(module, name: str, records: list[dict]) -> list[str]:
         other = "reference" if diag.side == "cl-bench" else "cl-bench"
         base = by_seed(row_records(records, module, name), other, set(changed))
         p = stats.paired(changed, base) if diag.side == "cl-bench" else stats.paired(base, changed)
-        verdict = p.verdict(plans.MARGIN) if p.n else "not run"
+        verdict = verdict_text(p) if p.n else "not run"
         lines.append(f"- Diagnostic `{label}` ({diag.what}; {diag.side} changed, seeds "
                      f"{min(diag.seeds)}-{max(diag.seeds)}): {diag.side} {fmt_side(changed)} against the row's "
                      f"{other} {fmt_side(base)}; cl-bench − reference {fmt_paired(p)}, {verdict}. "
@@ -291,10 +332,26 @@ def section(module, records: list[dict]) -> list[str]:
                   f"`cl-bench train {' '.join(row.clbench)} seed=N`." + (f" {row.note}." if row.note else "")
                   + (f" **Not the same algorithm:** {row.differs}." if row.differs else ""), "",
                   pilot_line(module, name, row_records(records, module, name)), "",
+                  *look_lines(module, name, row_records(records, module, name)),
                   *phase_lines(module, row_records(records, module, name))]
         diagnostics = diagnostic_lines(module, name, records)
         lines += [*diagnostics, ""] if diagnostics else []
     return lines
+
+
+def look_lines(module, name: str, records: list[dict]) -> list[str]:
+    """A reconfigured row's account: what changed after which gap, where the before-numbers are, and whether the
+    fresh seeds that alone confirm the change (its plan's, run after it) have decided the row."""
+    look = LOOKS.get(f"{module.NAME}/{name}")
+    if look is None:
+        return []
+    before = (f" The before-numbers are the diagnostic `{look['before']}`'s records." if look.get("before")
+              else " No run before the change completed, so none is recorded.")
+    on, _ = basis(records, plans.PLANS.get((module.NAME, name)))
+    confirmed = ("Its plan's fresh seeds, run after the change, decide the verdict." if on == "plan"
+                 else "Only its plan's fresh seeds can confirm the change; they have not all run.")
+    return [f"Reconfigured after a look ({look['commit']}): {look['changed']}, after {look['seen']}.{before} "
+            f"{confirmed}", ""]
 
 
 def patch_lines(module) -> list[str]:
