@@ -141,18 +141,22 @@ def test_the_per_task_decisions_are_set_side_by_side_over_the_seeds():
                record("cl-bench", 1, [0.6, 0.9], [0.0, 0.0], [0.91, 0.82])]
     from parity import cgate, cpg
     lines = summary.phase_lines(cpg, records)
-    assert lines[0].endswith("over seeds [0, 1] / [0, 1] (a value with ×n: n seeds chose it; goal: the mean):")
-    assert lines[2] == "| task | goal | width kept | sparsity kept | refit | final test acc % |"
-    assert lines[4] == "| 0 | 0.905 / 0.905 | 1.0 / 1.0 | 0.6 ×1, 0.8 ×1 / 0.6 | kept / kept | 94.0 / 93.0 |"
-    assert lines[5] == "| 1 | 0.905 / 0.905 | 1.5 / 1.0 | 0.9 / 0.9 | kept / kept | 82.0 / 82.0 |"
+    assert "over seeds [0, 1] / [0, 1] (a value with ×n: n seeds chose it; goal: the mean; (p): " in lines[0]
+    assert lines[2] == "| task | goal | width kept | sparsity kept | refit | final test acc % | cl-bench lower |"
+    # 2 seeds a side: a differing tally's exact p is at best 1/3 (of the 6 relabellings, 2 lie as far apart)
+    assert lines[4] == ("| 0 | 0.905 / 0.905 | 1.0 / 1.0 | 0.6 ×1, 0.8 ×1 / 0.6 (p 1.00) | kept / kept | 94.0 / 93.0 "
+                        "| 1/2 (p 1.00) |")
+    assert lines[5] == ("| 1 | 0.905 / 0.905 | 1.5 / 1.0 (p 0.33) | 0.9 / 0.9 | kept / kept | 82.0 / 82.0 "
+                        "| 1/2 (p 1.00) |")
     assert summary.phase_lines(cpg, records[:2]) == []  # one side without phases: nothing to set beside
     assert summary.phase_lines(summary, records) == []  # a module that names no decisions: none rendered
     for r, frozen in zip(records, ([129, 264], [147, 266], [199, 287], [212, 294])):  # gated: averaged counts
         r["phases"] = [{"task": t, "frozen": n} for t, n in enumerate(frozen)]
     lines = summary.phase_lines(cgate, records)
-    assert lines[0].endswith("(kernels frozen after it: the mean):")  # no tally here, so no ×n in its legend
-    assert lines[2] == "| task | kernels frozen after it | final test acc % |"
-    assert lines[4:6] == ["| 0 | 138.0 / 205.5 | 94.0 / 93.0 |", "| 1 | 265.0 / 290.5 | 82.0 / 82.0 |"]
+    assert "(kernels frozen after it: the mean; cl-bench lower: " in lines[0]  # no tally here: no ×n, no (p)
+    assert lines[2] == "| task | kernels frozen after it | final test acc % | cl-bench lower |"
+    assert lines[4:6] == ["| 0 | 138.0 / 205.5 | 94.0 / 93.0 | 1/2 (p 1.00) |",
+                          "| 1 | 265.0 / 290.5 | 82.0 / 82.0 | 1/2 (p 1.00) |"]
 
 
 def test_make_parity_runs_the_plan_not_chosen_seeds():
@@ -283,6 +287,16 @@ def test_every_look_names_a_row_and_its_before_numbers_are_records():
         if look.get("before"):
             assert look["before"] in rows[key].DIAGNOSTICS
             assert any(r.get("diagnostic") == look["before"] for r in records)
+
+
+def test_decision_frequencies_by_exact_permutation_and_final_accuracies_by_sign_test():
+    # 3 seeds a side, all "a" against all "b": of the 20 relabellings only the two that keep the groups whole lie as
+    # far apart, so p = 2/20; identical tallies give 1
+    assert summary.permutation_p(["a"] * 3, ["b"] * 3) == pytest.approx(0.1)
+    assert summary.permutation_p([0.6, 0.9], [0.9, 0.6]) == 1.0
+    # 5 of 5 pairs one way: 2 / 2^5; 4 of 8: every split at least as uneven, p = 1
+    assert summary.sign_p(5, 5) == pytest.approx(0.0625) and summary.sign_p(0, 5) == pytest.approx(0.0625)
+    assert summary.sign_p(4, 8) == 1.0
 
 
 def test_dirty_trees_are_flagged(toy):

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import json
+import math
 import re
 import statistics
 import sys
@@ -258,12 +260,54 @@ def tally(values: list) -> str:
     return ", ".join(f"{v} ×{n}" for v, n in counts.items())
 
 
+def phase_values(runs: list[dict], task: int, field: str) -> list:
+    return [r["phases"][task].get(field) for r in runs if task < len(r["phases"])]
+
+
 def phase_cell(runs: list[dict], task: int, field: str, mean: str | None) -> str:
     """One side's value of one decision for one task over its seeds: their mean in the format `mean` where the
     column has one (a goal, a count), else tallied."""
-    values = [r["phases"][task].get(field) for r in runs if task < len(r["phases"])]
+    values = phase_values(runs, task, field)
     known = [v for v in values if v is not None]
     return mean.format(sum(known) / len(known)) if mean and known else tally(values)
+
+
+def permutation_p(a: list, b: list) -> float:
+    """Two-sided exact permutation test that two sides' seeds draw a decision from one distribution: the share of
+    every relabelling of the pooled seeds whose two groups' value distributions lie at least as far apart (total
+    variation distance) as the observed ones. Exact over all relabellings (the plans' seed counts keep them few)."""
+    pooled = [str(v) for v in (*a, *b)]
+
+    def distance(group: tuple[int, ...]) -> float:
+        inside = [pooled[i] for i in group]
+        outside = [pooled[i] for i in range(len(pooled)) if i not in set(group)]
+        return sum(abs(inside.count(v) / len(inside) - outside.count(v) / len(outside)) for v in set(pooled)) / 2
+    observed = distance(tuple(range(len(a))))
+    groups = list(itertools.combinations(range(len(pooled)), len(a)))
+    return sum(distance(g) >= observed - 1e-12 for g in groups) / len(groups)
+
+
+def sign_p(k: int, n: int) -> float:
+    """Two-sided sign test: the chance of a split at least as uneven as k of n when each pair falls either way
+    with probability one half."""
+    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def frequency_cell(sides: dict, task: int, field: str) -> str:
+    """A tallied decision's cell with its permutation p where the two sides' tallies differ."""
+    values = [phase_values(runs, task, field) for runs in sides.values()]
+    cell = " / ".join(tally(v) for v in values)
+    differs = sorted(map(str, values[0])) != sorted(map(str, values[1]))
+    return cell + (f" (p {permutation_p(*values):.2f})" if differs and all(values) else "")
+
+
+def lower_cell(sides: dict, task: int) -> str:
+    """How many pairs (common seeds) end the task lower on cl-bench's side, with the sign test's p."""
+    final = {side: {r["seed"]: r["matrix"][-1][task] for r in runs} for side, runs in sides.items()}
+    common = sorted(set(final["reference"]) & set(final["cl-bench"]))
+    lower = sum(final["cl-bench"][s] < final["reference"][s] for s in common)
+    return f"{lower}/{len(common)} (p {sign_p(lower, len(common)):.2f})" if common else "–"
 
 
 def phase_lines(module, records: list[dict]) -> list[str]:
@@ -279,15 +323,18 @@ def phase_lines(module, records: list[dict]) -> list[str]:
     # The legend names only what this table holds (phase_cell's test): a tallied column's ×n, each averaged one's mean.
     legend = ["a value with ×n: n seeds chose it"] if any(not mean for *_, mean in columns) else []
     legend += [f"{title}: the mean" for _, title, mean in columns if mean]
+    legend += ["(p): where the tallies differ, the exact permutation test's p that both sides draw alike"] * bool(
+        any(not mean for *_, mean in columns))
+    legend += ["cl-bench lower: pairs whose final test accuracy is lower on cl-bench's side, sign test p"]
     lines = [f"Per task, `reference / cl-bench` over seeds {seeds['reference']} / {seeds['cl-bench']} "
              f"({'; '.join(legend)}):", "",
-             "| task | " + " | ".join(title for _, title, _ in columns) + " | final test acc % |",
-             "|---" * (len(columns) + 2) + "|"]
+             "| task | " + " | ".join(title for _, title, _ in columns) + " | final test acc % | cl-bench lower |",
+             "|---" * (len(columns) + 3) + "|"]
     for task in range(max(len(r["phases"]) for runs in sides.values() for r in runs)):
-        cells = [" / ".join(phase_cell(runs, task, field, mean) for runs in sides.values())
-                 for field, _, mean in columns]
+        cells = [" / ".join(phase_cell(runs, task, field, mean) for runs in sides.values()) if mean
+                 else frequency_cell(sides, task, field) for field, _, mean in columns]
         final = [f"{100 * sum(r['matrix'][-1][task] for r in runs) / len(runs):.1f}" for runs in sides.values()]
-        lines.append(f"| {task} | " + " | ".join(cells) + f" | {' / '.join(final)} |")
+        lines.append(f"| {task} | " + " | ".join(cells) + f" | {' / '.join(final)} | {lower_cell(sides, task)} |")
     return [*lines, ""]
 
 
