@@ -1,6 +1,7 @@
 """Run events fanned out to the console (rich), JSON files and Weights & Biases. Recorders never touch
 models: they receive numbers and the metrics record that train.py assembles."""
 import json
+import math
 import secrets
 import sys
 import time
@@ -106,17 +107,36 @@ class JSONRecorder(Recorder):
         self.events.close()
 
 
+def task_label(task_id: int, num_tasks: int) -> str:
+    """How every line a user reads names a task: numbered from 0, as checkpoints/task_<ttt> and metrics.json's rows
+    are, with the count beside it where it helps: task 0 of 5 to task 4 of 5."""
+    return f"task {task_id} of {num_tasks}"
+
+
+def resume_line(start_task: int, num_tasks: int) -> str:
+    """What the console and train.log both say when a run resumes: the task it learns next, the tasks done."""
+    if start_task >= num_tasks:
+        return f"resuming with all {num_tasks} tasks done (tasks 0 to {num_tasks - 1})"
+    done = "task 0" if start_task == 1 else f"tasks 0 to {start_task - 1}"
+    return f"resuming at {task_label(start_task, num_tasks)} ({done} done)"
+
+
 class ConsoleRecorder(Recorder):
-    """A live progress bar (task, epoch, loss) and, at the end, the accuracy matrix as a table."""
+    """On stderr, what watches a run: a live progress bar (task, epoch, the last epoch's loss), a line per task and
+    the warnings. On stdout, what a user keeps: the accuracy matrix as a table and the summary, so that
+    `cl-bench train > out.txt` holds the result."""
 
     def __init__(self):
-        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-        self.console = Console(stderr=True)
+
+        from .console import rich_console
+        self.console, self.out = rich_console(stderr=True), rich_console()
+        # rich would proxy stdout into the bar's console (stderr) while it runs: only where both are the screen
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=self.console, transient=True)
+                                 TimeElapsedColumn(), console=self.console, transient=True,
+                                 redirect_stdout=sys.stdout.isatty())
         self.bar = None
-        self.loss = float("nan")
+        self.loss = None  # the task's last epoch's mean loss: none before its first epoch ends (read once an epoch)
 
     def run_start(self, cfg, info, run_dir, start_task):
         self.info, self.run_dir = info, run_dir
@@ -124,27 +144,39 @@ class ConsoleRecorder(Recorder):
                            f"{cfg.backbone.name}, {info.num_tasks} tasks) -> {run_dir}")
         self.console.print(f"setting: {settings.setting_label(cfg.setting)}")
         if start_task:
-            self.console.print(f"resuming after task {start_task - 1}")
-        self.progress.start()
+            self.console.print(resume_line(start_task, info.num_tasks))
+        if self.console.is_terminal:  # a bar in a file or a log is never drawn, only blank lines where it stopped
+            self.progress.start()
+
+    def task_start(self, task):
+        self.loss = None  # the previous task's loss would read as this one's
 
     def epoch_start(self, task_id, epoch, epochs, steps):
-        description = f"task {task_id + 1}/{self.info.num_tasks} · epoch {epoch + 1}/{epochs} · loss {self.loss:.4f}"
+        self.at = (task_id, epoch, epochs)
         if self.bar is None:
-            self.bar = self.progress.add_task(description, total=steps)
-        self.progress.reset(self.bar, total=steps, description=description)
+            self.bar = self.progress.add_task("", total=steps)
+        self.progress.reset(self.bar, total=steps, description=self._description())
 
     def step(self):
         if self.bar is not None:  # online methods stream without epochs
             self.progress.advance(self.bar)
 
     def epoch_end(self, task_id, epoch, loss):
-        self.loss = loss
+        if math.isfinite(loss):
+            self.loss = loss
+        if self.bar is not None:  # the loss shows as soon as it is known, not at the next epoch's start
+            self.progress.update(self.bar, description=self._description())
+
+    def _description(self) -> str:
+        task_id, epoch, epochs = self.at
+        loss = "" if self.loss is None else f" · loss {self.loss:.4f}"
+        return f"{task_label(task_id, self.info.num_tasks)} · epoch {epoch} of {epochs}{loss}"
 
     def task_end(self, task_id, record):
-        self.progress.console.print(f"task {task_id + 1}: acc " + " ".join(f"{a:.3f}" for a in record["acc"][-1])
-                                    + f" · avg {record['avg_acc']:.4f} · val avg {_num(record['val_avg_acc'])}")
+        self.console.print(f"task {task_id}: acc " + " ".join(f"{a:.3f}" for a in record["acc"][-1])
+                           + f" · avg {record['avg_acc']:.4f} · val avg {_num(record['val_avg_acc'])}")
         if "shape" in record:
-            self.progress.console.print(shape.summary(record["shape"], task_id))
+            self.console.print(shape.summary(record["shape"], task_id))
 
     def warning(self, message):
         self.console.print(f"[yellow]warning:[/] {message}")
@@ -153,31 +185,41 @@ class ConsoleRecorder(Recorder):
         self.warning(finding.line())
 
     def run_end(self, record):
-        from rich.table import Table
-        self.progress.stop()
-        acc = record["acc"]
-        table = Table(title=f"accuracy after each task ({record['method']}, {record['dataset']}, {record['scenario']})")
-        table.add_column("after")
-        for j in range(record["num_tasks"]):
-            table.add_column(f"T{j + 1}", justify="right")
-        for i, row in enumerate(acc):
-            table.add_row(f"T{i + 1}", *(f"{a:.3f}" if j <= i else "" for j, a in enumerate(row)))
-        last = len(acc) - 1
-        table.add_row(f"val, T{last + 1}", *(_num(a, 3) for a in record["val_acc"][-1]), style="dim")
-        for key, label in (("task_aware_acc", "task-aware"), ("task_prediction_acc", "task named")):
-            if key in record:
-                table.add_row(f"{label}, T{last + 1}", *(_num(a, 3) for a in record[key][-1][: last + 1]), style="dim")
-        self.console.print(table)
+        self._stop()
+        self.out.print(f"accuracy after each task ({record['method']}, {record['dataset']}, {record['scenario']})")
+        self.out.print(result_table(record))
         aware = f"task-aware {record['task_aware_avg_acc']:.4f} · " if "task_aware_avg_acc" in record else ""
-        self.console.print(f"avg_acc (RA) {record['avg_acc']:.4f} · val {_num(record['val_avg_acc'])} · {aware}"
-                           f"BTI {record['bti']:+.4f} · LA {record['la']:.4f} · forgetting {record['forgetting']:.4f}"
-                           f" · bwt {record['bwt']:+.4f} · {record['time_s']:.1f} s")
+        self.out.print(f"avg_acc (RA) {record['avg_acc']:.4f} · val {_num(record['val_avg_acc'])} · {aware}"
+                       f"BTI {record['bti']:+.4f} · LA {record['la']:.4f} · forgetting {record['forgetting']:.4f}"
+                       f" · bwt {record['bwt']:+.4f} · {record['time_s']:.1f} s")
         if "shape" in record:
-            self.console.print(shape.summary(record["shape"]))
-        self.console.print(f"run directory: {self.run_dir}")
+            self.out.print(shape.summary(record["shape"]))
+        self.out.print(f"run directory: {self.run_dir}")
 
     def close(self):
-        self.progress.stop()
+        self._stop()
+
+    def _stop(self):
+        if self.progress.live.is_started:  # each stop of a bar not on a terminal prints a blank line
+            self.progress.stop()
+
+
+def result_table(record: dict):
+    """The accuracy matrix, tasks numbered from 0 as its rows in metrics.json: row Ti after learning task i."""
+    from rich.table import Table
+    acc = record["acc"]
+    table = Table()
+    table.add_column("after")
+    for j in range(record["num_tasks"]):
+        table.add_column(f"T{j}", justify="right")
+    for i, row in enumerate(acc):
+        table.add_row(f"T{i}", *(f"{a:.3f}" if j <= i else "" for j, a in enumerate(row)))
+    last = len(acc) - 1
+    table.add_row(f"val, T{last}", *(_num(a, 3) for a in record["val_acc"][-1]), style="dim")
+    for key, label in (("task_aware_acc", "task-aware"), ("task_prediction_acc", "task named")):
+        if key in record:
+            table.add_row(f"{label}, T{last}", *(_num(a, 3) for a in record[key][-1][: last + 1]), style="dim")
+    return table
 
 
 class StderrWarnings(Recorder):
@@ -200,7 +242,7 @@ class LogRecorder(Recorder):
         self.log = logging.getLogger("cl_bench")
 
     def run_start(self, cfg, info, run_dir, start_task):
-        resuming = f"; resuming at task {start_task}" if start_task else ""
+        resuming = f"; {resume_line(start_task, info.num_tasks)}" if start_task else ""
         self.log.info(f"{cfg.method.name} on {cfg.dataset.name} ({cfg.scenario} scenario, {cfg.backbone.name}, "
                       f"{info.num_tasks} tasks, seed {cfg.seed}) in {run_dir}; setting: "
                       f"{settings.setting_label(cfg.setting)}{resuming}")
@@ -257,7 +299,8 @@ class WandbRecorder(Recorder):
             self.run.log_artifact(artifact, aliases=[f"task_{task_id:03d}", "latest"])
 
     def task_end(self, task_id, record):
-        self.run.log(step_metrics(record), step=len(record["acc"]))
+        # the step counts the tasks learned (1 after task 0); `task` names the task, as every other line does
+        self.run.log({"task": task_id, **step_metrics(record)}, step=len(record["acc"]))
 
     def health(self, finding):
         self.run.alert(title=f"{finding.check} (task {finding.task})", text=finding.line(),

@@ -308,8 +308,8 @@ def _acc_heatmap(plt, run, plots, key: str = "acc") -> Path:
     image = ax.imshow(100 * matrix, vmin=0, vmax=100, cmap="viridis")
     ax.set(xlabel="evaluated on task", ylabel="after learning task",
            title=f"{run['method']} · {run['dataset']} · {run['scenario']} (seed {run['seed']})")
-    ax.set_xticks(range(t), [str(j + 1) for j in range(t)])
-    ax.set_yticks(range(len(rows)), [str(i + 1) for i in range(len(rows))])
+    ax.set_xticks(range(t), [str(j) for j in range(t)])  # tasks numbered from 0, as everywhere
+    ax.set_yticks(range(len(rows)), [str(i) for i in range(len(rows))])
     if t <= 10:
         for i in range(len(rows)):
             for j in range(i + 1):

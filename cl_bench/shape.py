@@ -103,4 +103,4 @@ def summary(section: dict, task_id: int | None = None) -> str:
     if task is None:
         return "shape: " + sizes
     phases = ", ".join(f"{p['name']} {p['s']:.2f}s" for p in task["phases"])
-    return f"shape, task {task_id + 1}: {len(task['phases'])} phases ({phases}); " + sizes
+    return f"shape, task {task_id}: {len(task['phases'])} phases ({phases}); " + sizes

@@ -252,4 +252,4 @@ def test_a_health_warning_reaches_stderr_under_logger_none(tmp_path):
     assert findings and [f.check for f in findings][0] == "chance_level"
     warned = [line for line in proc.stderr.splitlines() if line.startswith("cl-bench: warning: health: ")]
     assert warned == [f"cl-bench: warning: {f.line()}" for f in findings]
-    assert "task 1/2" not in proc.stderr and "avg_acc" not in proc.stdout + proc.stderr  # no progress, no table
+    assert "task 0 of 2" not in proc.stderr and "avg_acc" not in proc.stdout + proc.stderr  # no progress, no table

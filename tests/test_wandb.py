@@ -57,7 +57,8 @@ def test_offline_wandb_run_holds_per_task_series_and_summary(tmp_path):
     assert summary["avg_acc"] == metrics["avg_acc"]
     assert summary["forgetting"] == metrics["forgetting"] and summary["bwt"] == metrics["bwt"]
     steps = [h for h in history if "avg_acc" in h]
-    assert [h["_step"] for h in steps] == [1, 2, 3, 4, 5]
+    assert [h["_step"] for h in steps] == [1, 2, 3, 4, 5]  # tasks learned
+    assert [h["task"] for h in steps] == [0, 1, 2, 3, 4]  # the task, numbered as every other line numbers it
     assert [h["acc/task_0"] for h in steps] == [row[0] for row in metrics["acc"]]
     assert "acc/task_4" in steps[-1] and "forgetting/task_0" in steps[-1]
     assert any("acc_matrix" in k for k in summary)  # the matrix as a table
