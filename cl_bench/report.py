@@ -506,8 +506,8 @@ def stem_parts(run: dict, differ, keys) -> list[str]:
 
 
 def sanitized(part: str) -> str:
-    """A file name's part: letters, digits, dot, plus and minus, the rest one minus each run."""
-    return re.sub(r"[^A-Za-z0-9.+-]+", "-", part).strip("-")
+    """A file name's part: letters, digits, and . _ + -; anything else one minus each run of it."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", part).strip("-")
 
 
 def run_settings_said(run: dict, keys) -> str:
