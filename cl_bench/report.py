@@ -126,7 +126,9 @@ def chosen_keys(runs: list[dict], by=(), ignore=()) -> tuple[list[str], list[str
     for flag, keys in (("--by", by), ("--ignore", ignore)):
         for key in keys:
             if key not in known:
-                near = difflib.get_close_matches(key, sorted(known), n=3)
+                last = key.rsplit(".", 1)[-1]  # `lr` for method.lr
+                near = [*difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8),
+                        *sorted(k for k in known if k.rsplit(".", 1)[-1] == last)][:3]
                 hint = f"did you mean {', '.join(near)}?" if near else "keys are config keys such as method.lr"
                 raise UserError(f"{flag} {key}: no run reported has this setting; {hint}")
     if "method" in [SHOWN_AS.get(k, k) for k in ignore]:
@@ -437,7 +439,7 @@ def print_table(found: Found, out: Path, wide: bool = False) -> None:
     console = Console(width=WIDE) if wide else rich_console()  # --wide: never squeezed (the terminal scrolls)
     console.print(table)
     for line in found.notes:
-        console.print(line, markup=False)
+        console.print(line, markup=False, soft_wrap=True)  # run directories whole, never broken
     console.print(f"95% confidence intervals, forgetting, bwt, params, time and the sweep objective: {out}/report.md")
     for line in sweep_lines(found.sweeps):
         console.print(line)
