@@ -697,7 +697,7 @@ def report(paths: list[Path], out: Path | None = None, plots: bool = True, rank:
         raise UserError(f"--margin must be a positive number of RA points, not {margin:g}")
     runs = find_runs(paths)
     by, ignore = chosen_keys(runs, by, ignore)
-    keys = grouping_keys(runs, by, ignore)
+    keys = grouping_keys([r for r in runs if r["complete"]], by, ignore)  # the rows' runs
     rows = summarise(runs, keys, ignore)
     found = Found(rows, keys, notes(runs, rows, keys, ignore), [r for r in runs if not r["complete"]],
                   optimised(paths, runs), health_lines(runs))
