@@ -127,8 +127,8 @@ def chosen_keys(runs: list[dict], by=(), ignore=()) -> tuple[list[str], list[str
         for key in keys:
             if key not in known:
                 last = key.rsplit(".", 1)[-1]  # `lr` for method.lr
-                near = [*difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8),
-                        *sorted(k for k in known if k.rsplit(".", 1)[-1] == last)][:3]
+                near = list(dict.fromkeys([*difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.8),
+                                           *sorted(k for k in known if k.rsplit(".", 1)[-1] == last)]))[:3]
                 hint = f"did you mean {', '.join(near)}?" if near else "keys are config keys such as method.lr"
                 raise UserError(f"{flag} {key}: no run reported has this setting; {hint}")
     if "method" in [SHOWN_AS.get(k, k) for k in ignore]:
@@ -356,7 +356,8 @@ def sweep_lines(sweeps: list[dict]) -> list[str]:
 @dataclass
 class Found:
     """What a report says: its rows, their settings columns, the lines said under the table (repeated seeds, pooled
-    keys, runs without settings), and the runs, sweeps and health findings listed apart."""
+    keys, runs without settings), the runs, sweeps and health findings listed apart, and the columns --by asked for
+    (printed even where every row agrees)."""
 
     rows: list[dict]
     keys: list[str]
@@ -364,6 +365,7 @@ class Found:
     incomplete: list[dict]
     sweeps: list[dict]
     unhealthy: list[str]
+    by: list[str]
 
 
 def notes(runs: list[dict], rows: list[dict], keys, ignore) -> list[str]:
@@ -427,7 +429,7 @@ def print_table(found: Found, out: Path, wide: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
     rows, columns = found.rows, grouping(found.keys)
-    varying = [k for k in columns if wide or k in ("method", *found.keys) or len({group_cell(r, k) for r in rows}) > 1]
+    varying = [k for k in columns if wide or k in ("method", *found.by) or len({group_cell(r, k) for r in rows}) > 1]
     shared = ", ".join(f"{k} {group_cell(rows[0], k)}" for k in columns if k not in varying and rows)
     metrics = COLUMNS if wide else [c for c in CONSOLE if any(not math.isnan(r[c]) for r in rows)]  # no empty ones
     table = Table(title="cl-bench report (accuracies in %, mean ± std over runs)" + (f"\n{shared}" if shared else ""))
@@ -700,7 +702,7 @@ def report(paths: list[Path], out: Path | None = None, plots: bool = True, rank:
     keys = grouping_keys([r for r in runs if r["complete"]], by, ignore)  # the rows' runs
     rows = summarise(runs, keys, ignore)
     found = Found(rows, keys, notes(runs, rows, keys, ignore), [r for r in runs if not r["complete"]],
-                  optimised(paths, runs), health_lines(runs))
+                  optimised(paths, runs), health_lines(runs), by)
     out = Path(out or paths[0])
     write_tables(found, out)
     print_table(found, out, wide)

@@ -106,10 +106,11 @@ def test_rank_pairs_methods_only_at_otherwise_equal_settings(tmp_path):
 def test_by_forces_a_column_and_ignore_pools_one(tmp_path, capsys):
     run(tmp_path, "0", 0.6, seed=0, method__lr=0.01)
     run(tmp_path, "1", 0.8, seed=1, method__lr=0.05)
-    rows = report([tmp_path], plots=False, by=["method.epochs"])
+    rows = report([tmp_path], plots=False, by=["method.epochs", "backbone.name"])  # backbone.name: the backbone
     assert [(r["settings"], r["seeds"]) for r in rows] == [({"method.epochs": "1", "method.lr": "0.01"}, 1),
                                                            ({"method.epochs": "1", "method.lr": "0.05"}, 1)]
-    capsys.readouterr()
+    header = next(line for line in capsys.readouterr().out.splitlines() if "RA %" in line)
+    assert "method.epochs" in header and "backbone" in header and "dataset" not in header
     [row] = report([tmp_path], plots=False, ignore=["method.lr"])
     assert row["seeds"] == 2 and round(row["avg_acc"], 6) == 0.7
     said = "- method.lr pooled (--ignore): runs of 0.01, 0.05 averaged as one setting"
