@@ -24,6 +24,7 @@ GROUP = ("method", "dataset", "tasks", "scenario", "backbone", "memory", "protoc
 # from metrics.json (runs that kept no config have them too); the settings keys they show are no columns of their own.
 SHOWN_AS = {"method.name": "method", "dataset.name": "dataset", "dataset.num_tasks": "tasks", "scenario": "scenario",
             "backbone.name": "backbone", "method.memory_size": "memory", "method.protocol": "protocol"}
+METHODS_OWN = ("method.", "setting")  # keys of a method's own: its config, and the paper setting method=X picks
 UNRECORDED = "?"  # a settings column's cell for a run that recorded no settings (never pooled with one that did)
 # metrics.json key -> its column, under the name the papers print (RA, BTI, LA: GEM, MER, La-MAML; task-aware:
 # FACIL). A metric a run does not record (task-aware in the task scenario) is left out of its mean.
@@ -104,13 +105,13 @@ def canonical(settings: dict | None, key: str) -> str | None:
 
 def grouping_keys(runs: list[dict], by=(), ignore=()) -> list[str]:
     """The settings keys that tell apart runs that GROUP's columns (ignored ones aside) would pool: a method's own
-    keys (method.*) between runs of one method, every other key between runs of any methods, since --rank compares
-    methods only at otherwise equal settings. Plus the --by keys; never the seed, nor what GROUP shows."""
+    keys (METHODS_OWN) between runs of one method, every other key between runs of any methods, since --rank
+    compares methods only at otherwise equal settings. Plus the --by keys; never the seed, nor what GROUP shows."""
     recorded = [r for r in runs if r["settings"] is not None]
     derived = [k for k in GROUP if k not in ignore and k != "method"]
     keys = set(by) - set(GROUP)
     for key in sorted({k for r in recorded for k in r["settings"]} - {identity.SEED, *SHOWN_AS, *ignore, *keys}):
-        apart = [*derived, "method"] if key.startswith("method.") else derived
+        apart = [*derived, "method"] if key.startswith(METHODS_OWN) else derived
         values = defaultdict(set)
         for run in recorded:
             values[tuple(run[k] for k in apart)].add(canonical(run["settings"], key))

@@ -86,10 +86,10 @@ def test_a_seed_run_twice_at_one_setting_is_named_and_counted_once(tmp_path):
 
 
 def test_rank_pairs_methods_only_at_otherwise_equal_settings(tmp_path):
-    """A method's own keys (er's lr beside finetune's) are the method's; data.val_fraction is not: finetune at 0.2
-    is ranked alone."""
+    """A method's own keys (er's lr beside finetune's, the paper setting it picks) are the method's;
+    data.val_fraction is not: finetune at 0.2 is ranked alone."""
     for seed in (0, 1):
-        run(tmp_path, f"er{seed}", 0.8 + seed / 100, "er", seed, method__lr=0.1)
+        run(tmp_path, f"er{seed}", 0.8 + seed / 100, "er", seed, method__lr=0.1, setting="er_split_mnist")
         run(tmp_path, f"ft{seed}", 0.6 + seed / 100, "finetune", seed)
         run(tmp_path, f"ft_val{seed}", 0.5 + seed / 100, "finetune", seed, data__val_fraction=0.2)
     proc = cl_bench("report", str(tmp_path), "--no-plots", "--rank")
@@ -100,7 +100,7 @@ def test_rank_pairs_methods_only_at_otherwise_equal_settings(tmp_path):
             "0.71" in ranking)
     assert "  - er > finetune (+20.00 [+20.00, +20.00], 2 seeds)" in ranking
     assert "split_mnist · 1 · class · honest · data.val_fraction 0.2, n=2: finetune 50.50 ± 0.71" in ranking
-    assert NO_INTERVAL in ranking and "method.lr" not in proc.stdout
+    assert NO_INTERVAL in ranking and "method.lr" not in proc.stdout and "er_split_mnist" not in proc.stdout
 
 
 def test_by_forces_a_column_and_ignore_pools_one(tmp_path, capsys):
