@@ -12,9 +12,10 @@ USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) a
        cl-bench train resume=RUN_DIR          continue an interrupted run from its last checkpoint
        cl-bench train -sc install=bash        shell completion (eval "$(cl-bench train -sc install=bash)")
        cl-bench eval RUN_DIR [--checkpoint task_003]   re-evaluate a checkpoint, write eval.json
-       cl-bench report PATH... [--out DIR] [--rank [--margin 1]]  mean ± std [95% CI] over seeds (report.md,
-                                                 report.csv), plots; --rank orders each setting's methods by RA and
-                                                 says A > B, A ≈ B within the margin or undetermined, paired by seed
+       cl-bench report PATH... [--out DIR] [--rank [--margin 1]] [--by KEY] [--ignore KEY]  a row per setting,
+                                                 mean ± std [95% CI] over seeds (report.md, report.csv), plots;
+                                                 --rank orders each setting's methods by RA and says A > B, A ≈ B
+                                                 within the margin or undetermined, paired by seed
        cl-bench list                          methods, datasets, backbones and paper settings
        cl-bench data prepare cifar10 --from SRC --root DIR   CIFAR-10's canonical files from an archive,
                                               an image folder or an .npz of encoded images
@@ -96,16 +97,19 @@ def report(args: list[str]) -> int:
                                                                 "(default 1)"),
                                             p.add_argument("--wide", action="store_true",
                                                            help="every column in the printed table, not only "
-                                                                "those that differ between rows")))
+                                                                "those that differ between rows"),
+                                            p.add_argument("--by", action="append", default=[], metavar="KEY",
+                                                           help="a setting (method.lr) to group by even where it "
+                                                                "does not differ; repeatable"),
+                                            p.add_argument("--ignore", action="append", default=[], metavar="KEY",
+                                                           help="a setting to pool over, its values averaged as "
+                                                                "one; repeatable")))
     missing = [str(p) for p in opts.paths if not p.exists()]
     if missing:
         raise UserError(f"no such run or sweep directory: {', '.join(missing)}")
-    if not opts.no_plots:
-        from .checks import require_extra
-        require_extra("matplotlib", "plots", "cl-bench report's plots", ", or pass --no-plots")
     from . import report as report_module
     if not report_module.report(opts.paths, opts.out, plots=not opts.no_plots, rank=opts.rank, wide=opts.wide,
-                                margin=opts.margin):
+                                margin=opts.margin, by=opts.by, ignore=opts.ignore):
         raise UserError(f"no complete run (metrics.json) under {', '.join(map(str, opts.paths))}")
     return 0
 

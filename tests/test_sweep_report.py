@@ -285,8 +285,8 @@ def test_the_report_plots_a_task_prediction_matrix_where_a_run_has_one(tmp_path)
     m["task_prediction_acc"] = [[1.0, 0.0], [0.9, 0.8]]
     metrics_path.write_text(json.dumps(m))
     report_module.report([tmp_path], plots=True)
-    assert {p.name for p in (tmp_path / "plots").glob("task_prediction_*")} == {"task_prediction_gated.png"}
-    assert {p.name for p in (tmp_path / "plots").glob("acc_*")} == {"acc_er.png", "acc_gated.png"}
+    assert {p.name for p in (tmp_path / "plots").glob("task_prediction_*")} == {"task_prediction_gated_seed0.png"}
+    assert {p.name for p in (tmp_path / "plots").glob("acc_*")} == {"acc_er_seed0.png", "acc_gated_seed0.png"}
 
 
 def test_runs_on_other_hardware_are_reported_apart(tmp_path):
@@ -337,5 +337,5 @@ def test_capacity_and_gate_plots_follow_what_a_run_reports_not_its_method_name(t
     gates.write_text(json.dumps(m))
     report_module.report([tmp_path], plots=True)
     made = {p.name for p in (tmp_path / "plots").glob("*.png")}
-    assert {"capacity_grows.png", "gates_gates.png"} <= made
-    assert not {name for name in made if name.startswith(("capacity_", "gates_")) and "plain" in name}
+    assert {"capacity_my_masks_seed0.png", "gates_my_gates_seed0.png"} <= made
+    assert not {name for name in made if name.startswith(("capacity_", "gates_")) and "cpg" in name}
