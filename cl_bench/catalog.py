@@ -175,7 +175,7 @@ def decode_value(kind, value):
     """A default read back from JSON: a Choice's value as its member (a Choice is saved as its value)."""
     base = next((a for a in typing.get_args(kind) if a is not NoneType), kind) if typing.get_origin(kind) in (
         UnionType, typing.Union) else kind
-    if isinstance(base, type) and issubclass(base, Choice) and value is not None and value in base._value2member_map_:
+    if isinstance(base, type) and issubclass(base, Choice) and value is not None and value in {m.value for m in base}:
         return base(value)
     if typing.get_origin(base) is list and isinstance(value, list):
         return [decode_value(typing.get_args(base)[0], v) for v in value]
