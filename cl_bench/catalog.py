@@ -27,6 +27,7 @@ from .checks import Choice
 PACKAGE = Path(__file__).resolve().parent
 FORMAT = 1  # of the catalog file; part of its digest
 BUILTINS = {t.__name__: t for t in (int, float, bool, str)}
+KEPT = 8  # catalogs kept in the cache folder, the newest: one for each source tree in use (checkouts, versions)
 
 
 def digest() -> str:
@@ -62,7 +63,10 @@ def save() -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, build())
-    except OSError:
+        by_age = sorted(path.parent.glob("catalog-*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in by_age[KEPT:]:
+            old.unlink(missing_ok=True)
+    except OSError:  # unwritable, or another process's catalog gone meanwhile
         pass
 
 

@@ -115,3 +115,15 @@ def test_the_catalog_is_keyed_by_every_source_file(tmp_path, monkeypatch):
     assert len({first, second, catalog.digest()}) == 3
     monkeypatch.setenv("CL_BENCH_CACHE", str(tmp_path / "cache"))
     assert catalog.load() is None  # no catalog of this tree: the full path
+
+
+def test_the_cache_keeps_the_newest_catalogs(tmp_path, monkeypatch):
+    monkeypatch.setenv("CL_BENCH_CACHE", str(tmp_path))
+    for age in range(1, catalog.KEPT + 3):
+        old = tmp_path / f"catalog-old{age}.json"
+        old.write_text("{}")
+        os.utime(old, (old.stat().st_atime - age * 3600,) * 2)
+    catalog.save()
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert len(kept) == catalog.KEPT and catalog.location().name in kept and "catalog-old1.json" in kept
+    assert catalog.load()["methods"]["ewc"]["scenarios"] == ["class", "task"]
