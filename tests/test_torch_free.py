@@ -83,7 +83,7 @@ def test_a_config_that_composes_takes_the_full_path(cached):
     assert code == 2 and torch_imported and "method.memory_size=0 is out of range" in err
 
 
-def test_a_sweep_and_a_flag_take_the_full_path(cached):
+def test_a_sweep_takes_the_full_path(cached):
     code, _, err, torch_imported = run(["train", "method.lr_msk=1,2"], cached)
     assert torch_imported and code == 2 and err == run(["train", "method.lr_msk=1,2"], NO_CACHE)[2]
 
