@@ -12,6 +12,10 @@ Choice as a Choice of the same values), which gives the same unknown keys, wrong
 classes, and so the same one-line errors. A command whose config composes still takes the full path: the classes
 are registered over the rebuilt ones, and every check of every run is theirs (app.run). Without a catalog (a
 fresh cache, a changed source file) a command simply takes the full path and writes one.
+
+Why not torch-free method modules instead: a method is one file, its class an nn.Module whose traits are class
+attributes; reading them without torch would split each file in two, or import torch lazily in every one. The
+catalog keeps the classes as they are, the one source of every default and trait, and is read from them only.
 """
 import dataclasses
 import hashlib
