@@ -993,6 +993,8 @@ def render_startup(d) -> list[str]:
         cells = [f"{d['median_s'][f'{label}, {side}']:.2f} ({d['ratio_to_import_torch'][f'{label}, {side}']:.2f})"
                  for side in sides]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "`train --help` costs more than the others without torch too: Hydra's help lists every config "
+                  "group's options, and deep-copies its ConfigStore (every schema) once for each of them."]
     if d.get("flagged"):
         lines += ["", f"Over half of `import torch`: {', '.join(d['flagged'])}."]
     return lines
