@@ -17,6 +17,8 @@ from .errors import UserError
 
 log = logging.getLogger("cl_bench")
 RUN_RECORD = "run.json"
+# Hydra's flags that compose the config and print from it, never starting a job: answered from the catalog
+ANSWERED_ALONE = {"--help", "-h", "-sc", "--shell-completion"}
 MAX_CHECKED_JOBS = 1000  # a larger sweep is checked job by job as it runs
 _jobs_started = 0  # once a job has run, a ValueError is the run's own (a bug, with its traceback), not Hydra's
 
@@ -28,15 +30,17 @@ def run(args: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from . import config, hardware
-    config.register()
+    from . import config
+    register_for(args)
     if cfg_job_request(args):
         return print_config_tree([a for a in args if a not in ("--cfg", "-c", "job")])
     resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
     if resume:
         args = resume_overrides(resume, args)
-    elif hardware.rank() > 0:
-        args = args + follower_overrides(args)
+    elif "RANK" in os.environ:  # under torchrun; hardware imports torch, so only then
+        from . import hardware
+        if hardware.rank() > 0:
+            args = args + follower_overrides(args)
     entry = hydra.main(config_path="pkg://cl_bench.conf", config_name="config", version_base="1.3")(task)
     saved_argv, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["cl-bench", *args]
@@ -61,6 +65,37 @@ def run(args: list[str]) -> int:
         else:
             os.environ["HYDRA_FULL_ERROR"] = full_error
     return 0
+
+
+def register_for(args: list[str]) -> None:
+    """The schemas for Hydra, registered so that what needs no torch is answered without it (catalog.py says why).
+    Hydra answers help and shell completion from the config alone: from the catalog's method and backbone schemas,
+    where this source tree's catalog is cached. A run of plain overrides is composed over those first, so that a
+    config error (an unknown key or choice, a wrong type) is the same one line without torch; a config that composes
+    is registered again from the classes, and runs with every check, as without a catalog."""
+    from . import catalog, config
+    alone = bool(ANSWERED_ALONE & set(args))
+    cached = catalog.load() if "RANK" not in os.environ and (alone or plain_overrides(args)) else None
+    if cached is None:
+        config.register()
+        return
+    config.register(catalog.options(cached))
+    if not alone:
+        config.compose(args)  # raises a config error as run() would (config.describe, config.unknown_choice)
+        config.register()
+
+
+def plain_overrides(args: list[str]) -> bool:
+    """Whether args are overrides alone, none of them a sweep (`key=a,b`, which a run refuses in words of its
+    own) nor resume=: what Hydra's compose API composes exactly as hydra.main does."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    if any(a.startswith("-") or a.startswith("resume=") for a in args):
+        return False
+    try:
+        return not any(o.is_sweep_override() for o in OverridesParser.create().parse_overrides(args))
+    except HydraException:  # unparsable: hydra.main says how
+        return False
 
 
 def submitit_failure(message: str) -> str:

@@ -144,16 +144,16 @@ def data(args: list[str]) -> int:
 def list_all() -> int:
     from rich.table import Table
 
-    from . import backbones, config, methods
+    from . import catalog, config
+    found = catalog.current()  # the classes' traits, from the cache without torch (catalog.py)
     tables = []
     for title, rows in (
-            ("methods", [(name, ",".join(sorted(cls.scenarios)), ",".join(sorted(cls.distributed_scenarios)) or "-",
-                          "yes" if cls.graph_safe is True else ",".join(cls.graph_phases) or "-",
-                          first_line(sys.modules[cls.__module__]))
-                         for name, cls in sorted(methods.METHODS.items())]),
+            ("methods", [(name, ",".join(m["scenarios"]), ",".join(m["distributed_scenarios"]) or "-",
+                          "yes" if m["graph_safe"] is True else ",".join(m["graph_phases"]) or "-", m["summary"])
+                         for name, m in sorted(found["methods"].items())]),
             ("datasets", [(p.stem, yaml_comment(p)) for p in sorted((config.CONF / "dataset").glob("*.yaml"))]),
-            ("backbones", [(name, first_line(module)) for name, (module, _) in sorted(backbones.BACKBONES.items())]),
-            ("paper settings", setting_rows())):
+            ("backbones", [(name, b["summary"]) for name, b in sorted(found["backbones"].items())]),
+            ("paper settings", setting_rows(found["methods"]))):
         table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
         columns = {"methods": ("name", "scenarios", "hardware=ddp", "cuda_graphs", "what it is"),
                    "paper settings": ("name", "chosen by", "what it is")}
@@ -169,11 +169,11 @@ def list_all() -> int:
     return 0
 
 
-def setting_rows() -> list[tuple[str, str, str]]:
+def setting_rows(method_names) -> list[tuple[str, str, str]]:
     """conf/setting/: each setting, the command line that picks it (a pair picks its own by itself) and what it is."""
-    from . import config, methods, settings
+    from . import config, settings
     datasets = [p.stem for p in (config.CONF / "dataset").glob("*.yaml")]
-    pairs = settings.pairs(methods.METHODS, datasets)
+    pairs = settings.pairs(method_names, datasets)
     rows = []
     for name in settings.available():
         method, dataset = pairs.get(name, (None, None))
@@ -197,10 +197,6 @@ def yaml_comment(path: Path) -> str:
     """The first comment line of a config file (after a `# @package` line)."""
     comments = [line for line in path.read_text().splitlines()[:2] if line.startswith("#") and "@package" not in line]
     return comments[0].lstrip("# ").strip() if comments else ""
-
-
-def first_line(obj) -> str:
-    return (obj.__doc__ or "").strip().splitlines()[0]
 
 
 def entry_point() -> None:

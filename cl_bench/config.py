@@ -1,6 +1,9 @@
 """Structured-config schemas, registered in Hydra's ConfigStore so that every YAML in cl_bench/conf/ is typed:
 an unknown key or a value of the wrong type is an error, not a silent no-op. Also the compose API that tests,
-`cl-bench eval` and the sweep checks use, with Hydra's errors as one line."""
+`cl-bench eval` and the sweep checks use, with Hydra's errors as one line.
+
+Importing this module imports no torch: the methods and backbones (whose modules do) are imported where they are
+used, so that a config error is answered without them from catalog.py's schemas (see register)."""
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -8,10 +11,9 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
-from . import backbones, hardware, methods, settings
+from . import settings
 from .checks import Checked, Choice, require_extra
-from .data.residency import Residency
-from .data.sources import SourceName
+from .data import EVAL_BATCH, Residency, SourceName
 from .errors import UserError
 
 CONF = Path(__file__).resolve().parent / "conf"  # the packaged config tree (pkg://cl_bench.conf)
@@ -87,7 +89,7 @@ class DataConfig(Checked):
     download: bool = False  # fetch missing files with torchvision's verified downloader
     cache: bool = True  # keep decoded datasets under ~/.cache/cl-bench (or $CL_BENCH_CACHE): see data/cache.py
     val_fraction: float = 0.1  # share of each task's training data held out for model selection
-    eval_batch_size: int = hardware.EVAL_BATCH  # samples per forward pass wherever a model is only evaluated
+    eval_batch_size: int = EVAL_BATCH  # samples per forward pass wherever a model is only evaluated
     normalization: Normalization = Normalization.auto  # see Normalization above
     residency: Residency = Residency.auto  # where the images live: device, host or stream (data/residency.py)
     # residency=stream: DataLoader processes that read batches ahead from the prepared file; null: 2 for a GPU, 0
@@ -258,6 +260,7 @@ class Config:
 
     def __post_init__(self) -> None:
         """What holds across groups: the method supports the scenario (and DDP, and within-task checkpoints)."""
+        from . import methods
         name = self.method.name
         methods.check_scenario(name, self.scenario)
         if self.hardware.distributed:
@@ -289,10 +292,12 @@ def per_task_normalization(cfg) -> bool:
     return cfg.method.protocol == "official" and cfg.scenario == "task" and bool(cfg.dataset.normalize)
 
 
-def register() -> None:
+def register(options: list[tuple[str, str, Any]] | None = None) -> None:
     """Make the schemas and the run-directory resolver known to Hydra (the CLI calls this; nothing the task loop
     runs needs Hydra). Methods and backbones are their dataclasses, one group option each; datasets, hardware
-    and loggers are YAML files over the schemas in /schemas."""
+    and loggers are YAML files over the schemas in /schemas. options: the method and backbone options as
+    (group, name, node); by default the classes' own (their modules import torch), which also keeps catalog.py's
+    copy of them current; the CLI's torch-free answers pass catalog.options(), rebuilt from that copy."""
     from hydra.core.config_store import ConfigStore
 
     from .rundirs import unique_dir
@@ -304,10 +309,12 @@ def register() -> None:
     # At the top level, not in a group: `cl-bench train --help` lists groups, and these are no options to choose.
     for group, node in (("dataset", DatasetConfig), ("hardware", HardwareConfig), ("logger", LoggerConfig)):
         cs.store(name=f"{group}_schema", node=node)
-    for name, (_, schema) in backbones.BACKBONES.items():
-        cs.store(group="backbone", name=name, node=schema)
-    for name, cls in methods.METHODS.items():
-        cs.store(group="method", name=name, node=cls.Config(name=name))
+    if options is None:
+        from . import catalog
+        options = catalog.class_options()
+        catalog.save()
+    for group, name, node in options:
+        cs.store(group=group, name=name, node=node)
 
 
 def validate(cfg):
@@ -333,6 +340,7 @@ def given_keys(cfg, prefix: str) -> set[str]:
 
 
 def check_within_task_checkpoints(checkpoint: CheckpointConfig, method) -> None:
+    from . import methods
     every = checkpoint.every_epochs
     if every and not checkpoint.enabled:
         raise UserError("checkpoint.every_epochs needs checkpoint.enabled=true")
@@ -370,11 +378,11 @@ def compose(overrides: list[str]):
 
 
 def group_options(group: str) -> list[str]:
-    """The choices of a config group: the registries for methods and backbones, the YAML files for the rest."""
-    if group == "method":
-        return sorted(methods.METHODS)
-    if group == "backbone":
-        return sorted(backbones.BACKBONES)
+    """The choices of a config group: the registries' for methods and backbones (the options register() stored,
+    from the classes or from catalog.py's copy of them), the YAML files for the rest."""
+    if group in ("method", "backbone"):
+        from hydra.core.config_store import ConfigStore
+        return sorted(name.removesuffix(".yaml") for name in ConfigStore.instance().list(group))
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 

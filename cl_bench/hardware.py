@@ -26,13 +26,6 @@ class Hardware:
     hosts: list[str] = field(default_factory=lambda: [socket.gethostname()])  # each rank's machine, by rank
 
 
-# Samples per forward pass wherever a model is only evaluated (scoring, relevance, features): data.eval_batch_size.
-# On a CPU the best size depends on the network: CIFAR-sized convnets scored 1.4-2.5x faster at 100 than at 1,000
-# (their activations fall out of the caches), the digits' convnet and MNIST's MLP 1.6-2.6x slower (per-batch
-# overhead); `python scripts/bench.py evalbatch`, docs/benchmarks.md "Evaluation batch size".
-EVAL_BATCH = 1000
-
-
 def rank() -> int:
     """This process's rank under torchrun (0 when run alone): only rank 0 writes files or prints."""
     return int(os.environ.get("RANK", "0"))

@@ -22,6 +22,9 @@
                                                         # the default threads against every core in each job
     python scripts/bench.py evalbatch                   # scoring time by evaluation batch size (no MNIST needed;
                                                         # with --cifar-root, the image workload at both)
+    python scripts/bench.py startup [--repeats 5] [--before DIR]  # the answers that need no torch (help, a config
+                                                        # typo, list, shell completion) against `import torch`:
+                                                        # with catalog.py's cache, without it, and on DIR
     python scripts/bench.py residency [--big-gib 4 --cap-gib 1.5]  # samples/s with the images on the device, on
                                                         # the host and streamed; a dataset --big-gib large trained
                                                         # under stream, its peak memory against --cap-gib
@@ -905,6 +908,58 @@ def _proc_kib(pid: int, name: str, field: str) -> int:
     return 0
 
 
+# The commands answered without torch where catalog.py's cache holds this source tree's catalog: label, arguments
+# and COMP_LINE (a shell completion's query). The config errors are those of the issue: a key, a type, a choice.
+STARTUP = {
+    "cl-bench --help": (["--help"], None),
+    "cl-bench train --help": (["train", "--help"], None),
+    "typo: unknown key": (["train", "method.lr_msk=1e-3"], None),
+    "typo: wrong type": (["train", "method.lr=fast"], None),
+    "typo: unknown choice": (["train", "method=ewcc"], None),
+    "cl-bench list": (["list"], None),
+    "completion (Tab)": (["-sc", "query=bash"], "cl-bench train method.l"),
+}
+
+
+def startup(opts) -> dict:
+    """Whole-process seconds of `python -c "import torch"` and of each STARTUP command, interleaved, median of
+    --repeats: with the catalog cached (the torch-free answers), without a cache to read or write (the full path,
+    which imports the classes and so torch), and, with --before DIR, at another checkout."""
+    with tempfile.TemporaryDirectory() as cache:
+        sides = {"with the catalog": (ROOT, cache), "without it": (ROOT, "/dev/null/no-cache")}
+        if opts.before:
+            sides[opts.before_label or "before"] = (Path(opts.before).resolve(), "/dev/null/no-cache")
+        run_startup(ROOT, cache, ["train", "method=ewcc"], None)  # writes the catalog (a full-path command)
+        runs = {"import torch": []} | {f"{label}, {side}": [] for label in STARTUP for side in sides}
+        for _ in range(opts.repeats):
+            runs["import torch"].append(run_startup(ROOT, cache, None, None))
+            for label, (args, line) in STARTUP.items():
+                for side, (src, folder) in sides.items():
+                    runs[f"{label}, {side}"].append(run_startup(src, folder, args, line))
+    torch_s = statistics.median(runs["import torch"])
+    median = {key: statistics.median(times) for key, times in runs.items()}
+    ratio = {key: s / torch_s for key, s in median.items()}
+    flagged = [key for key in ratio if key.startswith("typo") and key.endswith(", with the catalog")
+               and ratio[key] >= 0.5]  # the issue's bar: a typo in under half of `import torch`
+    return {"repeats": opts.repeats, "sides": list(sides), "commands": list(STARTUP), "median_s": median,
+            "ratio_to_import_torch": ratio, "flagged": flagged}
+
+
+def run_startup(src: Path, cache: str, args: list[str] | None, comp_line: str | None) -> float:
+    """One process's wall seconds: `python -m cl_bench ARGS` at checkout src, or `import torch` (args None)."""
+    env = {**os.environ, "PYTHONPATH": str(src), "CL_BENCH_CACHE": cache, "COLUMNS": "120"}
+    env.pop("COMP_LINE", None)
+    if comp_line is not None:
+        env["COMP_LINE"] = comp_line
+    cmd = [sys.executable, "-c", "import torch"] if args is None else [sys.executable, "-m", "cl_bench", *args]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=src, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode not in (0, 2) or "Traceback" in proc.stderr:
+        raise Failed(f"{' '.join(cmd)}: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
+    return wall
+
+
 # --- rendering ---------------------------------------------------------------------------------------------
 def render(results: dict) -> str:
     lines = ["# Benchmarks", "", "Written by `python scripts/bench.py SECTION` (`make bench` runs the CPU sections) "
@@ -916,10 +971,33 @@ def render(results: dict) -> str:
                         ("costs", render_costs),
                         ("methods", render_methods), ("scaling", render_scaling), ("gpu", render_gpu),
                         ("ddp", render_ddp), ("threads", render_threads), ("evalbatch", render_evalbatch),
-                        ("residency", render_residency)):
+                        ("residency", render_residency), ("startup", render_startup)):
         if section in results:
             lines += fn(results[section]) + [""]
     return "\n".join(lines)
+
+
+def render_startup(d) -> list[str]:
+    sides = d["sides"]
+    torch_s = d["median_s"]["import torch"]
+    lines = ["## Answers without torch", "",
+             f"{where(d)}; median of {d['repeats']} whole processes each, interleaved. `cl-bench --help`, `train "
+             "--help`, a config typo, `list` and a shell completion's query need no torch: they are answered from "
+             "catalog.py's cache of the method and backbone classes (written by the first command that imports them, "
+             "and keyed by a digest of the package's sources), against the full path that imports them (no cache "
+             "to read). `python scripts/bench.py startup`.", "",
+             f"`python -c \"import torch\"`: {torch_s:.2f} s.", "",
+             "| command | " + " | ".join(f"{side} s (x import torch)" for side in sides) + " |",
+             "|---|" + "---|" * len(sides)]
+    for label in d["commands"]:
+        cells = [f"{d['median_s'][f'{label}, {side}']:.2f} ({d['ratio_to_import_torch'][f'{label}, {side}']:.2f})"
+                 for side in sides]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "`train --help` costs more than the others without torch too: Hydra's help lists every config "
+                  "group's options, and deep-copies its ConfigStore (every schema) once for each of them."]
+    if d.get("flagged"):
+        lines += ["", f"Over half of `import torch`: {', '.join(d['flagged'])}."]
+    return lines
 
 
 def render_threads(d) -> list[str]:
@@ -1336,7 +1414,7 @@ def render_ddp(d) -> list[str]:
 
 SECTIONS = {"overhead": overhead, "peers": peers, "images": images, "methods": methods, "masks": masks,
             "scaling": scaling, "costs": costs, "gpu": gpu, "ddp": ddp, "threads": threads, "evalbatch": evalbatch,
-            "residency": residency, "launches": launches}
+            "residency": residency, "launches": launches, "startup": startup}
 
 
 def commit() -> str:
@@ -1368,8 +1446,9 @@ def main() -> None:
                         help="words for the machine, recorded with the figures")
     parser.add_argument("--gpu-check", help="gpu: a GPU check's gpu_check.json to record")
     parser.add_argument("--only", help="costs: the settings to measure again, comma-separated label prefixes")
-    parser.add_argument("--before", help="masks, launches: another checkout to time beside this one (a git worktree)")
-    parser.add_argument("--before-label", help="masks, launches: words for that checkout (say, its commit)")
+    parser.add_argument("--before", help="masks, launches, startup: another checkout to time beside this one (a git "
+                                         "worktree)")
+    parser.add_argument("--before-label", help="masks, launches, startup: words for that checkout (say, its commit)")
     parser.add_argument("--after", help="launches: the checkout to measure as `after` (default: this one)")
     parser.add_argument("--docs", type=Path, default=DOCS, help="where benchmarks.json and benchmarks.md live")
     parser.add_argument("--big-gib", type=float, default=4.0, help="residency: the large dataset's size")
@@ -1380,7 +1459,7 @@ def main() -> None:
     if opts.worker:  # a launches worker: its figures to stdout, nothing written
         print(json.dumps(launch_workers(json.loads(opts.worker))))
         return
-    if opts.section not in ("gpu", "evalbatch", "launches"):  # a GPU check's file; launches: the digits
+    if opts.section not in ("gpu", "evalbatch", "launches", "startup"):  # a GPU check's file; launches: the digits
         if opts.data is None:
             sys.exit("bench: pass --data DIR (a data root holding MNIST/raw) or set CL_BENCH_DATA")
         if not (Path(opts.data) / "MNIST" / "raw").is_dir() and not (ROOT / opts.data / "MNIST" / "raw").is_dir():

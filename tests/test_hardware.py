@@ -12,6 +12,7 @@ from torch import nn
 
 from cl_bench import config, hardware
 from cl_bench import train as train_module
+from cl_bench.data import EVAL_BATCH
 from cl_bench.errors import UserError
 from cl_bench.methods.base import fresh_copy
 from cl_bench.recorders import Recorders
@@ -142,7 +143,7 @@ def test_a_copy_of_a_compiled_module_runs_on_its_own_weights():
 
 def test_the_runs_evaluation_batch_reaches_its_context():
     config.register()
-    for override, expected in (([], hardware.EVAL_BATCH), (["data.eval_batch_size=7"], 7)):
+    for override, expected in (([], EVAL_BATCH), (["data.eval_batch_size=7"], 7)):
         _, _, ctx = train_module.build(config.compose(["method=finetune", "logger=none", *override]), Recorders([]))
         assert ctx.eval_batch_size == expected
 

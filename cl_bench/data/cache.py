@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
 FORMAT = 1  # bump when what the readers produce changes, so that old entries are not read back
 TENSORS = ("train_x", "train_y", "test_x", "test_y", "train_coarse", "test_coarse")
@@ -59,6 +58,7 @@ def _load(path: Path, make_source: Callable):
 
 
 def _store(path: Path, source, sources: list[str]) -> None:
+    from safetensors.torch import save_file  # here: catalog.py reads `folder` without torch
     tensors = {k: getattr(source, k) for k in TENSORS if getattr(source, k) is not None}
     meta = {"name": source.name, "mean": json.dumps(source.mean), "std": json.dumps(source.std),
             "sources": json.dumps(sources)}

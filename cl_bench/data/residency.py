@@ -20,20 +20,12 @@ import os
 import torch
 from torch.utils.data import DataLoader
 
-from ..checks import Choice
 from .prepared import MappedImages
 
 # auto: keep the images where they take at most this share of the free memory (room for model and activations)
 FREE_SHARE = 0.5
 PREFETCH_BATCHES = 2  # batches each stream worker prepares ahead
 GPU_WORKERS = 2  # data.workers=null on a GPU: reading overlaps the device's work (on a CPU it takes its cores)
-
-
-class Residency(Choice):
-    auto = "auto"  # device if the images take at most half its free memory, else host, else stream
-    device = "device"
-    host = "host"
-    stream = "stream"
 
 
 def free_bytes(device: torch.device) -> int:

@@ -4,8 +4,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import hardware
 from ..checkpoint import SideStore
+from ..data import EVAL_BATCH
 
 
 @dataclass
@@ -19,7 +19,7 @@ class Context:
     rank: int = 0  # this process's place among world_size data-parallel processes
     world_size: int = 1
     seed: int = 0  # the run's seed
-    eval_batch_size: int = hardware.EVAL_BATCH  # samples per forward pass when only evaluating (data.eval_batch_size)
+    eval_batch_size: int = EVAL_BATCH  # samples per forward pass when only evaluating (data.eval_batch_size)
     # Data-parallel: this rank's own augmentation stream (every rank draws the batch order, the replay draws and
     # the memory updates from `generator`, alike; each augments only its own shard, with this one).
     shard_generator: torch.Generator | None = None

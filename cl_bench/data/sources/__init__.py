@@ -15,31 +15,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cl_bench.checks import Choice
-from cl_bench.data import cache
+from cl_bench.data import SourceName, cache
 from cl_bench.errors import UserError
 
 from . import cifar, core50, custom, idx, miniimagenet, svhn
 from .common import Layout, Reader, Source
 from .files import _files
-
-
-class SourceName(Choice):
-    """The datasets whose canonical files a source reads (dataset.source)."""
-
-    digits = "digits"  # scikit-learn's bundled 8×8 digits
-    mnist = "mnist"
-    fashion_mnist = "fashion_mnist"
-    cifar10 = "cifar10"
-    cifar100 = "cifar100"
-    svhn = "svhn"
-    miniimagenet = "miniimagenet"  # the 100 classes of miniImageNet's cache pickles, 84×84
-    core50 = "core50"  # CORe50's 50 objects, 128×128
-    tensors = "tensors"  # your own arrays: an .npz or .safetensors file at dataset.path
-    image_folder = "image_folder"  # your own images: dataset.path/{train,test}/<class>/<image>
-    tinyimagenet = "tinyimagenet"  # Tiny ImageNet's 200 classes at 64×64, as `cl-bench data prepare` writes it
-    imagenet_subset = "imagenet_subset"  # a class list over ImageNet, resized by `cl-bench data prepare`
-
 
 # Sources read only from the files `cl-bench data prepare` writes (data/prepared.py): decoding their JPEG folders
 # takes minutes, so it happens once there, never at the start of a run.
