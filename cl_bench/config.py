@@ -222,6 +222,12 @@ class CheckpointConfig(Checked):
     # and `cl-bench eval --checkpoint` of earlier tasks, and a fallback past a damaged newest one.
     keep: Any = 1
 
+    def refuse_unread(self, given: set[str] = frozenset()) -> None:
+        """checkpoint.keep with checkpoints off (set away from 1, or on the command line) would change nothing."""
+        if not self.enabled and ("keep" in given or self.keep != 1):
+            raise UserError(f"checkpoint.keep={self.keep} is not read with checkpoint.enabled=false, which writes no "
+                            "checkpoints to keep: drop it, or set checkpoint.enabled=true")
+
     def checks(self):
         keep = self.keep
         return [("every_epochs", self.every_epochs >= 0, "0 (after tasks only) or more"),
@@ -320,6 +326,8 @@ def validate(cfg):
         built = Config(**{f.name: OmegaConf.to_object(cfg[f.name]) if OmegaConf.is_config(cfg[f.name])
                           else cfg[f.name] for f in dataclasses.fields(Config)})  # Hydra's own node, if any, aside
         built.dataset.refuse_unread(given_keys(cfg, "dataset."))
+        built.method.refuse_unread(given_keys(cfg, "method."))
+        built.checkpoint.refuse_unread(given_keys(cfg, "checkpoint."))
     except InterpolationResolutionError as e:  # e.g. a setting's resolver said what is wrong
         raise UserError(describe(e)) from None
     return cfg

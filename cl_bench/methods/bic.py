@@ -81,6 +81,12 @@ class BiCConfig(MethodConfig):
                 ("bias_lr", self.bias_lr > 0, "a positive number"),
                 ("beta_l2", self.beta_l2 >= 0, "0 or more")]
 
+    def unread(self):
+        """Stage 2's SGD takes method.momentum whatever optimiser stage 1 uses."""
+        found = super().unread()
+        found.pop("momentum", None)
+        return found
+
 
 def budget(memory_size: int, classes: int, val_fraction: float) -> tuple[int, int]:
     """(held out, trained on) samples per class when `classes` classes share the memory. The small slack keeps
