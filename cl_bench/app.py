@@ -28,7 +28,7 @@ def run(args: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from . import config, hardware
+    from . import config, failures, hardware
     config.register()
     if cfg_job_request(args):
         return print_config_tree([a for a in args if a not in ("--cfg", "-c", "job")])
@@ -46,7 +46,11 @@ def run(args: list[str]) -> int:
     except (HydraException, OmegaConfBaseException) as e:
         GlobalHydra.instance().clear()
         raise UserError(config.describe(e, args)) from None
+    except OSError as e:  # Hydra writing a run directory it cannot (read-only, full, no permission)
+        raise UserError(failures.at_start(e, resume)) from None
     except ValueError as e:
+        if isinstance(e.__cause__, OSError):  # Hydra's log file, in such a directory
+            raise UserError(failures.at_start(e.__cause__, resume)) from None
         if _jobs_started:
             raise
         raise UserError(config.unknown_choice(args) or str(e)) from None  # Hydra's own command-line checks
@@ -153,6 +157,10 @@ def exit_on_user_error():
     except UserError as e:
         print(f"cl-bench: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    except OSError as e:  # the run directory cannot be made or written (read-only, full, no permission)
+        from .failures import describe
+        print(f"cl-bench: error: {describe(e, started=False)}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def sweep_jobs(overrides: list[str]) -> list[list[str]]:
@@ -215,7 +223,7 @@ def task(cfg) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from . import hardware
+    from . import failures, hardware
     from . import train as train_module
     global _jobs_started
     _jobs_started += 1
@@ -237,7 +245,8 @@ def task(cfg) -> float:
                 return done
             if (run_dir / "checkpoints" / "last").is_file():
                 cfg.resume = str(run_dir)
-        return train_module.run(cfg, run_dir)
+        with failures.recorded(run_dir, writer=hardware.rank() == 0):  # an I/O error as one line; FAILED marked
+            return train_module.run(cfg, run_dir)
     except UserError as e:
         log.error(str(e))
         print(f"cl-bench: error: {e}", file=sys.stderr)

@@ -37,6 +37,17 @@ def save(run_dir: Path, task_id: int, method, results: dict, rng: dict[str, torc
     tmp = root / f".{name}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    try:
+        return _save(root, name, tmp, task_id, method, results, rng, elapsed, within)
+    except BaseException:  # a full disk, a kill: what is half-written goes; the previous checkpoint is intact
+        shutil.rmtree(tmp, ignore_errors=True)
+        (root / ".last.tmp").unlink(missing_ok=True)
+        raise
+
+
+def _save(root: Path, name: str, tmp: Path, task_id: int, method, results: dict, rng: dict[str, torch.Tensor],
+          elapsed: float, within: dict | None) -> Path:
+    """save()'s writing, into tmp, then renamed into place."""
     state = {k: v.detach().cpu().contiguous().clone() for k, v in method.state_dict().items()}
     mask_keys = method.mask_keys() & state.keys()
     masks, bits = {}, {}
@@ -58,8 +69,8 @@ def save(run_dir: Path, task_id: int, method, results: dict, rng: dict[str, torc
             optim, tensors = _flatten_optimizer(side, prefix=f"_optim_side{j}.")
             state.update(tensors)
             meta["within"]["side_optimizers"].append(optim)
-    save_file(state, tmp / FILES[0])
-    save_file(masks, tmp / FILES[1])
+    _save_file(state, tmp / FILES[0])
+    _save_file(masks, tmp / FILES[1])
     meta["sha256"] = {f: _sha256(tmp / f) for f in FILES}
     _write_synced(tmp / "meta.json", json.dumps(meta, indent=1))
     final = root / name
@@ -170,6 +181,17 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors' save_file, its I/O errors (a full disk) raised as the OSError they are (failures.py)."""
+    from safetensors import SafetensorError
+
+    from .failures import as_os_error
+    try:
+        save_file(tensors, path)
+    except SafetensorError as e:
+        raise (as_os_error(e, path) or e) from None
+
+
 def _write_synced(path: Path, text: str) -> None:
     with open(path, "w") as f:
         f.write(text)
@@ -196,7 +218,7 @@ class SideStore:
         folder = self.root / f"task_{task_id:03d}"
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{name}.tmp{os.getpid()}"
-        save_file({"tensor": tensor}, tmp)
+        _save_file({"tensor": tensor}, tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, folder / f"{name}.safetensors")
