@@ -277,6 +277,6 @@ def finished_objective(run_dir: Path, objective: str) -> float | None:
     metrics = run_dir / "metrics.json"
     if metrics.is_file():
         record = json.loads(metrics.read_text())
-        if record.get("complete"):
+        if record.get("complete") and not (run_dir / "FAILED").is_file():  # failures.MARK: resumed, not skipped
             return record.get(OBJECTIVES[objective])
     return None
