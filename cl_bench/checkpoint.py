@@ -152,6 +152,23 @@ def load(run_dir: Path, name: str | None = None, within: bool = False):
     return None if not problems else (None, None, None, problems)
 
 
+def absent(run_dir: Path, name: str, keep) -> str:
+    """Why checkpoint `name` cannot be read though nothing is damaged (load() found none of that name), in a line:
+    written and pruned by checkpoint.keep, not written (yet), or no such name; with what there is."""
+    root = Path(run_dir) / "checkpoints"
+    held = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name.startswith("task_")) if root.is_dir() else []
+    there = f"{root} holds {', '.join(held)}" if held else f"{root} holds none"
+    last = (root / "last").read_text().strip() if (root / "last").is_file() else None
+    if not (name.startswith("task_") and name[5:].isdigit()):
+        return f"no checkpoint named {name!r}: names are task_<ttt> (e.g. task_000); {there}"
+    if last is not None and name <= last and keep != "all":
+        newest = "the newest only" if keep == 1 else f"the newest {keep}"
+        return (f"{name} was written, then pruned by checkpoint.keep={keep}, which keeps {newest}; {there}: "
+                f"evaluate {'that' if len(held) == 1 else 'one of those'}, or run with checkpoint.keep=all to keep "
+                "every task's")
+    return f"{name} was not written (the run's newest is {last or 'none'}); {there}"
+
+
 def _read(path: Path):
     try:
         meta = json.loads((path / "meta.json").read_text())

@@ -103,3 +103,21 @@ def test_a_failure_without_an_errno_still_reads_as_one_line(tmp_path):
     line = failures.describe(error, tmp_path)
     assert "\n" not in line and line.startswith("no such file or folder")
     assert "/data/prepared/x/train.u8" in line and f"resume={tmp_path}" in line
+
+
+def test_evaluating_a_pruned_checkpoint_says_it_was_written_and_pruned(tmp_path):
+    run = tmp_path / "run"
+    assert cl_bench("train", f"hydra.run.dir={run}", "logger=none", "dataset.num_tasks=3", "method.epochs=1",
+                    "checkpoint.keep=2").returncode == 0
+    line = assert_one_line(cl_bench("eval", str(run), "--checkpoint", "task_000"), "task_000 was written, then pruned")
+    assert "checkpoint.keep=2" in line and "task_001, task_002" in line and "checkpoint.keep=all" in line
+    assert "was not written" in assert_one_line(cl_bench("eval", str(run), "--checkpoint", "task_007"), "task_007")
+    assert cl_bench("eval", str(run), "--checkpoint", "task_001").returncode == 0
+
+
+def test_a_user_error_after_the_run_folder_was_made_marks_it_failed(tmp_path):
+    run = tmp_path / "run"
+    proc = cl_bench("train", f"hydra.run.dir={run}", "logger=none", "dataset=split_mnist",
+                    f"data.root={tmp_path / 'empty'}")
+    line = assert_one_line(proc, "mnist needs the MNIST files")
+    assert (run / failures.MARK).read_text().strip() == line.removeprefix("cl-bench: error: ")
