@@ -93,3 +93,12 @@ def test_every_packaged_setting_composes(name):
 @pytest.mark.parametrize("name", sorted(p.stem for p in (config.CONF / "experiment").glob("*.yaml")))
 def test_every_packaged_experiment_composes(name):
     config.validate(config.compose([f"experiment={name}"]))
+
+
+def test_data_prepares_missing_files_message_names_its_own_options(tmp_path):
+    """`cl-bench data prepare` takes --root and --download, not a run's data.root and data.download."""
+    from conftest import cl_bench
+    proc = cl_bench("data", "prepare", "mnist", "--root", str(tmp_path))
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+    assert "set --root to" in proc.stderr and "add --download to fetch them" in proc.stderr
+    assert "data.download" not in proc.stderr and "data.root" not in proc.stderr
