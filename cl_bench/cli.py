@@ -20,8 +20,8 @@ USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) a
                                               an image folder or an .npz of encoded images
        cl-bench data prepare tinyimagenet --from DIR --root DIR   Tiny ImageNet's folder decoded once
        cl-bench data prepare imagenet_subset --from DIR --classes FILE --root DIR [--size 224]
-       cl-bench data prepare SOURCE --root DIR [--download]   any source's files as one memory-mapped file (data.residency=
-                                              stream reads it)"""
+       cl-bench data prepare SOURCE --root DIR [--download]   any source's files as one memory-mapped file
+                                              (data.residency=stream reads it)"""
 COMPLETION = ("-sc", "--shell-completion")
 
 
