@@ -359,8 +359,8 @@ def _reject_added_keys(cfg, path: str = "") -> None:
         known = {f.name for f in dataclasses.fields(schema)}
         for key in keys:
             if key not in known:
-                raise UserError(f"unknown key {path + key!r}: {path.rstrip('.') or 'the top level'} has "
-                                f"{', '.join(sorted(known))}")
+                raise UserError(f"unknown key {path + key!r}{did_you_mean(key, sorted(known), path)}: "
+                                f"{path.rstrip('.') or 'the top level'} has {', '.join(ranked(key, sorted(known)))}")
     for key in keys:
         if OmegaConf.is_dict(cfg[key]):
             _reject_added_keys(cfg[key], f"{path}{key}.")

@@ -121,3 +121,15 @@ def test_a_user_error_after_the_run_folder_was_made_marks_it_failed(tmp_path):
                     f"data.root={tmp_path / 'empty'}")
     line = assert_one_line(proc, "mnist needs the MNIST files")
     assert (run / failures.MARK).read_text().strip() == line.removeprefix("cl-bench: error: ")
+
+
+@pytest.mark.parametrize("code, what, fix", [
+    (28, "no space left on the device", "free space there"), (30, "the file system is read-only", "make it writable"),
+    (13, "permission denied", "give this user access to it"), (2, "no such file or folder", "put it back")])
+def test_each_failure_says_what_happened_and_what_to_do(tmp_path, code, what, fix):
+    import os
+    error = OSError(code, os.strerror(code), str(tmp_path / "data" / "train.u8"))
+    during = failures.describe(error, tmp_path / "run")
+    assert during.startswith(what) and "\n" not in during
+    assert during.endswith(f"{fix}, then continue it with cl-bench train resume={tmp_path / 'run'}")
+    assert failures.describe(error, started=False).endswith(f"{fix}, or choose another hydra.run.dir")
