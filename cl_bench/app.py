@@ -245,7 +245,7 @@ def task(cfg) -> float:
                 return done
             if (run_dir / "checkpoints" / "last").is_file():
                 cfg.resume = str(run_dir)
-        with failures.recorded(run_dir, writer=hardware.rank() == 0):  # an I/O error as one line; FAILED marked
+        with failures.recorded(run_dir, hardware.rank() == 0, spared=(train_module.Interrupted,)):  # FAILED marked
             return train_module.run(cfg, run_dir)
     except UserError as e:
         log.error(str(e))

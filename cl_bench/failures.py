@@ -74,16 +74,16 @@ def as_os_error(error: Exception, path: Path) -> OSError | None:
 
 
 @contextlib.contextmanager
-def recorded(run_dir: Path, writer: bool = True):
-    """Around a run: an OSError leaves as a UserError (one line, exit 2), and any failure but a stop by signal
-    removes this process's temporary files and marks the run directory FAILED with its reason (writer: the
-    process that owns the directory). A run that starts again (a resume) clears the mark."""
-    from .train import Interrupted
+def recorded(run_dir: Path, writer: bool = True, spared: tuple[type, ...] = ()):
+    """Around a run: an OSError leaves as a UserError (one line, exit 2), and any failure but those `spared` (a
+    stop by signal, which leaves a run to resume) removes this process's temporary files and marks the run
+    directory FAILED with its reason (writer: the process that owns the directory). A run that starts again (a
+    resume) clears the mark."""
     if writer:
         clear(run_dir)
     try:
         yield
-    except Interrupted:
+    except spared:
         raise
     except OSError as e:
         reason = describe(e, run_dir)

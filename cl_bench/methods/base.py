@@ -4,7 +4,6 @@ owns, `self.loop` (loop.py); what the run lends it is context.py, heads are in h
 parallel.py."""
 import abc
 import copy
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -17,7 +16,6 @@ from torch import nn
 from ..backbones.init import Init, initialise
 from ..checks import Checked, Choice
 from ..data.scenarios import Info, Task
-from ..errors import UserError
 from ..health import Check, Finding
 from .context import Context
 from .heads import Heads
@@ -75,33 +73,6 @@ class MethodConfig(Checked):
     def checks(self):
         return [("epochs", self.epochs >= 1, "at least 1"), ("batch_size", self.batch_size >= 1, "at least 1"),
                 ("lr", self.lr > 0, "a positive number"), ("weight_decay", self.weight_decay >= 0, "0 or more")]
-
-    def unread(self) -> dict[str, str]:
-        """The shared keys this configuration never reads, each with what it would take to read it."""
-        found = {}
-        if self.optimizer != "sgd":  # Adam and AdamW take neither
-            found.update(momentum="method.optimizer=sgd", nesterov="method.optimizer=sgd")
-        # lr_gamma scales the lr at every milestone list without a gamma of its own (mask_lr_milestones has
-        # mask_lr_gamma): lr_milestones, and a method's other phases' (BiC's bias_lr_milestones, PackNet's
-        # retrain_lr_milestones, LUCIR's finetune_milestones)
-        names = {f.name for f in dataclasses.fields(self)}
-        lists = [n for n in names if n.endswith("milestones")
-                 and (n == "lr_milestones" or n.replace("milestones", "gamma") not in names)]
-        if not any(getattr(self, n) for n in lists):
-            found["lr_gamma"] = f"a non-empty {' or '.join(f'method.{n}' for n in sorted(lists))}"
-        return found
-
-    def refuse_unread(self, given: set[str] = frozenset()) -> None:
-        """A shared key this configuration never reads (unread()), set away from the method's default or named in
-        `given` (the keys set on the command line), is refused: it would change nothing."""
-        defaults = {f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
-                    for f in dataclasses.fields(self)}
-        for key, needs in self.unread().items():
-            value = getattr(self, key)
-            if key in given or value != defaults[key]:
-                shown = str(value).lower() if isinstance(value, bool) else value
-                raise UserError(f"method.{key}={shown} is not read by method={self.name} as configured, which would "
-                                f"ignore it: drop it; it is read only with {needs}")
 
 
 class Method(nn.Module, metaclass=abc.ABCMeta):
