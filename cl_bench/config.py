@@ -13,7 +13,6 @@ from .checks import Checked, Choice, require_extra
 from .data.residency import Residency
 from .data.sources import SourceName
 from .errors import UserError
-from .methods.unread import refuse_unread as refuse_unread_method_keys
 from .suggest import did_you_mean, ranked
 
 CONF = Path(__file__).resolve().parent / "conf"  # the packaged config tree (pkg://cl_bench.conf)
@@ -322,12 +321,14 @@ def validate(cfg):
     """Every check of every config, beside its fields (Checked), and across groups (Config): the composed
     config is built into its dataclasses once; returns cfg."""
     from omegaconf.errors import InterpolationResolutionError
+
+    from .methods.unread import refuse_unread
     try:
         _reject_added_keys(cfg)
         built = Config(**{f.name: OmegaConf.to_object(cfg[f.name]) if OmegaConf.is_config(cfg[f.name])
                           else cfg[f.name] for f in dataclasses.fields(Config)})  # Hydra's own node, if any, aside
         built.dataset.refuse_unread(given_keys(cfg, "dataset."))
-        refuse_unread_method_keys(built.method, given_keys(cfg, "method."))
+        refuse_unread(built.method, given_keys(cfg, "method."))
         built.checkpoint.refuse_unread(given_keys(cfg, "checkpoint."))
     except InterpolationResolutionError as e:  # e.g. a setting's resolver said what is wrong
         raise UserError(describe(e)) from None

@@ -56,6 +56,7 @@ def test_a_key_the_run_would_not_read_is_refused(overrides, refused):
     assert message.startswith(f"{refused} is not read") and "drop it" in message
 
 
+@pytest.mark.slow  # a process each
 @pytest.mark.parametrize("overrides, refused", [
     (["method=gated", "method.momentum=0.9"], "method.momentum=0.9"),
     (["method.lr_gamma=0.1"], "method.lr_gamma=0.1"),
@@ -95,6 +96,7 @@ def test_every_packaged_experiment_composes(name):
     config.validate(config.compose([f"experiment={name}"]))
 
 
+@pytest.mark.slow  # a process
 def test_data_prepares_missing_files_message_names_its_own_options(tmp_path):
     """`cl-bench data prepare` takes --root and --download, not a run's data.root and data.download."""
     from conftest import cl_bench
