@@ -152,11 +152,15 @@ def load(run_dir: Path, name: str | None = None, within: bool = False):
     return None if not problems else (None, None, None, problems)
 
 
-def absent(run_dir: Path, name: str, keep) -> str:
+def absent(run_dir: Path, name: str | None, keep) -> str:
     """Why checkpoint `name` cannot be read though nothing is damaged (load() found none of that name), in a line:
     written and pruned by checkpoint.keep, not written (yet), or no such name; with what there is."""
     root = Path(run_dir) / "checkpoints"
-    held = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name.startswith("task_")) if root.is_dir() else []
+    if not root.is_dir():
+        return f"{run_dir} holds no checkpoints: it stopped before its first, or ran with checkpoint.enabled=false"
+    held = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name.startswith("task_"))
+    if name is None:
+        return f"{root} holds no complete task's checkpoint: the run stopped within its first task"
     there = f"{root} holds {', '.join(held)}" if held else f"{root} holds none"
     last = (root / "last").read_text().strip() if (root / "last").is_file() else None
     if not (name.startswith("task_") and name[5:].isdigit()):
