@@ -79,9 +79,9 @@ def recorded(run_dir: Path, writer: bool = True, spared: tuple[type, ...] = ()):
     stop by signal, which leaves a run to resume) removes this process's temporary files and marks the run
     directory FAILED with its reason (writer: the process that owns the directory). A run that starts again (a
     resume) clears the mark."""
-    if writer:
-        clear(run_dir)
     try:
+        if writer:
+            clear(run_dir)  # inside: a folder gone read-only fails here, and says so in one line
         yield
     except spared:
         raise
@@ -96,7 +96,8 @@ def recorded(run_dir: Path, writer: bool = True, spared: tuple[type, ...] = ()):
         raise
     except Exception as e:
         if writer:
-            mark(run_dir, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} (a bug: see train.log)")
+            said = str(e).splitlines()[0] if str(e) else ""
+            mark(run_dir, f"{type(e).__name__}: {said} (an error of cl-bench's own: its traceback is in train.log)")
         raise
 
 
