@@ -30,7 +30,7 @@ def run(args: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from . import config
+    from . import config, failures
     register_for(args)
     if cfg_job_request(args):
         return print_config_tree([a for a in args if a not in ("--cfg", "-c", "job")])
@@ -50,7 +50,11 @@ def run(args: list[str]) -> int:
     except (HydraException, OmegaConfBaseException) as e:
         GlobalHydra.instance().clear()
         raise UserError(config.describe(e, args)) from None
+    except OSError as e:  # Hydra writing a run directory it cannot (read-only, full, no permission)
+        raise UserError(failures.at_start(e, resume)) from None
     except ValueError as e:
+        if isinstance(e.__cause__, OSError):  # Hydra's log file, in such a directory
+            raise UserError(failures.at_start(e.__cause__, resume)) from None
         if _jobs_started:
             raise
         raise UserError(config.unknown_choice(args) or str(e)) from None  # Hydra's own command-line checks
@@ -188,6 +192,10 @@ def exit_on_user_error():
     except UserError as e:
         print(f"cl-bench: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    except OSError as e:  # the run directory cannot be made or written (read-only, full, no permission)
+        from .failures import describe
+        print(f"cl-bench: error: {describe(e, started=False)}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def sweep_jobs(overrides: list[str]) -> list[list[str]]:
@@ -250,7 +258,7 @@ def task(cfg) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from . import hardware
+    from . import failures, hardware
     from . import train as train_module
     global _jobs_started
     _jobs_started += 1
@@ -272,7 +280,8 @@ def task(cfg) -> float:
                 return done
             if (run_dir / "checkpoints" / "last").is_file():
                 cfg.resume = str(run_dir)
-        return train_module.run(cfg, run_dir)
+        with failures.recorded(run_dir, hardware.rank() == 0, spared=(train_module.Interrupted,)):  # FAILED marked
+            return train_module.run(cfg, run_dir)
     except UserError as e:
         log.error(str(e))
         print(f"cl-bench: error: {e}", file=sys.stderr)
@@ -303,6 +312,6 @@ def finished_objective(run_dir: Path, objective: str) -> float | None:
     metrics = run_dir / "metrics.json"
     if metrics.is_file():
         record = json.loads(metrics.read_text())
-        if record.get("complete"):
+        if record.get("complete") and not (run_dir / "FAILED").is_file():  # failures.MARK: resumed, not skipped
             return record.get(OBJECTIVES[objective])
     return None

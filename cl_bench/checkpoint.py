@@ -37,6 +37,17 @@ def save(run_dir: Path, task_id: int, method, results: dict, rng: dict[str, torc
     tmp = root / f".{name}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    try:
+        return _save(root, name, tmp, task_id, method, results, rng, elapsed, within)
+    except BaseException:  # a full disk, a kill: what is half-written goes; the previous checkpoint is intact
+        shutil.rmtree(tmp, ignore_errors=True)
+        (root / ".last.tmp").unlink(missing_ok=True)
+        raise
+
+
+def _save(root: Path, name: str, tmp: Path, task_id: int, method, results: dict, rng: dict[str, torch.Tensor],
+          elapsed: float, within: dict | None) -> Path:
+    """save()'s writing, into tmp, then renamed into place."""
     state = {k: v.detach().cpu().contiguous().clone() for k, v in method.state_dict().items()}
     mask_keys = method.mask_keys() & state.keys()
     masks, bits = {}, {}
@@ -58,8 +69,8 @@ def save(run_dir: Path, task_id: int, method, results: dict, rng: dict[str, torc
             optim, tensors = _flatten_optimizer(side, prefix=f"_optim_side{j}.")
             state.update(tensors)
             meta["within"]["side_optimizers"].append(optim)
-    save_file(state, tmp / FILES[0])
-    save_file(masks, tmp / FILES[1])
+    _save_file(state, tmp / FILES[0])
+    _save_file(masks, tmp / FILES[1])
     meta["sha256"] = {f: _sha256(tmp / f) for f in FILES}
     _write_synced(tmp / "meta.json", json.dumps(meta, indent=1))
     final = root / name
@@ -141,6 +152,27 @@ def load(run_dir: Path, name: str | None = None, within: bool = False):
     return None if not problems else (None, None, None, problems)
 
 
+def absent(run_dir: Path, name: str | None, keep) -> str:
+    """Why checkpoint `name` cannot be read though nothing is damaged (load() found none of that name), in a line:
+    written and pruned by checkpoint.keep, not written (yet), or no such name; with what there is."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return f"{run_dir} holds no checkpoints: it stopped before its first, or ran with checkpoint.enabled=false"
+    held = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name.startswith("task_"))
+    if name is None:
+        return f"{root} holds no complete task's checkpoint: the run stopped within its first task"
+    there = f"{root} holds {', '.join(held)}" if held else f"{root} holds none"
+    last = (root / "last").read_text().strip() if (root / "last").is_file() else None
+    if not (name.startswith("task_") and name[5:].isdigit()):
+        return f"no checkpoint named {name!r}: names are task_<ttt> (e.g. task_000); {there}"
+    if last is not None and name <= last and keep != "all":
+        newest = "the newest only" if keep == 1 else f"the newest {keep}"
+        return (f"{name} was written, then pruned by checkpoint.keep={keep}, which keeps {newest}; {there}: "
+                f"evaluate {'that' if len(held) == 1 else 'one of those'}, or run with checkpoint.keep=all to keep "
+                "every task's")
+    return f"{name} was not written (the run's newest is {last or 'none'}); {there}"
+
+
 def _read(path: Path):
     try:
         meta = json.loads((path / "meta.json").read_text())
@@ -170,6 +202,17 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors' save_file, its I/O errors (a full disk) raised as the OSError they are (failures.py)."""
+    from safetensors import SafetensorError
+
+    from .failures import as_os_error
+    try:
+        save_file(tensors, path)
+    except SafetensorError as e:
+        raise (as_os_error(e, path) or e) from None
+
+
 def _write_synced(path: Path, text: str) -> None:
     with open(path, "w") as f:
         f.write(text)
@@ -196,7 +239,7 @@ class SideStore:
         folder = self.root / f"task_{task_id:03d}"
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{name}.tmp{os.getpid()}"
-        save_file({"tensor": tensor}, tmp)
+        _save_file({"tensor": tensor}, tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, folder / f"{name}.safetensors")

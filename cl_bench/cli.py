@@ -21,8 +21,8 @@ USAGE = """usage: cl-bench train [KEY=VALUE ...] [-m]   run (or with -m sweep) a
                                               an image folder or an .npz of encoded images
        cl-bench data prepare tinyimagenet --from DIR --root DIR   Tiny ImageNet's folder decoded once
        cl-bench data prepare imagenet_subset --from DIR --classes FILE --root DIR [--size 224]
-       cl-bench data prepare SOURCE --root DIR   any source's files as one memory-mapped file (data.residency=
-                                              stream reads it)"""
+       cl-bench data prepare SOURCE --root DIR [--download]   any source's files as one memory-mapped file
+                                              (data.residency=stream reads it)"""
 COMPLETION = ("-sc", "--shell-completion")
 
 
@@ -128,6 +128,7 @@ def data(args: list[str]) -> int:
         p.add_argument("--classes", type=Path, help="imagenet_subset: a file of wnids, one per line")
         p.add_argument("--size", type=int, default=prepare.IMAGENET_SIZE, help="imagenet_subset: image side")
         p.add_argument("--workers", type=int, default=None, help="decoding processes (default: every core)")
+        p.add_argument("--download", action="store_true", help="fetch missing files with torchvision's downloader")
     opts = parse("data", args, configure)
     if opts.source is not None and not opts.source.exists():
         raise UserError(f"no such file or folder: {opts.source}")
@@ -135,7 +136,8 @@ def data(args: list[str]) -> int:
         print(f"{prepare.prepare_cifar10(opts.source, opts.root)} is ready: cl-bench train dataset=split_cifar10 "
               f"data.root={opts.root}")
         return 0
-    done = prepare.prepare_stream(opts.dataset, opts.root, opts.source, opts.classes, opts.size, opts.workers)
+    done = prepare.prepare_stream(opts.dataset, opts.root, opts.source, opts.classes, opts.size, opts.workers,
+                                  opts.download)
     print(f"{done.path} is ready ({done.meta['train']} train and {done.meta['test']} test images of "
           f"{'x'.join(map(str, done.meta['shape']))}): data.root={opts.root} reads it under data.residency=stream")
     return 0

@@ -15,6 +15,7 @@ from . import settings
 from .checks import Checked, Choice, require_extra
 from .data import EVAL_BATCH, Residency, SourceName
 from .errors import UserError
+from .suggest import did_you_mean, ranked
 
 CONF = Path(__file__).resolve().parent / "conf"  # the packaged config tree (pkg://cl_bench.conf)
 # What conf/hydra/ builds on from the plugins of the sweep extra.
@@ -223,6 +224,12 @@ class CheckpointConfig(Checked):
     # and `cl-bench eval --checkpoint` of earlier tasks, and a fallback past a damaged newest one.
     keep: Any = 1
 
+    def refuse_unread(self, given: set[str] = frozenset()) -> None:
+        """checkpoint.keep with checkpoints off (set away from 1, or on the command line) would change nothing."""
+        if not self.enabled and ("keep" in given or self.keep != 1):
+            raise UserError(f"checkpoint.keep={self.keep} is not read with checkpoint.enabled=false, which writes no "
+                            "checkpoints to keep: drop it, or set checkpoint.enabled=true")
+
     def checks(self):
         keep = self.keep
         return [("every_epochs", self.every_epochs >= 0, "0 (after tasks only) or more"),
@@ -321,11 +328,15 @@ def validate(cfg):
     """Every check of every config, beside its fields (Checked), and across groups (Config): the composed
     config is built into its dataclasses once; returns cfg."""
     from omegaconf.errors import InterpolationResolutionError
+
+    from .methods.unread import refuse_unread
     try:
         _reject_added_keys(cfg)
         built = Config(**{f.name: OmegaConf.to_object(cfg[f.name]) if OmegaConf.is_config(cfg[f.name])
                           else cfg[f.name] for f in dataclasses.fields(Config)})  # Hydra's own node, if any, aside
         built.dataset.refuse_unread(given_keys(cfg, "dataset."))
+        refuse_unread(built.method, given_keys(cfg, "method."))
+        built.checkpoint.refuse_unread(given_keys(cfg, "checkpoint."))
     except InterpolationResolutionError as e:  # e.g. a setting's resolver said what is wrong
         raise UserError(describe(e)) from None
     return cfg
@@ -358,8 +369,8 @@ def _reject_added_keys(cfg, path: str = "") -> None:
         known = {f.name for f in dataclasses.fields(schema)}
         for key in keys:
             if key not in known:
-                raise UserError(f"unknown key {path + key!r}: {path.rstrip('.') or 'the top level'} has "
-                                f"{', '.join(sorted(known))}")
+                raise UserError(f"unknown key {path + key!r}{did_you_mean(key, sorted(known), path)}: "
+                                f"{path.rstrip('.') or 'the top level'} has {', '.join(ranked(key, sorted(known)))}")
     for key in keys:
         if OmegaConf.is_dict(cfg[key]):
             _reject_added_keys(cfg[key], f"{path}{key}.")
@@ -392,12 +403,25 @@ def unknown_choice(overrides: list[str]) -> str | None:
     for override in overrides:
         key, sep, value = override.partition("=")
         group = key.lstrip("+~")
-        is_group = group in ("method", "backbone") or (CONF / group).is_dir()
-        if sep and is_group and "." not in group and "," not in value:
+        if sep and is_group(group) and "." not in group and "," not in value:
             options = group_options(group)
             if value not in options:
-                return f"unknown {group} {value!r}: choose one of {', '.join(options)}"
+                return f"unknown {group} {value!r}{did_you_mean(value, options)}: choose one of " \
+                       f"{', '.join(ranked(value, options))}"
     return None
+
+
+def is_group(key: str) -> bool:
+    """Whether key names a config group: the registries' (method, backbone, stored without YAML dirs) or a dir of
+    conf/."""
+    key = key.lstrip("+~")
+    return key in ("method", "backbone") or ("." not in key and (CONF / key).is_dir())
+
+
+def chosen(parent: str, groups: list[str]) -> str:
+    """How a refusal names the config node `parent`: with the choice given for it (`method=cpg`), if any."""
+    choice = next((o for o in groups if o.lstrip("+~").split("=")[0] == parent), None)
+    return choice.lstrip("+~") if choice else parent
 
 
 def hydra_compose(overrides: list[str]):
@@ -422,24 +446,27 @@ def describe(e: Exception, overrides: list[str] = ()) -> str:
                "Hydra's launcher and sweeper plugins"
     if isinstance(e, MissingConfigException) and e.missing_cfg_file and e.options is not None:
         group = Path(e.missing_cfg_file).parent.name
-        options = ", ".join(o for o in e.options if not o.startswith("schema"))
-        return f"unknown {group} {Path(e.missing_cfg_file).name!r}: choose one of {options}"
+        name, options = Path(e.missing_cfg_file).name, [o for o in e.options if not o.startswith("schema")]
+        return (f"unknown {group} {name!r}{did_you_mean(name, options)}: choose one of "
+                f"{', '.join(ranked(name, options))}")
     if text.startswith("Could not override '"):  # an unknown key: name the keys that exist there
         key = text.split("'")[1]
         parent, _, _ = key.rpartition(".")
-        groups = [o for o in overrides if (CONF / o.split("=")[0]).is_dir()]  # the group choices alone
+        groups = [o for o in overrides if is_group(o.split("=")[0])]  # the group choices alone
         try:
             node = hydra_compose(groups)
         except Exception:  # the choices themselves are broken: name the key alone
             node = None
         for part in filter(None, parent.split(".")):
             node = node.get(part) if hasattr(node, "get") else None
-        known = ", ".join(k for k in node) if hasattr(node, "keys") else ""
+        leaf, where = key.rpartition(".")[2], chosen(parent, groups)
+        known = ", ".join(ranked(leaf, list(node))) if hasattr(node, "keys") else ""
         swept = [o for o in overrides if o.partition("=")[0] == key.split(".")[0] and "," in o.partition("=")[2]]
         if swept:  # Hydra composes a multirun's base config with the group's default before sweeping it
             return (f"unknown key {key!r} for the default {key.split('.')[0]}: a multirun over {swept[0]} applies "
                     f"{key} to the default first, so sweep each choice in a command of its own")
-        return f"unknown key {key!r}" + (f": {parent or 'the top level'} has {known}" if known else "")
+        near = did_you_mean(leaf, list(node), f"{parent}." if parent else "") if known else ""
+        return f"unknown key {key!r}{near}" + (f": {where or 'the top level'} has {known}" if known else "")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if e.__cause__ is not None:
         lines += [line.strip() for line in str(e.__cause__).splitlines()[:1] if line.strip()]

@@ -56,6 +56,7 @@ def find_runs(paths: list[Path]) -> list[dict]:
         for metrics_file in sorted(Path(path).rglob("metrics.json")):
             run = json.loads(metrics_file.read_text())
             run["run_dir"] = str(metrics_file.parent)
+            run["complete"] = run["complete"] and not (metrics_file.parent / "FAILED").is_file()  # failures.MARK
             run.setdefault("protocol", "honest")  # runs from before the official protocol existed
             # rehearsal runs of different memory sizes are different settings, never averaged together
             run["memory"] = (run.get("capacity") or {}).get("memory_size") or 0

@@ -234,6 +234,8 @@ def restore(cfg, run_dir: Path, name: str | None = None):
     valid one), and the task that checkpoint ends."""
     scenario, method, ctx = build(cfg, recorders.Recorders([]))
     found = checkpoint.load(run_dir, name)
+    if found is None:  # nothing damaged: pruned, not written, or misnamed
+        raise UserError(checkpoint.absent(run_dir, name, cfg.checkpoint.keep))
     if found is None or found[0] is None:
         problems = "; ".join(found[3]) if found else "none written"
         raise UserError(f"no valid checkpoint {name or ''} in {run_dir}/checkpoints ({problems})")

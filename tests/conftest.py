@@ -142,10 +142,14 @@ def once_per_session(tmp_path_factory, worker_id: str, name: str, compute) -> di
         return json.loads(result.read_text())
 
 
+NO_CHECKPOINTS = ("checkpoint.enabled=false", "debug=fast", "debug=profile")  # the overrides that turn them off
+
+
 def train(run_dir: Path, *overrides, check=True) -> dict:
     """`cl-bench train` into run_dir on the embedded digits, quietly; returns metrics.json. Every task's checkpoint
     is kept (unless overrides say otherwise), so that tests can cut a run back to an earlier task."""
-    keep = [] if any(o.startswith("checkpoint.keep=") for o in overrides) else ["checkpoint.keep=all"]
+    keep = [] if any(o.startswith("checkpoint.keep=") or o in NO_CHECKPOINTS for o in overrides) \
+        else ["checkpoint.keep=all"]  # (with checkpoints off, checkpoint.keep is refused as unread)
     proc = cl_bench("train", f"hydra.run.dir={run_dir}", "logger=none", *keep, *overrides)
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]

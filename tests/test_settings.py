@@ -29,6 +29,7 @@ ABATI = {"split_mnist": "dataset=split_mnist backbone=convnet backbone.channels=
          **{d: f"dataset={d} backbone=resnet18 method.epochs=30 method.optimizer=adam method.lr=0.001 "
                "method.lr_milestones=[20]" for d in ("split_svhn", "split_cifar10")}}  # gated's own milestone
 ICARL_ABATI = "method.batch_size=64 method.lr_gamma=0.1 method.weight_decay=0"  # gated's batch, no decay
+ICARL_ABATI_FLAT = "method.batch_size=64 method.weight_decay=0"  # the same without milestones: no lr_gamma to read
 # gated's class-scenario claim at a CPU's size (make repro-gated-cpu): conv net [32, 64, 64], memory 500, every image of
 # Split MNIST for 2 epochs, Split CIFAR-10 cut to 2,000 images a task for 3; A-GEM on its own online protocol
 CPU = {"split_mnist": "dataset=split_mnist backbone=convnet scenario=class",
@@ -40,7 +41,7 @@ OFFLINE = {"split_mnist": "method.offline_bound_epochs=10 ", "split_cifar10": ""
 ABATI_CPU = {f"method={m} dataset={d} setting=abati_cpu_{m}_{d}":
              f"{CPU[d]} method={m} {extra if m != 'gated' else OFFLINE[d]}{CPU_ADAM[d] if adam else ''}"
              for d in CPU for m, adam, extra in (("gated", True, ""), ("er", True, "method.memory_size=500 "),
-                                                 ("icarl", True, f"method.memory_size=500 {ICARL_ABATI} "
+                                                 ("icarl", True, f"method.memory_size=500 {ICARL_ABATI_FLAT} "
                                                                  "method.lr_milestones=[] "),
                                                  ("agem", False, "method.memory_size=500"))}
 GEM_MLP = "scenario=class backbone=mlp backbone.hidden_sizes=[100,100] backbone.init=kaiming_normal"
@@ -112,7 +113,7 @@ SOURCES = {  # what `cl-bench train NEW` composes now: OLD, as it was spelt
     "method=er dataset=split_mnist setting=abati_er_split_mnist":
         f"{ABATI['split_mnist']} method=er method.memory_size=500 scenario=class",
     "method=icarl dataset=split_mnist setting=abati_icarl_split_mnist":
-        f"{ABATI['split_mnist']} method=icarl method.memory_size=500 scenario=class {ICARL_ABATI} "
+        f"{ABATI['split_mnist']} method=icarl method.memory_size=500 scenario=class {ICARL_ABATI_FLAT} "
         "method.lr_milestones=[]",
     "method=agem dataset=split_mnist setting=abati_agem_split_mnist":
         "dataset=split_mnist backbone=convnet backbone.channels=[100,100,100] method=agem method.memory_size=500 "

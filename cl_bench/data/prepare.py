@@ -126,7 +126,7 @@ def _dump(path: Path, obj: dict) -> None:
 
 
 def prepare_stream(name: str, root: Path, source: Path | None = None, classes: Path | None = None,
-                   size: int = IMAGENET_SIZE, workers: int | None = None):
+                   size: int = IMAGENET_SIZE, workers: int | None = None, download: bool = False):
     """Write root/prepared/<name>/ (data/prepared.py) and return it; a complete one is left as it is."""
     from . import prepared, sources
     done = prepared.find(root, name)
@@ -145,7 +145,12 @@ def prepare_stream(name: str, root: Path, source: Path | None = None, classes: P
     if source is not None:
         raise UserError(f"--from is for cifar10, tinyimagenet and imagenet_subset: {name} is read from its files "
                         f"under --root")
-    return prepared.prepare_source(sources.load(name, root), root)
+    from .sources.files import MissingFiles
+    try:
+        loaded = sources.load(name, root, download=download)
+    except MissingFiles as missing:  # said with this command's options, not a run's keys
+        raise UserError(missing.for_prepare()) from None
+    return prepared.prepare_source(loaded, root)
 
 
 def _required(source: Path | None, name: str) -> Path:

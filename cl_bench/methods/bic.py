@@ -39,6 +39,7 @@ Defaults are the paper's CIFAR-100 settings (Sec. 6): 250 epochs, batch 128, lr 
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -72,6 +73,7 @@ class BiCConfig(MethodConfig):
     bias_lr_milestones: list[int] = field(default_factory=lambda: [60, 120, 160, 180])  # stage 2: × lr_gamma
     beta_l2: float = 0.1  # weight of β²/2 in stage 2's loss (official code and FACIL; not in the paper)
     correction_layers: CorrectionLayers = CorrectionLayers.latest  # which tasks' correction layers are applied
+    read_anyway: ClassVar[tuple[str, ...]] = ("momentum",)  # stage 2's SGD takes it, whatever stage 1's optimiser
 
     def checks(self):
         return [*super().checks(), ("memory_size", self.memory_size >= 1, "at least 1"),

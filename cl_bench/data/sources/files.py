@@ -8,6 +8,18 @@ from cl_bench.errors import UserError
 from .common import Layout
 
 
+class MissingFiles(UserError):
+    """A dataset's files are not under the root, said as `cl-bench train` takes it (data.root, data.download);
+    for_prepare() says it as `cl-bench data prepare` does (--root, --download)."""
+
+    def __init__(self, say):
+        super().__init__(say("data.root", "pass data.download=true"))
+        self.say = say
+
+    def for_prepare(self) -> str:
+        return self.say("--root", "add --download")
+
+
 def _files(layout: Layout, name: str, root: Path, download: bool) -> list[Path]:
     """The dataset's files in the order of its layout, fetched first if missing and `download` is set."""
     folder = root / layout.folder
@@ -22,12 +34,13 @@ def _files(layout: Layout, name: str, root: Path, download: bool) -> list[Path]:
             raise UserError(f"{layout.title} was downloaded into {root} but {folder} still lacks {', '.join(missing)}")
     if missing:
         holder = f"contains {layout.folder}" if layout.folder else "holds them"
-        fetch = f"; they are {layout.where}" if layout.torchvision_class is None else (
-            ", or pass data.download=true to fetch them")
-        raise UserError(
-            f"{name} needs the {layout.title} files in {folder}, which lacks {', '.join(missing)}: put them there "
-            f"or set data.root to the folder that {holder}{fetch}"
-        )
+
+        def say(root_key: str, download: str) -> str:
+            fetch = f"; they are {layout.where}" if layout.torchvision_class is None else (
+                f", or {download} to fetch them")
+            return (f"{name} needs the {layout.title} files in {folder}, which lacks {', '.join(missing)}: put them "
+                    f"there or set {root_key} to the folder that {holder}{fetch}")
+        raise MissingFiles(say)
     return [_first_existing(folder, stem, layout.suffixes) for stem in layout.files]
 
 
