@@ -295,8 +295,10 @@ def register() -> None:
     and loggers are YAML files over the schemas in /schemas."""
     from hydra.core.config_store import ConfigStore
 
-    from .rundirs import unique_dir
+    from .rundirs import job_folder, record_subdir, unique_dir
     OmegaConf.register_new_resolver("unique_dir", unique_dir, replace=True)
+    OmegaConf.register_new_resolver("job_folder", job_folder, replace=True)  # a sweep job's folder, by its settings
+    OmegaConf.register_new_resolver("record_subdir", record_subdir, replace=True)
     OmegaConf.register_new_resolver("paper_backbone", settings.paper_backbone, replace=True)
     OmegaConf.register_new_resolver("by_memory_size", settings.by_memory_size, replace=True)
     cs = ConfigStore.instance()
