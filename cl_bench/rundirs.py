@@ -13,6 +13,7 @@ FOLLOWER_WAIT_S = 600  # how long a job's later task waits for its first task to
 _claimed: dict[str, str] = {}
 _folders: dict[tuple, str] = {}
 _records: dict[str, str | None] = {}
+_identities: dict[str, str] = {}
 
 
 def unique_dir(path: str) -> str:
@@ -114,8 +115,15 @@ def same_run(sweep_dir: Path, own: str) -> str | None:
 
 
 def identity_of(run_dir: Path) -> str | None:
-    recorded = recorded_settings(run_dir)
-    return identity.identity(recorded) if recorded is not None else None
+    """The identity of the run in run_dir, kept once known (a run's settings never change): the jobs of a sweep
+    in one process look through the same folders."""
+    key = str(run_dir.absolute())
+    if key not in _identities:
+        recorded = recorded_settings(run_dir)
+        if recorded is None:
+            return None
+        _identities[key] = identity.identity(recorded)
+    return _identities[key]
 
 
 def is_complete(run_dir: Path) -> bool:
