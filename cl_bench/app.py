@@ -357,12 +357,7 @@ def sweep_job(cfg, run_dir: Path, overrides: list[str], num: int) -> float | Non
     a complete run is skipped, its objective returned to the sweeper; an interrupted one resumed; a run of other
     settings (two jobs of one folder, through a hydra.sweep.subdir of the user's) refused, nothing written."""
     from . import hardware
-    own, recorded = rundirs.config_settings(cfg), rundirs.recorded_settings(run_dir)
-    if recorded is None and (run_dir / RUN_RECORD).is_file() or recorded is not None and recorded != own:
-        what = f"other settings ({identity.changes(recorded, own)})" if recorded is not None else "unrecorded settings"
-        raise NotThisJobsRun(f"job {num} ({' '.join(overrides)}) would run in {run_dir}, which holds a run of "
-                             f"{what}: give each job a folder of its own (leave hydra.sweep.subdir at its default, "
-                             "or name the swept keys in it), or sweep into another hydra.sweep.dir")
+    check_folder(rundirs.config_settings(cfg), run_dir, f"job {num} ({' '.join(overrides)})")
     if not (run_dir / RUN_RECORD).is_file():
         if hardware.rank() == 0:
             write_run_record(run_dir, overrides, cfg)
@@ -379,6 +374,17 @@ def sweep_job(cfg, run_dir: Path, overrides: list[str], num: int) -> float | Non
     return None
 
 
+def check_folder(own: dict, run_dir: Path, job: str) -> None:
+    """Refuse a job whose folder holds a run of other settings, or of settings it does not record (a run.json of
+    before they were recorded, whose Hydra record is gone): resuming or skipping it would pass it off as this
+    job's. A folder Hydra has just recorded this job in holds this job's settings."""
+    recorded = rundirs.recorded_settings(run_dir)
+    if recorded == own or recorded is None and not (run_dir / RUN_RECORD).is_file():
+        return
+    what = f"other settings ({identity.changes(recorded, own)})" if recorded is not None else "unrecorded settings"
+    raise NotThisJobsRun(f"{job} would run in {run_dir}, which holds a run of {what}: give each job a folder of "
+                         "its own (leave hydra.sweep.subdir at its default, or name the swept keys in it), or sweep "
+                         "into another hydra.sweep.dir")
 
 
 def check_objective(cfg):
