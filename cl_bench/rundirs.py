@@ -81,6 +81,8 @@ def job_folder(*, _root_) -> str:
     was; else a new numbered folder, claimed with an atomic mkdir (parallel jobs, and Slurm jobs on a shared
     filesystem, claim at once): hydra.job.num if free, else the next number above every existing one. Kept for the
     process, as Hydra may resolve the key more than once."""
+    if not multirun(_root_):  # e.g. `--cfg hydra --resolve` of a single run: no job to find a folder for
+        return str(_root_.hydra.job.num)
     sweep_dir = Path(str(_root_.hydra.sweep.dir))
     own = identity.identity(config_settings(_root_))
     key = (str(sweep_dir.absolute()), int(_root_.hydra.job.num), own)
@@ -158,9 +160,13 @@ def record_subdir(*, _root_) -> str | None:
     """`${record_subdir:}`, hydra.output_subdir: Hydra's record of a job, .hydra/, except in a sweep job's folder
     that holds a run already (a re-run sweep finds it there to skip or resume): Hydra would rewrite that run's
     record in place with this job's, before the job could tell whether the run is its own."""
-    if _root_.hydra.mode is None or _root_.hydra.mode.name != "MULTIRUN":
+    if not multirun(_root_):
         return ".hydra"
     folder = str(_root_.hydra.runtime.output_dir)
     if folder not in _records:
         _records[folder] = None if holds_run(Path(folder)) else ".hydra"
     return _records[folder]
+
+
+def multirun(root) -> bool:
+    return root.hydra.mode is not None and root.hydra.mode.name == "MULTIRUN"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cl_bench, forked, once_per_session, train
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
@@ -243,7 +243,7 @@ def check_records(job: Path) -> tuple[float, int]:
     return lr, seed
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=5, deadline=None)
 @given(SWEEPS)
 def test_any_sequence_of_sweeps_into_one_folder_runs_each_setting_once_and_keeps_every_run(tmp_path_factory,
                                                                                            sequence):
