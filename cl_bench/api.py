@@ -64,7 +64,7 @@ def run(run_dir: str | Path, *overrides: str) -> dict:
     `load` and `cl-bench eval` read it back); its metrics.json."""
     run_dir = Path(run_dir)
     cfg = compose(*overrides)
-    app.write_run_record(run_dir, list(overrides))
+    app.write_run_record(run_dir, list(overrides), cfg)
     train.run(cfg, run_dir)
     return load_metrics(run_dir)
 

@@ -9,14 +9,17 @@ import logging
 import os
 import sys
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
+from . import identity, rundirs
 from .errors import UserError
 
 log = logging.getLogger("cl_bench")
-RUN_RECORD = "run.json"
+RUN_RECORD = rundirs.RUN_RECORD
+LEDGER = "CL_BENCH_SWEEP_LEDGER"  # where a sweep's jobs note what each did, for the line at its end
 # Hydra's flags that compose the config and print from it, never starting a job: answered from the catalog
 ANSWERED_ALONE = {"--help", "-h", "-sc", "--shell-completion"}
 MAX_CHECKED_JOBS = 1000  # a larger sweep is checked job by job as it runs
@@ -37,6 +40,8 @@ def run(args: list[str]) -> int:
     resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
     if resume:
         args = resume_overrides(resume, args)
+        if args is None:  # complete: nothing to do, nothing touched
+            return 0
     elif "RANK" in os.environ:  # under torchrun; hardware imports torch, so only then
         from . import hardware
         if hardware.rank() > 0:
@@ -154,6 +159,41 @@ class RunChecks(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         with exit_on_user_error():
             check_sweep(config)
+        start_ledger(Path(str(config.hydra.sweep.dir)))
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        """One line that says what the sweep did and how to compare its runs; none when a job failed (its own
+        error is the line to read), which Hydra calls this in the midst of."""
+        outcomes = end_ledger()
+        if sys.exc_info()[0] is None and outcomes and "failed" not in outcomes:
+            sweep_dir = config.hydra.sweep.dir
+            print(f"cl-bench: {len(outcomes)} jobs in {sweep_dir} ({outcomes.count('run')} run, "
+                  f"{outcomes.count('skipped')} skipped as complete); compare them with: cl-bench report {sweep_dir}",
+                  file=sys.stderr)
+
+
+def start_ledger(sweep_dir: Path) -> None:
+    """A file in the sweep directory where each job notes whether it ran or was skipped: jobs run in processes of
+    their own (joblib) or on other machines (Slurm), which inherit its name through the environment."""
+    os.environ[LEDGER] = str(sweep_dir.absolute() / f".cl-bench-jobs-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+def note_job(outcome: str) -> None:
+    """A job's line in the ledger (one short append: whole even when jobs append at once)."""
+    from . import hardware
+    if LEDGER in os.environ and hardware.rank() == 0:
+        with open(os.environ[LEDGER], "a") as ledger:
+            ledger.write(outcome + "\n")
+
+
+def end_ledger() -> list[str]:
+    """What the sweep's jobs noted; the ledger removed."""
+    ledger = Path(os.environ.pop(LEDGER, "") or "none")
+    if not ledger.is_file():
+        return []
+    outcomes = ledger.read_text().split()
+    ledger.unlink()
+    return outcomes
 
 
 def check_run(config) -> None:
@@ -163,10 +203,10 @@ def check_run(config) -> None:
     if config.resume or hardware.rank() > 0:
         return
     run_dir = Path(config.hydra.run.dir)
-    if (run_dir / "metrics.json").exists():
+    if (run_dir / "metrics.json").exists() or (run_dir / RUN_RECORD).exists():
         raise UserError(f"{run_dir} already holds a run: continue it with resume={run_dir}, "
                         "or choose another hydra.run.dir")
-    write_run_record(run_dir, config.hydra.overrides.task)  # before Hydra writes .hydra/ there
+    write_run_record(run_dir, config.hydra.overrides.task, config)  # before Hydra writes .hydra/ there
 
 
 def check_sweep(config) -> None:
@@ -217,15 +257,34 @@ def sweep_jobs(overrides: list[str]) -> list[list[str]]:
     return [list(job) for job in itertools.product(*choices)] if count <= MAX_CHECKED_JOBS else []
 
 
-def write_run_record(run_dir: Path, overrides) -> None:
-    """run.json: the run's own overrides, which `resume=` and `cl-bench eval` compose again. Written atomically,
-    before Hydra writes .hydra/ and never rewritten by a resume: Hydra writes .hydra/ in place (truncate, then
-    write) and again on every resume, so a kill there left an overrides.yaml that was missing, empty or cut
+def write_run_record(run_dir: Path, overrides, cfg=None) -> None:
+    """run.json: the run's own overrides, which `resume=` and `cl-bench eval` compose again, and the learning
+    settings of cfg, its composed config, with their identity (identity.py), by which a sweep finds the run again
+    and a resume refuses to change it. Written atomically, before Hydra writes .hydra/ (a sweep job's: after, in
+    its task) and never rewritten by a resume, which adds its own overrides beside (note_resume): Hydra wrote
+    .hydra/ in place (truncate, then write), so a kill there left an overrides.yaml that was missing, empty or cut
     short, and a resume from it failed or composed another config."""
     from .files import write_json_atomic
     run_dir.mkdir(parents=True, exist_ok=True)
-    own = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/", "resume="))]
-    write_json_atomic(run_dir / RUN_RECORD, {"overrides": own})
+    record = {"overrides": own_overrides(overrides)}
+    if cfg is not None:
+        settings = rundirs.config_settings(cfg)
+        record.update(settings=settings, identity=identity.identity(settings))
+    write_json_atomic(run_dir / RUN_RECORD, record)
+
+
+def own_overrides(overrides) -> list[str]:
+    """The overrides a run records as its own: Hydra's and resume= aside."""
+    return [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/", "resume="))]
+
+
+def note_resume(run_dir: Path, overrides: list[str]) -> None:
+    """A resume's own overrides (and when it started), in run.json's "resumes" beside the run's, which stay."""
+    from .files import write_json_atomic
+    record = json.loads((run_dir / RUN_RECORD).read_text())
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    record.setdefault("resumes", []).append({"overrides": own_overrides(overrides), "started": started})
+    write_json_atomic(run_dir / RUN_RECORD, record)
 
 
 def run_overrides(run_dir: Path, option: str) -> list[str]:
@@ -236,11 +295,41 @@ def run_overrides(run_dir: Path, option: str) -> list[str]:
     return json.loads(record.read_text())["overrides"]
 
 
-def resume_overrides(run_dir: str, overrides: list[str]) -> list[str]:
-    """The run's own overrides, then any given now, pointed back at its directory."""
-    extra = [o for o in overrides if not o.startswith("resume=")]  # e.g. hardware=cpu on another machine
-    return run_overrides(Path(run_dir), f"resume={run_dir}") + extra + [f"resume={run_dir}",
-                                                                          f"hydra.run.dir={run_dir}"]
+def resume_overrides(run_dir: str, overrides: list[str]) -> list[str] | None:
+    """The run's own overrides, then any given now, pointed back at its directory, with Hydra's record of the
+    run (.hydra/) left as it was; None for a complete run, which is left untouched. Overrides given now may
+    change where and how the run computes (hardware=cpu on another machine, threads, logger, paths), recorded in
+    run.json as this resume's; one that changes what it learns is refused: the rest of the run would learn
+    under other settings than its record says."""
+    path = Path(run_dir)
+    own = run_overrides(path, f"resume={run_dir}")
+    if rundirs.is_complete(path):
+        print(f"cl-bench: {run_dir} is complete: nothing to resume, nothing changed (a new run from its last "
+              f"checkpoint: cl-bench train init_from={run_dir} ...)", file=sys.stderr)
+        return None
+    extra = [o for o in overrides if not o.startswith("resume=")]
+    check_resume_settings(path, own, extra)
+    from . import hardware
+    if hardware.rank() == 0:
+        note_resume(path, extra)
+    return own + extra + [f"resume={run_dir}", f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+
+
+def check_resume_settings(run_dir: Path, own: list[str], extra: list[str]) -> None:
+    """Refuse overrides that change the run's learning settings (those it recorded; a run recorded before
+    run.json held them: those its own overrides compose)."""
+    from . import config
+    given = own_overrides(extra)
+    if not given:
+        return
+    now = rundirs.config_settings(config.validate(config.compose(own + given)))
+    before = rundirs.recorded_settings(run_dir) or rundirs.config_settings(config.compose(own))
+    if identity.differing(before, now):
+        keys = {o.partition("=")[0] for o in given}
+        branch = [o for o in own if o.partition("=")[0] not in keys] + given
+        raise UserError(f"resume={run_dir} with {' '.join(given)} would change what the run learns "
+                        f"({identity.changes(before, now)}): resume it without them, or start a new run from its last "
+                        f"checkpoint with them: cl-bench train init_from={run_dir} {' '.join(branch)}")
 
 
 def follower_overrides(args: list[str]) -> list[str]:
@@ -272,30 +361,74 @@ def task(cfg) -> float:
         if hardware.rank() != 0:  # they share the job's directory: rank 0 alone logs to its train.log
             logging.getLogger().setLevel(logging.ERROR)
         if multirun:
-            if not (run_dir / RUN_RECORD).is_file() and hardware.rank() == 0:
-                write_run_record(run_dir, HydraConfig.get().overrides.task)
-            done = finished_objective(run_dir, cfg.sweep.objective)  # a re-run sweep completes only what is missing
+            done = sweep_job(cfg, run_dir, list(HydraConfig.get().overrides.task), HydraConfig.get().job.num)
             if done is not None:
-                print(f"cl-bench: {run_dir} is complete, skipped", file=sys.stderr)
                 return done
-            if (run_dir / "checkpoints" / "last").is_file():
-                cfg.resume = str(run_dir)
         with failures.recorded(run_dir, hardware.rank() == 0, spared=(train_module.Interrupted,)):  # FAILED marked
-            return train_module.run(cfg, run_dir)
+            result = train_module.run(cfg, run_dir)
+        if multirun:
+            note_job("run")
+        return result
     except UserError as e:
-        log.error(str(e))
+        if multirun:
+            note_job("failed")
+        if not isinstance(e, NotThisJobsRun):  # the train.log there is another run's
+            log.error(str(e))
         print(f"cl-bench: error: {e}", file=sys.stderr)
         if "SUBMITIT_EXECUTOR" in os.environ:  # raised, submitit hands it to the sweep's caller at once; an exit
             raise  # leaves no result, and the caller waits 15 s for one before it reads the job's error stream
         sys.exit(2)
     except train_module.Interrupted as stop:
+        if multirun:
+            note_job("failed")
         log.warning(f"stopped by {stop}")
         print(f"cl-bench: stopped by {stop}; the run is incomplete and its last complete checkpoint intact. "
               f"Resume it with:\n  cl-bench train resume={run_dir}", file=sys.stderr)
         sys.exit(130 if str(stop) == "SIGINT" else 143)
     except Exception:
+        if multirun:
+            note_job("failed")
         log.exception("the run failed")
         raise
+
+
+class NotThisJobsRun(UserError):
+    """A sweep job's folder holds a run of other settings."""
+
+
+def sweep_job(cfg, run_dir: Path, overrides: list[str], num: int) -> float | None:
+    """A sweep job in its folder (rundirs.job_folder found the run of its settings there, or claimed a new one):
+    a complete run is skipped, its objective returned to the sweeper; an interrupted one resumed; a run of other
+    settings (two jobs of one folder, through a hydra.sweep.subdir of the user's) refused, nothing written."""
+    from . import hardware
+    check_folder(rundirs.config_settings(cfg), run_dir, f"job {num} ({' '.join(overrides)})")
+    if not (run_dir / RUN_RECORD).is_file():
+        if hardware.rank() == 0:
+            write_run_record(run_dir, overrides, cfg)
+        return None
+    done = finished_objective(run_dir, cfg.sweep.objective)  # a re-run sweep completes only what is missing
+    if done is not None:
+        print(f"cl-bench: {run_dir} is complete, skipped", file=sys.stderr)
+        note_job("skipped")
+        return done
+    if (run_dir / "checkpoints" / "last").is_file():
+        cfg.resume = str(run_dir)
+    if hardware.rank() == 0:
+        note_resume(run_dir, overrides)
+    return None
+
+
+def check_folder(own: dict, run_dir: Path, job: str) -> None:
+    """Refuse a job whose folder holds a run of other settings, or of settings it does not record (a run.json of
+    before they were recorded, whose Hydra record is gone): resuming or skipping it would pass it off as this
+    job's. A folder Hydra has just recorded this job in holds this job's settings."""
+    recorded = rundirs.recorded_settings(run_dir)
+    if recorded == own or recorded is None and not (run_dir / RUN_RECORD).is_file():
+        return
+    what = f"other settings ({identity.changes(recorded, own)})" if recorded is not None else "unrecorded settings"
+    raise NotThisJobsRun(f"{job} would run in {run_dir}, which holds a run of {what}: give each job a folder of "
+                         "its own (leave hydra.sweep.subdir at its default, or name the swept keys in it), or sweep "
+                         "into another hydra.sweep.dir")
 
 
 def check_objective(cfg):
@@ -309,9 +442,6 @@ def check_objective(cfg):
 def finished_objective(run_dir: Path, objective: str) -> float | None:
     """The sweep objective of a complete run already in run_dir (None when there is none)."""
     from .train import OBJECTIVES
-    metrics = run_dir / "metrics.json"
-    if metrics.is_file():
-        record = json.loads(metrics.read_text())
-        if record.get("complete") and not (run_dir / "FAILED").is_file():  # failures.MARK: resumed, not skipped
-            return record.get(OBJECTIVES[objective])
+    if rundirs.is_complete(run_dir):
+        return json.loads((run_dir / "metrics.json").read_text()).get(OBJECTIVES[objective])
     return None

@@ -307,8 +307,10 @@ def register(options: list[tuple[str, str, Any]] | None = None) -> None:
     copy of them current; the CLI's torch-free answers pass catalog.options(), rebuilt from that copy."""
     from hydra.core.config_store import ConfigStore
 
-    from .rundirs import unique_dir
+    from .rundirs import job_folder, record_subdir, unique_dir
     OmegaConf.register_new_resolver("unique_dir", unique_dir, replace=True)
+    OmegaConf.register_new_resolver("job_folder", job_folder, replace=True)  # a sweep job's folder, by its settings
+    OmegaConf.register_new_resolver("record_subdir", record_subdir, replace=True)
     OmegaConf.register_new_resolver("paper_backbone", settings.paper_backbone, replace=True)
     OmegaConf.register_new_resolver("by_memory_size", settings.by_memory_size, replace=True)
     cs = ConfigStore.instance()

@@ -36,6 +36,7 @@ def test_branching_from_another_setting_or_nowhere_is_one_line(tmp_path):
     for overrides, complaint in [(("dataset.num_tasks=4",), "that run's tasks are not this run's"),
                                  ((), "not a run directory with a finished task's checkpoint")]:
         source = parent if overrides else tmp_path
-        proc = cl_bench("train", f"hydra.run.dir={tmp_path / 'x'}", "logger=none", *COMMON, *overrides,
+        # a directory of its own each: the refused run's record stays, and a new run never takes its directory
+        proc = cl_bench("train", f"hydra.run.dir={tmp_path / str(len(overrides))}", "logger=none", *COMMON, *overrides,
                         f"init_from={source}")
         assert proc.returncode != 0 and complaint in proc.stderr and "Traceback" not in proc.stderr

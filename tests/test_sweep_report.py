@@ -61,18 +61,22 @@ def test_two_by_two_sweep_and_its_report(two_by_two):
 def test_rerunning_a_half_finished_sweep_completes_only_what_is_missing(two_by_two):
     sweep_dir = two_by_two
     before = {j: metrics(sweep_dir / j) for j in "0123"}
-    # job 2 died after its second task; job 3 died before writing anything
+    # job 2 died after its second task; job 3 after Hydra recorded its config, before anything of its own
     job2 = sweep_dir / "2"
     for later in (job2 / "checkpoints").glob("task_*"):
         if later.name > "task_001":
             shutil.rmtree(later)
     (job2 / "checkpoints" / "last").write_text("task_001")
     (job2 / "metrics.json").unlink()
-    shutil.rmtree(sweep_dir / "3")
-    (sweep_dir / "3").mkdir()
+    for written in (sweep_dir / "3").iterdir():
+        if written.is_file():
+            written.unlink()
+        elif written.name != ".hydra":
+            shutil.rmtree(written)
     untouched = (sweep_dir / "0" / "events.jsonl").read_text()
     proc = sweep(sweep_dir)
     assert proc.stderr.count("is complete, skipped") == 2
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]  # found by settings
     assert (sweep_dir / "0" / "events.jsonl").read_text() == untouched
     resumed = [json.loads(line) for line in (job2 / "events.jsonl").read_text().splitlines()]
     assert [e["task"] for e in resumed if e["event"] == "task_start"] == [0, 1, 2, 3, 4, 2, 3, 4]

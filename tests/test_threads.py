@@ -81,6 +81,14 @@ def test_a_submitit_local_sweep_runs_each_job(tmp_path):
         m = json.loads((tmp_path / job / "metrics.json").read_text())
         assert m["complete"] and m["seed"] == int(job)
         assert m["ran_on"]["launcher"] == "submitit_local" and m["ran_on"]["world_size"] == 1
+    # grown by a seed into its directory: each job finds its folder by its settings, the new one alone runs
+    before = {job: (tmp_path / job / "metrics.json").read_bytes() for job in ("0", "1")}
+    proc = cl_bench("train", "-m", "debug=smoke", "hydra/launcher=submitit_local", "seed=0,1,2",
+                    f"hydra.sweep.dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"3 jobs in {tmp_path} (1 run, 2 skipped as complete)" in proc.stderr  # the jobs' own lines: their logs
+    assert {job: (tmp_path / job / "metrics.json").read_bytes() for job in ("0", "1")} == before
+    assert json.loads((tmp_path / "2" / "metrics.json").read_text())["seed"] == 2
 
 
 def submitit_task(folder: Path) -> int | None:

@@ -93,6 +93,7 @@ def test_wandb_run_is_named_tagged_logs_checkpoints_and_resumes_under_its_id(tmp
     # killed after task 1: `resume=` continues the same W&B run
     shutil.rmtree(run_dir / "checkpoints" / "task_002")
     (run_dir / "checkpoints" / "last").write_text("task_001")
+    (run_dir / "metrics.json").unlink()  # a resume of a complete run changes nothing
     proc = cl_bench("train", f"resume={run_dir}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = runs_and_artifacts(run_dir)

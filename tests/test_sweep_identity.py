@@ -1,0 +1,285 @@
+"""A sweep finds each job's run by its settings' identity (cl_bench/identity.py, rundirs.job_folder): re-run or grown
+into its directory, it runs exactly the jobs whose settings have no run there, resumes the interrupted ones and
+leaves every earlier run as it was. A resume keeps the run's record: a complete run is left untouched, and a change
+of what the run learns is refused."""
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import cl_bench, forked, once_per_session, train
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
+
+QUICK = ["debug=fast", "logger=none", "hardware.threads=1"]
+KEPT = ["checkpoint.enabled=true", "checkpoint.keep=all"]  # debug=fast writes none; an interrupted run needs them
+
+
+def sweep(sweep_dir, *overrides, fresh=False, code=0):
+    """`cl-bench train -m` into sweep_dir, forked from the test's server (the basic launcher needs no exit
+    handlers), or with fresh=True in a fresh interpreter (joblib, Optuna)."""
+    args = ["train", "-m", *QUICK, f"hydra.sweep.dir={sweep_dir}", *overrides]
+    if fresh:
+        proc = cl_bench(*args)
+    else:
+        proc = forked(args, {**os.environ, "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}, None, 600)
+    assert proc.returncode == code, proc.stderr[-3000:]
+    return proc
+
+
+def files(folder: Path) -> dict:
+    """Every file under folder, hidden ones (.hydra/) included: its bytes' digest and its mtime."""
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def jobs(sweep_dir: Path) -> dict[str, Path]:
+    """The sweep's job folders by name."""
+    return {p.name: p for p in sorted(sweep_dir.iterdir()) if p.is_dir() and p.name.isdigit()}
+
+
+def record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())
+
+
+def metrics(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def lrs(sweep_dir: Path) -> dict[str, float]:
+    """Each job folder's method.lr, as its run.json records it."""
+    return {name: record(job)["settings"]["method.lr"] for name, job in jobs(sweep_dir).items()}
+
+
+def summary(sweep_dir, jobs_: int, ran: int, skipped: int) -> str:
+    return (f"cl-bench: {jobs_} jobs in {sweep_dir} ({ran} run, {skipped} skipped as complete); compare them with: "
+            f"cl-bench report {sweep_dir}")
+
+
+def stop_after_first_task(run_dir: Path) -> None:
+    """Leave run_dir as a run killed right after checkpointing its first task (of debug=fast's two)."""
+    shutil.rmtree(run_dir / "checkpoints" / "task_001")
+    (run_dir / "checkpoints" / "last").write_text("task_000")
+    (run_dir / "metrics.json").unlink()
+
+
+def test_a_sweep_rerun_with_other_values_runs_them_and_leaves_the_earlier_runs(tmp_path):
+    """The issue's commands: before, both new jobs printed `D/0 is complete, skipped` and no run of 0.1 or 0.2
+    existed."""
+    first = sweep(tmp_path, "method.lr=0.01,0.05")
+    assert summary(tmp_path, 2, 2, 0) in first.stderr
+    before = {name: files(job) for name, job in jobs(tmp_path).items()}
+    second = sweep(tmp_path, "method.lr=0.1,0.2")
+    assert "skipped" not in second.stderr.replace("skipped as complete", "")
+    assert second.stderr.strip().splitlines()[-1] == summary(tmp_path, 2, 2, 0)
+    assert lrs(tmp_path) == {"0": 0.01, "1": 0.05, "2": 0.1, "3": 0.2}
+    assert all(metrics(job)["complete"] for job in jobs(tmp_path).values())
+    assert {name: files(jobs(tmp_path)[name]) for name in before} == before  # every file, .hydra/ and logs too
+
+
+def test_growing_a_sweeps_seeds_runs_the_new_seeds_alone(tmp_path):
+    sweep(tmp_path, "method=finetune,er", "seed=0")
+    before = {name: files(job) for name, job in jobs(tmp_path).items()}
+    grown = sweep(tmp_path, "method=finetune,er", "seed=0,1")
+    assert grown.stderr.count("is complete, skipped") == 2
+    assert grown.stderr.strip().splitlines()[-1] == summary(tmp_path, 4, 2, 2)
+    runs = {(metrics(job)["method"], metrics(job)["seed"]): name for name, job in jobs(tmp_path).items()}
+    assert sorted(runs) == [("er", 0), ("er", 1), ("finetune", 0), ("finetune", 1)]
+    assert {name: files(jobs(tmp_path)[name]) for name in before} == before
+
+
+def test_a_changed_value_runs_as_a_new_job_beside_the_old_one(tmp_path):
+    sweep(tmp_path, "method.lr=0.01,0.05")
+    before = {name: files(job) for name, job in jobs(tmp_path).items()}
+    changed = sweep(tmp_path, "method.lr=0.01,0.1")
+    assert changed.stderr.count("is complete, skipped") == 1 and f"{tmp_path}/0 is complete" in changed.stderr
+    assert lrs(tmp_path) == {"0": 0.01, "1": 0.05, "2": 0.1}
+    assert {name: files(jobs(tmp_path)[name]) for name in before} == before
+
+
+def test_an_interrupted_job_is_resumed_by_its_own_settings_and_no_other_job_takes_its_folder(tmp_path):
+    """Before, a job resumed whatever unfinished run its number's folder held, under its own overrides."""
+    sweep(tmp_path, "method.lr=0.01,0.05", *KEPT)
+    whole = metrics(tmp_path / "0")
+    stop_after_first_task(tmp_path / "0")
+    hydra_record, original = files(tmp_path / "0" / ".hydra"), record(tmp_path / "0")
+    proc = sweep(tmp_path, "method.lr=0.1,0.01", *KEPT)  # job 0 is another run now; lr 0.01 is job 1
+    assert proc.stderr.strip().splitlines()[-1] == summary(tmp_path, 2, 2, 0)
+    assert lrs(tmp_path) == {"0": 0.01, "1": 0.05, "2": 0.1}
+    resumed = tmp_path / "0"
+    starts = [json.loads(line)["task"] for line in (resumed / "events.jsonl").read_text().splitlines()
+              if json.loads(line)["event"] == "task_start"]
+    assert starts == [0, 1, 1]  # its second task learned again, from its first task's checkpoint
+    assert metrics(resumed)["complete"] and metrics(resumed)["acc"] == whole["acc"]
+    assert files(resumed / ".hydra") == hydra_record  # Hydra's record of the run stays as it was
+    after = record(resumed)
+    assert {k: v for k, v in after.items() if k != "resumes"} == original  # the run's own record stays
+    [resume] = after["resumes"]
+    assert sorted(resume["overrides"]) == sorted(original["overrides"])  # the job's own overrides, noted beside
+
+
+def test_a_folder_holding_a_run_of_other_settings_is_refused_before_anything_is_written(tmp_path):
+    """A hydra.sweep.subdir of the user's can give two jobs one folder: the second is refused in one line."""
+    sweep(tmp_path, "method.lr=0.01", "hydra.sweep.subdir=shared")
+    before = files(tmp_path / "shared")
+    proc = sweep(tmp_path, "method.lr=0.05", "hydra.sweep.subdir=shared", code=2)
+    assert "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"cl-bench: error: job 0 (debug=fast logger=none hardware.threads=1 method.lr=0.05) "
+                           f"would run in {tmp_path}/shared, which holds a run of other settings (method.lr 0.01 -> "
+                           "0.05): give each job a folder of its own")
+    assert files(tmp_path / "shared") == before
+
+
+@pytest.fixture
+def finished(tmp_path_factory, worker_id, tmp_path):
+    """A complete debug=fast run of lr 0.01 with both tasks' checkpoints, run once in the session."""
+    def compute(folder):
+        train(folder / "run", *QUICK, "checkpoint.enabled=true", "method.lr=0.01")
+        return str(folder / "run")
+    run_dir = tmp_path / "run"
+    shutil.copytree(once_per_session(tmp_path_factory, worker_id, "finished_fast_run", compute), run_dir)
+    return run_dir
+
+
+def test_a_new_run_into_a_folder_holding_an_interrupted_one_is_refused(finished):
+    stop_after_first_task(finished)
+    before = files(finished)
+    proc = cl_bench("train", f"hydra.run.dir={finished}", *QUICK)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (f"cl-bench: error: {finished} already holds a run: continue it with "
+                                   f"resume={finished}, or choose another hydra.run.dir")
+    assert files(finished) == before
+
+
+def test_resuming_a_complete_run_changes_nothing(finished):
+    before = files(finished)
+    proc = cl_bench("train", f"resume={finished}", "method.lr=0.5")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{finished} is complete: nothing to resume, nothing changed" in proc.stderr
+    assert files(finished) == before
+
+
+def test_a_resume_that_would_change_what_the_run_learns_is_refused(finished):
+    stop_after_first_task(finished)
+    before = files(finished)
+    proc = cl_bench("train", f"resume={finished}", "method.lr=0.5")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"cl-bench: error: resume={finished} with method.lr=0.5 would change what the run learns "
+                           "(method.lr 0.01 -> 0.5): resume it without them, or start a new run")
+    assert f"init_from={finished} " in line
+    assert files(finished) == before
+
+
+def test_a_resume_on_other_hardware_settings_is_recorded_beside_the_runs_own(finished):
+    whole = metrics(finished)
+    original = record(finished)
+    stop_after_first_task(finished)
+    hydra_record = files(finished / ".hydra")
+    proc = cl_bench("train", f"resume={finished}", "hardware.threads=2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert metrics(finished)["acc"] == whole["acc"]
+    after = record(finished)
+    assert {k: v for k, v in after.items() if k != "resumes"} == original
+    [resume] = after["resumes"]
+    assert resume["overrides"] == ["hardware.threads=2"] and resume["started"][:2] == "20"
+    assert files(finished / ".hydra") == hydra_record
+
+
+def test_a_parallel_sweep_rerun_runs_only_its_new_jobs(tmp_path):
+    """The joblib launcher: jobs in processes of their own, claiming their folders at once."""
+    parallel = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    sweep(tmp_path, *parallel, "method.lr=0.01,0.05", fresh=True)
+    before = {name: files(job) for name, job in jobs(tmp_path).items()}
+    proc = sweep(tmp_path, *parallel, "method.lr=0.05,0.1,0.2", fresh=True)
+    assert proc.stderr.count("is complete, skipped") == 1
+    assert summary(tmp_path, 3, 2, 1) in proc.stderr
+    assert sorted(lrs(tmp_path).values()) == [0.01, 0.05, 0.1, 0.2] and len(jobs(tmp_path)) == 4
+    assert {name: files(jobs(tmp_path)[name]) for name in before} == before
+
+
+def test_an_optuna_sweep_grown_by_a_trial_runs_that_trial_alone(tmp_path):
+    """The sampler's seed draws the same first trials again: they find their runs; the new trial runs."""
+    optuna = ["hydra/sweeper=maximize_objective"]
+    sweep(tmp_path, *optuna, "hydra.sweeper.n_trials=2", fresh=True)
+    before = {name: files(job) for name, job in jobs(tmp_path).items()}
+    proc = sweep(tmp_path, *optuna, "hydra.sweeper.n_trials=3", fresh=True)
+    assert proc.stderr.count("is complete, skipped") == 2
+    assert summary(tmp_path, 3, 1, 2) in proc.stderr
+    assert len(jobs(tmp_path)) == 3 and len(set(lrs(tmp_path).values())) == 3
+    assert {name: files(jobs(tmp_path)[name]) for name in before} == before
+
+
+# Property: random sequences of small sweeps into one folder.
+LRS = (0.01, 0.05, 0.1)
+SWEEPS = st.lists(st.tuples(st.lists(st.sampled_from(LRS), min_size=1, max_size=2, unique=True),
+                            st.lists(st.sampled_from((0, 1)), min_size=1, max_size=2, unique=True),
+                            st.booleans()),  # interrupt one of the sweep's runs afterwards
+                  min_size=2, max_size=3)
+
+
+def state(sweep_dir: Path) -> dict:
+    """Each job folder's files (metrics.json, run.json, .hydra/), by digest."""
+    return {name: {k: v[0] for k, v in files(job).items() if k in ("metrics.json", "run.json") or k[:6] == ".hydra"}
+            for name, job in jobs(sweep_dir).items()}
+
+
+def check_records(job: Path) -> tuple[float, int]:
+    """A run's records agree: run.json's settings and identity, the config Hydra saved, the overrides it ran and
+    its metrics.json; its (lr, seed)."""
+    from cl_bench import identity, rundirs
+    rec = record(job)
+    assert rec["settings"] == rundirs.saved_settings(job / ".hydra" / "config.yaml")
+    assert rec["identity"] == identity.identity(rec["settings"])
+    lr, seed = rec["settings"]["method.lr"], rec["settings"]["seed"]
+    assert f"method.lr={lr}" in rec["overrides"] and f"seed={seed}" in rec["overrides"]
+    if (job / "metrics.json").is_file():
+        assert metrics(job)["seed"] == seed
+    return lr, seed
+
+
+@settings(max_examples=5, deadline=None)
+@given(SWEEPS)
+def test_any_sequence_of_sweeps_into_one_folder_runs_each_setting_once_and_keeps_every_run(tmp_path_factory,
+                                                                                           sequence):
+    """Values added, removed and changed, seeds grown, a run interrupted and asked for again (or not)."""
+    sweep_dir = tmp_path_factory.mktemp("sequence")
+    interrupted: dict[str, list] = {}  # folder -> its accuracy matrix when it was whole
+    for values, seeds, interrupt in sequence:
+        before = state(sweep_dir)
+        sweep(sweep_dir, *KEPT, f"method.lr={','.join(map(str, values))}", f"seed={','.join(map(str, seeds))}")
+        requested = {(lr, seed) for lr in values for seed in seeds}
+        found = {}
+        for name, job in jobs(sweep_dir).items():
+            found.setdefault(check_records(job), []).append(name)
+        assert all(len(names) == 1 for names in found.values()), found  # one folder per distinct setting
+        assert requested <= set(found)
+        for (lr, seed), [name] in found.items():
+            job = jobs(sweep_dir)[name]
+            if name in interrupted and (lr, seed) in requested:  # resumed, and ends as if never interrupted
+                assert metrics(job)["acc"] == interrupted.pop(name)
+            elif name in before:  # complete before (skipped if asked for), or interrupted and not asked for
+                assert state(sweep_dir)[name] == before[name]
+            if (lr, seed) in requested:
+                assert metrics(job)["complete"]
+        if interrupt:
+            name = found[min(requested)][0]
+            interrupted[name] = metrics(jobs(sweep_dir)[name])["acc"]
+            stop_after_first_task(jobs(sweep_dir)[name])
+
+
+@pytest.mark.xfail(reason="report grouping lands with the report change", strict=False)
+def test_the_report_groups_a_grown_sweeps_runs_by_their_settings_less_the_seed(tmp_path):
+    """Rows are the distinct settings without the seed; n, the distinct seeds of each."""
+    from cl_bench import report
+    sweep(tmp_path, "method.lr=0.01,0.05", "seed=0")
+    sweep(tmp_path, "method.lr=0.01,0.05,0.1", "seed=0,1")
+    runs = report.find_runs([tmp_path])
+    rows = report.summarise(runs)
+    assert len(rows) == 3
+    assert sorted(row["seeds"] for row in rows) == [2, 2, 2]
