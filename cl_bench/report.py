@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import identity
+from . import identity, rundirs
 from .console import rich_console
 from .errors import UserError
 from .files import write_text_atomic
@@ -64,36 +64,9 @@ def find_runs(paths: list[Path]) -> list[dict]:
             run["ran_on"] = ran_on(run.get("ran_on"))
             if run.get("variant"):  # listed apart: cpg without picking is PAE
                 run["method"] = f"{run['method']} ({run['variant']})"
-            run["settings"] = run_settings(metrics_file.parent)
+            run["settings"] = rundirs.recorded_settings(metrics_file.parent)
             runs.append(run)
     return runs
-
-
-def run_settings(run_dir: Path) -> dict | None:
-    """run.json's settings, else those of the run's composed config (runs from before run.json kept them)."""
-    record = run_dir / "run.json"
-    if record.is_file():
-        kept = json.loads(record.read_text()).get("settings")
-        if kept is not None:
-            return kept
-    config = run_dir / ".hydra" / "config.yaml"
-    return config_settings(config) if config.is_file() else None
-
-
-def config_settings(path: Path) -> dict:
-    """identity.settings of a saved config; resolved where the resolvers it names allow (the paper settings'
-    by_memory_size), else as written, which tells settings apart just as well."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from .settings import by_memory_size
-    if not OmegaConf.has_resolver("by_memory_size"):
-        OmegaConf.register_new_resolver("by_memory_size", by_memory_size)
-    config = OmegaConf.load(path)
-    try:
-        return identity.settings(config)
-    except (OmegaConfBaseException, UserError):
-        return identity.settings(OmegaConf.to_container(config, resolve=False))
 
 
 def canonical(settings: dict | None, key: str) -> str | None:

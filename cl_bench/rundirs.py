@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from . import identity
+from .errors import UserError
 
 RUN_RECORD = "run.json"
 FOLLOWER_WAIT_S = 600  # how long a job's later task waits for its first task to claim the job's folder
@@ -65,9 +66,14 @@ def saved_settings(path: Path) -> dict | None:
         OmegaConf.register_new_resolver("by_memory_size", settings.by_memory_size)
     try:
         saved = OmegaConf.load(path) if path.is_file() else None
-        return identity.settings(saved) if saved else None
     except (OSError, ValueError, OmegaConfBaseException):
         return None
+    if not saved:
+        return None
+    try:
+        return identity.settings(saved)
+    except (OmegaConfBaseException, UserError):  # a value its resolver refuses: as written, which tells apart as well
+        return identity.settings(OmegaConf.to_container(saved, resolve=False))
 
 
 def holds_run(run_dir: Path) -> bool:
