@@ -39,7 +39,10 @@ def run(args: list[str]) -> int:
         return print_config_tree([a for a in args if a not in ("--cfg", "-c", "job")])
     resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
     if resume:
-        args = resume_overrides(resume, args)
+        try:
+            args = resume_overrides(resume, args)  # notes the resume in run.json, which may not be writable
+        except OSError as e:
+            raise UserError(failures.at_start(e, resume)) from None
         if args is None:  # complete: nothing to do, nothing touched
             return 0
     elif "RANK" in os.environ:  # under torchrun; hardware imports torch, so only then
