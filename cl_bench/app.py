@@ -38,17 +38,9 @@ def run(args: list[str]) -> int:
     if cfg_job_request(args):
         return print_config_tree([a for a in args if a not in ("--cfg", "-c", "job")])
     resume = next((a.split("=", 1)[1] for a in args if a.startswith("resume=")), None)
-    if resume:
-        try:
-            args = resume_overrides(resume, args)  # notes the resume in run.json, which may not be writable
-        except OSError as e:
-            raise UserError(failures.at_start(e, resume)) from None
-        if args is None:  # complete: nothing to do, nothing touched
-            return 0
-    elif "RANK" in os.environ:  # under torchrun; hardware imports torch, so only then
-        from . import hardware
-        if hardware.rank() > 0:
-            args = args + follower_overrides(args)
+    args = job_overrides(args, resume)
+    if args is None:  # a complete run to resume: nothing to do, nothing touched
+        return 0
     entry = hydra.main(config_path="pkg://cl_bench.conf", config_name="config", version_base="1.3")(task)
     saved_argv, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = ["cl-bench", *args]
@@ -77,6 +69,22 @@ def run(args: list[str]) -> int:
         else:
             os.environ["HYDRA_FULL_ERROR"] = full_error
     return 0
+
+
+def job_overrides(args: list[str], resume: str | None) -> list[str] | None:
+    """The overrides Hydra gets: a resume's recorded ones with the new (None where the run is complete), a torchrun
+    follower's with its scratch directory, else the command line's."""
+    from . import failures
+    if resume:
+        try:
+            return resume_overrides(resume, args)  # notes the resume in run.json, which may not be writable
+        except OSError as e:
+            raise UserError(failures.at_start(e, resume)) from None
+    if "RANK" in os.environ:  # under torchrun; hardware imports torch, so only then
+        from . import hardware
+        if hardware.rank() > 0:
+            return args + follower_overrides(args)
+    return args
 
 
 def register_for(args: list[str]) -> None:
