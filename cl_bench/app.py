@@ -95,7 +95,9 @@ def register_for(args: list[str]) -> None:
     is registered again from the classes, and runs with every check, as without a catalog."""
     from . import catalog, config
     alone = bool(ANSWERED_ALONE & set(args))
-    cached = catalog.load() if "RANK" not in os.environ and (alone or plain_overrides(args)) else None
+    # torch already imported (cl_bench.api in a notebook, the tests' forked server): nothing left to save
+    wanted = "torch" not in sys.modules and "RANK" not in os.environ and (alone or plain_overrides(args))
+    cached = catalog.load() if wanted else None
     if cached is None:
         config.register()
         return
