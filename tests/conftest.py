@@ -1,3 +1,4 @@
+import hashlib
 import json
 import math
 import multiprocessing
@@ -247,3 +248,16 @@ def cifar10(tmp_path_factory) -> str:
         images = rng.integers(0, 256, (len(labels), 3 * 32 * 32), dtype=np.uint8)
         (folder / name).write_bytes(pickle.dumps({b"data": images, b"labels": labels.tolist()}))
     return str(root)
+
+
+# Sweeps re-run or grown into their folder (tests/test_sweep_identity.py, the joblib and Optuna ones beside their
+# launchers' tests): what a job folder holds, and the line a sweep ends with.
+def files(folder: Path) -> dict:
+    """Every file under folder, hidden ones (.hydra/) included: its bytes' digest and its mtime."""
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def sweep_summary(sweep_dir, jobs_: int, ran: int, skipped: int) -> str:
+    return (f"cl-bench: {jobs_} jobs in {sweep_dir} ({ran} run, {skipped} skipped as complete); compare them with: "
+            f"cl-bench report {sweep_dir}")

@@ -2,7 +2,6 @@
 into its directory, it runs exactly the jobs whose settings have no run there, resumes the interrupted ones and
 leaves every earlier run as it was. A resume keeps the run's record: a complete run is left untouched, and a change
 of what the run learns is refused."""
-import hashlib
 import json
 import os
 import shutil
@@ -10,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import cl_bench, forked, once_per_session, train
+from conftest import cl_bench, files, forked, once_per_session, sweep_summary, train
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,12 +33,6 @@ def sweep(sweep_dir, *overrides, fresh=False, code=0):
     return proc
 
 
-def files(folder: Path) -> dict:
-    """Every file under folder, hidden ones (.hydra/) included: its bytes' digest and its mtime."""
-    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def jobs(sweep_dir: Path) -> dict[str, Path]:
     """The sweep's job folders by name."""
     return {p.name: p for p in sorted(sweep_dir.iterdir()) if p.is_dir() and p.name.isdigit()}
@@ -58,11 +51,6 @@ def lrs(sweep_dir: Path) -> dict[str, float]:
     return {name: record(job)["settings"]["method.lr"] for name, job in jobs(sweep_dir).items()}
 
 
-def summary(sweep_dir, jobs_: int, ran: int, skipped: int) -> str:
-    return (f"cl-bench: {jobs_} jobs in {sweep_dir} ({ran} run, {skipped} skipped as complete); compare them with: "
-            f"cl-bench report {sweep_dir}")
-
-
 def stop_after_first_task(run_dir: Path) -> None:
     """Leave run_dir as a run killed right after checkpointing its first task (of debug=fast's two)."""
     shutil.rmtree(run_dir / "checkpoints" / "task_001")
@@ -74,11 +62,11 @@ def test_a_sweep_rerun_with_other_values_runs_them_and_leaves_the_earlier_runs(t
     """The issue's commands: before, both new jobs printed `D/0 is complete, skipped` and no run of 0.1 or 0.2
     existed."""
     first = sweep(tmp_path, "method.lr=0.01,0.05")
-    assert summary(tmp_path, 2, 2, 0) in first.stderr
+    assert sweep_summary(tmp_path, 2, 2, 0) in first.stderr
     before = {name: files(job) for name, job in jobs(tmp_path).items()}
     second = sweep(tmp_path, "method.lr=0.1,0.2")
     assert "skipped" not in second.stderr.replace("skipped as complete", "")
-    assert second.stderr.strip().splitlines()[-1] == summary(tmp_path, 2, 2, 0)
+    assert second.stderr.strip().splitlines()[-1] == sweep_summary(tmp_path, 2, 2, 0)
     assert lrs(tmp_path) == {"0": 0.01, "1": 0.05, "2": 0.1, "3": 0.2}
     assert all(metrics(job)["complete"] for job in jobs(tmp_path).values())
     assert {name: files(jobs(tmp_path)[name]) for name in before} == before  # every file, .hydra/ and logs too
@@ -89,7 +77,7 @@ def test_growing_a_sweeps_seeds_runs_the_new_seeds_alone(tmp_path):
     before = {name: files(job) for name, job in jobs(tmp_path).items()}
     grown = sweep(tmp_path, "method=finetune,er", "seed=0,1")
     assert grown.stderr.count("is complete, skipped") == 2
-    assert grown.stderr.strip().splitlines()[-1] == summary(tmp_path, 4, 2, 2)
+    assert grown.stderr.strip().splitlines()[-1] == sweep_summary(tmp_path, 4, 2, 2)
     runs = {(metrics(job)["method"], metrics(job)["seed"]): name for name, job in jobs(tmp_path).items()}
     assert sorted(runs) == [("er", 0), ("er", 1), ("finetune", 0), ("finetune", 1)]
     assert {name: files(jobs(tmp_path)[name]) for name in before} == before
@@ -111,7 +99,7 @@ def test_an_interrupted_job_is_resumed_by_its_own_settings_and_no_other_job_take
     stop_after_first_task(tmp_path / "0")
     hydra_record, original = files(tmp_path / "0" / ".hydra"), record(tmp_path / "0")
     proc = sweep(tmp_path, "method.lr=0.1,0.01", *KEPT)  # job 0 is another run now; lr 0.01 is job 1
-    assert proc.stderr.strip().splitlines()[-1] == summary(tmp_path, 2, 2, 0)
+    assert proc.stderr.strip().splitlines()[-1] == sweep_summary(tmp_path, 2, 2, 0)
     assert lrs(tmp_path) == {"0": 0.01, "1": 0.05, "2": 0.1}
     resumed = tmp_path / "0"
     starts = [json.loads(line)["task"] for line in (resumed / "events.jsonl").read_text().splitlines()
@@ -192,30 +180,6 @@ def test_a_resume_on_other_hardware_settings_is_recorded_beside_the_runs_own(fin
     [resume] = after["resumes"]
     assert resume["overrides"] == ["hardware.threads=2"] and resume["started"][:2] == "20"
     assert files(finished / ".hydra") == hydra_record
-
-
-def test_a_parallel_sweep_rerun_runs_only_its_new_jobs(tmp_path):
-    """The joblib launcher: jobs in processes of their own, claiming their folders at once."""
-    parallel = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
-    sweep(tmp_path, *parallel, "method.lr=0.01,0.05", fresh=True)
-    before = {name: files(job) for name, job in jobs(tmp_path).items()}
-    proc = sweep(tmp_path, *parallel, "method.lr=0.05,0.1,0.2", fresh=True)
-    assert proc.stderr.count("is complete, skipped") == 1
-    assert summary(tmp_path, 3, 2, 1) in proc.stderr
-    assert sorted(lrs(tmp_path).values()) == [0.01, 0.05, 0.1, 0.2] and len(jobs(tmp_path)) == 4
-    assert {name: files(jobs(tmp_path)[name]) for name in before} == before
-
-
-def test_an_optuna_sweep_grown_by_a_trial_runs_that_trial_alone(tmp_path):
-    """The sampler's seed draws the same first trials again: they find their runs; the new trial runs."""
-    optuna = ["hydra/sweeper=maximize_objective"]
-    sweep(tmp_path, *optuna, "hydra.sweeper.n_trials=2", fresh=True)
-    before = {name: files(job) for name, job in jobs(tmp_path).items()}
-    proc = sweep(tmp_path, *optuna, "hydra.sweeper.n_trials=3", fresh=True)
-    assert proc.stderr.count("is complete, skipped") == 2
-    assert summary(tmp_path, 3, 1, 2) in proc.stderr
-    assert len(jobs(tmp_path)) == 3 and len(set(lrs(tmp_path).values())) == 3
-    assert {name: files(jobs(tmp_path)[name]) for name in before} == before
 
 
 # Property: random sequences of small sweeps into one folder.

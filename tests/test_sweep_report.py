@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 import yaml
-from conftest import cl_bench, once_per_session, train
+from conftest import cl_bench, files, once_per_session, sweep_summary, train
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
@@ -163,29 +163,34 @@ def test_two_sweeps_reporting_into_one_place_never_leave_a_torn_file(tmp_path):
     assert not [p.name for p in shared.iterdir() if p.name.startswith(".")], "no temporary files left behind"
 
 
-def optuna_sweep(sweep_dir, *overrides):
-    """Three Optuna trials over method.lr, through the real CLI, on two tasks of the class scenario (where
-    validation and test accuracy differ)."""
-    proc = cl_bench("train", "-m", "hydra/sweeper=maximize_objective", "hydra.sweeper.n_trials=3",
+def optuna_sweep(sweep_dir, *overrides, trials: int = 3):
+    """Optuna trials over method.lr, through the real CLI, on two tasks of the class scenario (where validation and
+    test accuracy differ)."""
+    proc = cl_bench("train", "-m", "hydra/sweeper=maximize_objective", f"hydra.sweeper.n_trials={trials}",
                     "method.epochs=1", "dataset.num_tasks=2", "scenario=class", "logger=none",
                     f"hydra.sweep.dir={sweep_dir}", *overrides)
     assert proc.returncode == 0, proc.stderr[-3000:]
     best = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
     runs = [metrics(p) for p in sorted(sweep_dir.iterdir()) if (p / "metrics.json").is_file()]
-    assert len(runs) == 3
-    return best, runs
+    assert len(runs) == trials
+    return best, runs, proc
 
 
 def test_an_optuna_sweep_maximises_validation_accuracy_unless_told_otherwise(tmp_path):
-    best, runs = optuna_sweep(tmp_path / "val")
+    best, runs, _ = optuna_sweep(tmp_path / "val")
     assert {r["objective"] for r in runs} == {"val_avg_acc"}
     chosen = max(runs, key=lambda r: r["val_avg_acc"])
     assert best["best_value"] == chosen["val_avg_acc"] != chosen["avg_acc"]
     assert cl_bench("report", str(tmp_path / "val"), "--no-plots").returncode == 0
     table = (tmp_path / "val" / "report.md").read_text()
     assert "Optuna maximised val_avg_acc over 3 runs" in table and "TEST selection" not in table
+    # grown by a trial: the sampler's seed draws the first three again, which find their runs; the fourth runs
+    before = {p.name: files(p) for p in (tmp_path / "val").iterdir() if p.name.isdigit()}
+    _, _, grown = optuna_sweep(tmp_path / "val", trials=4)
+    assert sweep_summary(tmp_path / "val", 4, 1, 3) in grown.stderr
+    assert {name: files(tmp_path / "val" / name) for name in before} == before
 
-    best, runs = optuna_sweep(tmp_path / "test", "sweep.objective=test_avg_acc")
+    best, runs, _ = optuna_sweep(tmp_path / "test", "sweep.objective=test_avg_acc")
     assert {r["objective"] for r in runs} == {"test_avg_acc"}
     assert best["best_value"] == max(r["avg_acc"] for r in runs)
     assert cl_bench("report", str(tmp_path / "test"), "--no-plots").returncode == 0

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cl_bench, train
+from conftest import ROOT, cl_bench, files, sweep_summary, train
 
 from cl_bench import hardware
 
@@ -33,6 +33,14 @@ def test_parallel_sweep_shares_the_cores(tmp_path):
         assert threads_line(tmp_path / job) == (f"torch threads: {max(1, CORES // 2)} ({CORES} cores shared by 2 "
                                                 "jobs side by side: hydra.launcher.n_jobs=2)")
         assert f"multirun job {job}: device cpu" in (tmp_path / job / "train.log").read_text()
+    # grown in its folder: the jobs, in processes of their own, find their runs by settings (seed 1's is skipped)
+    # and claim new folders at once (seed 2's), leaving the earlier runs as they were
+    before = {job: files(tmp_path / job) for job in ("0", "1")}
+    grown = cl_bench("train", "-m", "debug=smoke", "hydra/launcher=parallel", "hydra.launcher.n_jobs=2", "seed=1,2",
+                     f"hydra.sweep.dir={tmp_path}")
+    assert grown.returncode == 0 and sweep_summary(tmp_path, 2, 1, 1) in grown.stderr, grown.stderr[-2000:]
+    assert {job: files(tmp_path / job) for job in before} == before
+    assert json.loads((tmp_path / "2" / "run.json").read_text())["settings"]["seed"] == 2
 
 
 @pytest.mark.parametrize(("launcher", "job", "gpus", "gpu"), [
