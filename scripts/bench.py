@@ -981,11 +981,12 @@ def render_startup(d) -> list[str]:
     sides = d["sides"]
     torch_s = d["median_s"]["import torch"]
     lines = ["## Answers without torch", "",
-             f"{where(d)}; median of {d['repeats']} whole processes each, interleaved. `cl-bench --help`, `train "
-             "--help`, a config typo, `list` and a shell completion's query need no torch: they are answered from "
-             "catalog.py's cache of the method and backbone classes (written by the first command that imports them, "
-             "and keyed by a digest of the package's sources), against the full path that imports them (no cache "
-             "to read). `python scripts/bench.py startup`.", "",
+             f"{where(d)}; median of {d['repeats']} whole processes each, interleaved",
+             "(`python scripts/bench.py startup`). These commands need no torch: catalog.py's cache of the method and "
+             "backbone",
+             "classes answers them (written by the first command that imports the classes, keyed by a digest of the "
+             "sources).",
+             "\"Without it\" is the full path, with no cache to read.", "",
              f"`python -c \"import torch\"`: {torch_s:.2f} s.", "",
              "| command | " + " | ".join(f"{side} s (x import torch)" for side in sides) + " |",
              "|---|" + "---|" * len(sides)]

@@ -273,8 +273,8 @@ def test_a_row_reconfigured_after_a_look_says_so_with_its_before_numbers(toy, mo
                                                    "seen": "a gap", "before": "other"})
     text = summary.document([toy], pilot_records())
     assert "pilot only, extended after a look, reconfigured after a look: different" in row_line(text)
-    assert ("Reconfigured after a look (abc1234): a dropout option taken, after a gap. The before-numbers are the "
-            "diagnostic `other`'s records. Only its plan's fresh seeds can confirm the change") in text
+    assert ("Reconfigured after a look (abc1234):\n\n- changed: a dropout option taken\n- after: a gap\n"
+            "- before-numbers: diagnostic `other`\n- Only its plan's fresh seeds can confirm the change") in text
     plan = [record(side, 100 + i, 0.8) for i in range(4) for side in summary.SIDES]
     assert "decide the verdict" in summary.document([toy], pilot_records() + plan)
 

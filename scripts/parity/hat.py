@@ -85,12 +85,9 @@ FINDINGS = [
     "clipgrad 10000, thres_cosh 50, thres_emb 6, lr/3 on a 5-epoch plateau down to 1e-4 with the best validation "
     "model restored, the annealed s within each epoch, the cumulative mask's gradient compensation, N(0, 1) "
     "embeddings).",
-    "**Fixed in cl-bench: dropout.** HAT's mlp_hat drops a fifth of the input pixels and half of each hidden ReLU's "
-    "outputs; cl-bench's mlp had no dropout. `backbone=hat_mlp` (conf/backbone/hat_mlp.yaml: 2x2000, "
-    "`backbone.input_dropout`, `backbone.hidden_dropout`) is mlp_hat, and both rows now train it. Without dropout "
-    "cl-bench was above the reference on permuted MNIST by more than a point over seeds 0-2; those runs' "
-    "records, recovered from the history of docs/parity.json, are the diagnostics `no_dropout_pmnist` and "
-    "`no_dropout_mnist2` (backbone=mlp at 2x2000).",
+    "**Fixed in cl-bench: dropout.** HAT's mlp_hat drops a fifth of the input and half of each hidden ReLU's "
+    "outputs; `backbone=hat_mlp` does the same, and both rows train it. The runs without it are the diagnostics "
+    "`no_dropout_pmnist` and `no_dropout_mnist2`, recovered from docs/parity.json's history.",
     "**Named: HAT's MNIST loaders validate on the training set itself** (mnist2.py and pmnist.py copy train into "
     "valid): the harness gives both sides cl-bench's held-out tenth, so the reference selects on data it does not "
     "train on here, unlike its published runs.",

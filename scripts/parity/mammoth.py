@@ -101,9 +101,7 @@ def _rows_at(memory: int) -> dict[str, Row]:
                                              "--optim_mom=0.9", "--optim_wd=1e-6"),
                                "no seq-mnist best arguments in Mammoth: cl-bench's schedule on both sides; CutMix "
                                "on and no clipping on both, as Mammoth cannot turn them off/on",
-                               differs="GDumb's paper (and cl-bench by default) fills the memory greedily, class "
-                               "balanced; Mammoth's GDumb fills it as a reservoir (the diagnostic "
-                               f"gdumb_reservoir_{memory} runs cl-bench with Mammoth's)"),
+                               differs="Mammoth's memory is a reservoir, the paper's class-balanced"),
     }
 
 
@@ -171,13 +169,9 @@ FINDINGS = [
     "logits stored from the step's own forward after its optimiser step, the reservoir's index arithmetic, one "
     "optimiser per task, the Xavier MLP. Mammoth reseeds each task's loader with the run's seed and draws its "
     "reservoir and replay from numpy, cl-bench draws all three from one torch generator.",
-    "**GDumb at buffer 200: different by its plan; the sampler is not shown to be why.** Run to its plan (12 fresh "
-    "seeds), cl-bench's GDumb is above Mammoth's by more than a point. The two keep different memories by design "
-    "(the paper's greedy class-balanced one, Mammoth's reservoir), so both GDumb rows sit under 'not the same "
-    "algorithm'. With Mammoth's reservoir (`method.sampler=reservoir`, the diagnostic `gdumb_reservoir_200`, pilot "
-    "seeds 0-5) cl-bench moves down by half a point against its own default on the same seeds, an interval that "
-    "spans zero: the sampler does not account for the plan's gap, whose cause is not identified. The default stays "
-    "the paper's sampler; the reservoir is one override away.",
+    "**GDumb at buffer 200: different by its plan; the cause is not identified.** Over 12 fresh seeds cl-bench is "
+    "above Mammoth by more than a point. Mammoth's reservoir (`method.sampler=reservoir`, diagnostic "
+    "`gdumb_reservoir_200`) moves cl-bench by half a point, an interval spanning zero: not the sampler.",
     "**iCaRL at buffer 500: its plan disagrees with its pilot.** The pilot (10 seeds, extended after a look) put "
     "cl-bench under Mammoth; the plan's 10 fresh seeds put it above, and the verdict is undetermined: the pilot's "
     "sign was the seeds', not a difference that holds.",

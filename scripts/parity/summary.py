@@ -392,13 +392,13 @@ def look_lines(module, name: str, records: list[dict]) -> list[str]:
     look = LOOKS.get(f"{module.NAME}/{name}")
     if look is None:
         return []
-    before = (f" The before-numbers are the diagnostic `{look['before']}`'s records." if look.get("before")
-              else " No run before the change completed, so none is recorded.")
+    before = (f"diagnostic `{look['before']}`" if look.get("before") else "none recorded (no run completed)")
     on, _ = basis(records, plans.PLANS.get((module.NAME, name)))
     confirmed = ("Its plan's fresh seeds, run after the change, decide the verdict." if on == "plan"
                  else "Only its plan's fresh seeds can confirm the change; they have not all run.")
-    return [f"Reconfigured after a look ({look['commit']}): {look['changed']}, after {look['seen']}.{before} "
-            f"{confirmed}", ""]
+    return [f"Reconfigured after a look ({look['commit']}):", "",
+            f"- changed: {look['changed']}", f"- after: {look['seen']}", f"- before-numbers: {before}",
+            f"- {confirmed}", ""]
 
 
 def patch_lines(module) -> list[str]:
