@@ -28,6 +28,7 @@
     python scripts/bench.py residency [--big-gib 4 --cap-gib 1.5]  # samples/s with the images on the device, on
                                                         # the host and streamed; a dataset --big-gib large trained
                                                         # under stream, its peak memory against --cap-gib
+    python scripts/bench.py render                      # docs/benchmarks.md again from docs/benchmarks.json alone
 
 Every other section takes --data (a data root holding MNIST/raw; default $CL_BENCH_DATA). Results are printed, merged
 by section into docs/benchmarks.json and rendered into docs/benchmarks.md (plots into docs/img/).
@@ -961,6 +962,37 @@ def run_startup(src: Path, cache: str, args: list[str] | None, comp_line: str | 
 
 
 # --- rendering ---------------------------------------------------------------------------------------------
+WIDTH = 120  # prose lines of benchmarks.md wrap here; Markdown joins them again
+
+
+def wrap_prose(text: str) -> str:
+    """Each paragraph or list item of text wrapped at WIDTH; headings, tables and code blocks as they are."""
+    out, fenced = [], False
+    for line in text.split("\n"):
+        fenced ^= line.startswith("```")
+        if fenced or line.startswith(("```", "#", "|")) or len(line) <= WIDTH:
+            out.append(line)
+            continue
+        item = line[:2] if line.startswith("- ") else ""
+        out += wrap_words(line[len(item):].split(" "), item, " " * len(item))
+    return "\n".join(out)
+
+
+def wrap_words(words: list[str], first: str, indent: str) -> list[str]:
+    """Greedy lines of at most WIDTH characters (a longer word stands alone); a word that would open a line as
+    Markdown syntax (a list, a heading, a table, a quote) stays at the end of the line before."""
+    lines, line = [], first + words[0]
+    for word in words[1:]:
+        opens_block = word in ("-", "+", "*", ">") or word.startswith(("#", "|")) or (
+            word[-1] in ".)" and word[:-1].isdigit())
+        if len(line) + 1 + len(word) <= WIDTH or opens_block:
+            line += " " + word
+        else:
+            lines.append(line)
+            line = indent + word
+    return [*lines, line]
+
+
 def render(results: dict) -> str:
     lines = ["# Benchmarks", "", "Written by `python scripts/bench.py SECTION` (`make bench` runs the CPU sections) "
              "on the machine named in each section. CPU figures are noisy: compare the ratios, which are taken within "
@@ -974,7 +1006,7 @@ def render(results: dict) -> str:
                         ("residency", render_residency), ("startup", render_startup)):
         if section in results:
             lines += fn(results[section]) + [""]
-    return "\n".join(lines)
+    return wrap_prose("\n".join(lines))
 
 
 def render_startup(d) -> list[str]:
@@ -1434,7 +1466,7 @@ def where(section: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("section", choices=list(SECTIONS))
+    parser.add_argument("section", choices=[*SECTIONS, "render"])
     parser.add_argument("--data", default=os.environ.get("CL_BENCH_DATA"),
                         help="a data root holding MNIST/raw (default: $CL_BENCH_DATA)")
     parser.add_argument("--cifar-root", default="/tmp/cl-data", help="a data root holding cifar-10-batches-py")
@@ -1457,6 +1489,9 @@ def main() -> None:
     parser.add_argument("--scratch", default=None, help="residency: a folder with room for the large dataset")
     parser.add_argument("--worker", help="launches: measure these overrides (JSON) in this process, print the figures")
     opts = parser.parse_args()
+    if opts.section == "render":  # nothing measured: the page again from the figures recorded
+        (opts.docs / "benchmarks.md").write_text(render(json.loads((opts.docs / "benchmarks.json").read_text())))
+        return
     if opts.worker:  # a launches worker: its figures to stdout, nothing written
         print(json.dumps(launch_workers(json.loads(opts.worker))))
         return
