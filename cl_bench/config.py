@@ -207,7 +207,7 @@ class LoggerConfig:
     project: str = "cl-bench"
     entity: str | None = None
     mode: LoggerMode = LoggerMode.offline
-    name: str | None = None  # W&B run name; null: <method>_<dataset>_<scenario>_s<seed> (see the README)
+    name: str | None = None  # W&B run name; null: <method>_<dataset>_<scenario>_s<seed> (docs/usage.md)
     group: str | None = None  # W&B group; null: the sweep directory's name in a multirun, none in a single run
     tags: list[str] = field(default_factory=list)  # beside the method, dataset and scenario, which every run gets
     log_checkpoints: bool = False  # log each task's checkpoint as a W&B artifact (aliases task_<ttt> and latest)

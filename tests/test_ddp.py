@@ -211,7 +211,7 @@ def free_port() -> int:
 
 
 def test_two_nodes_through_torchrun_rendezvous_match_one_process(tmp_path, common_runs):
-    """Multi-node torchrun as the README gives it: two "nodes" on localhost, one process each, meeting through a
+    """Multi-node torchrun as docs/sweeps.md gives it: two "nodes" on localhost, one process each, meeting through a
     c10d rendezvous (gloo); they learn as one process does, up to the order of float sums."""
     single = common_runs[0]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
