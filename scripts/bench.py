@@ -37,6 +37,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -963,6 +964,7 @@ def run_startup(src: Path, cache: str, args: list[str] | None, comp_line: str | 
 
 # --- rendering ---------------------------------------------------------------------------------------------
 WIDTH = 120  # prose lines of benchmarks.md wrap here; Markdown joins them again
+WORD = re.compile(r"(?:`[^`]*`|[^\s`]|`(?![^`]*`))+")  # a word, or a code span whole: no line breaks inside one
 
 
 def wrap_prose(text: str) -> str:
@@ -974,7 +976,7 @@ def wrap_prose(text: str) -> str:
             out.append(line)
             continue
         item = line[:2] if line.startswith("- ") else ""
-        out += wrap_words(line[len(item):].split(" "), item, " " * len(item))
+        out += wrap_words(re.findall(WORD, line[len(item):]), item, " " * len(item))
     return "\n".join(out)
 
 
