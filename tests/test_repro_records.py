@@ -1,0 +1,47 @@
+"""REPRODUCING.md's tables are made from the records under docs/repro (scripts/repro_records.py), never typed."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import repro_records  # noqa: E402
+
+
+def test_every_table_regenerates_from_its_records():
+    done = subprocess.run([sys.executable, "scripts/repro_records.py", "render", "--check"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_table_names_records_that_exist():
+    blocks = [m.group("args").split() for m in repro_records.BLOCK.finditer(repro_records.DOCUMENT.read_text())]
+    assert blocks, "REPRODUCING.md has no generated table"
+    for tool, name, *_ in blocks:
+        assert tool in repro_records.TOOLS
+        assert any((repro_records.RECORDS / name).rglob("metrics.json")), name
+
+
+def test_keep_takes_complete_runs_and_their_small_files_only(tmp_path):
+    sweep = tmp_path / "sweep"
+    source = next(repro_records.RECORDS.rglob("metrics.json")).parent
+    for job, complete in (("0", True), ("1", False)):
+        run = sweep / job
+        (run / ".hydra").mkdir(parents=True)
+        for part in repro_records.KEPT:
+            (run / part).write_bytes((source / part).read_bytes())
+        (run / "checkpoints").mkdir()
+        (run / "train.log").write_text("log")
+        metrics = json.loads((run / "metrics.json").read_text())
+        (run / "metrics.json").write_text(json.dumps({**metrics, "complete": complete}))
+    assert repro_records.keep(sweep, tmp_path / "kept") == 1
+    kept = sorted(str(p.relative_to(tmp_path / "kept")) for p in (tmp_path / "kept").rglob("*") if p.is_file())
+    assert kept == sorted(f"0/{part}" for part in repro_records.KEPT)
+
+
+def test_a_table_of_an_unknown_tool_is_refused():
+    with pytest.raises(SystemExit, match="tool is one of"):
+        repro_records.table("plot smoke")
