@@ -22,7 +22,6 @@ A reference module (scripts/parity/<reference>.py) defines:
   run_reference(copy, row, seed, data, python) -> Outcome: train the reference once, parse what it prints
   RESUMABLE (optional): the folder in its copy that its runs write to; with it, run_reference takes resume=True
     (--resume: a reference side cut short goes on from its log instead of starting over)
-  FINDINGS (optional): list[str], the differences its runs found and what became of each (docs/parity.md)
   DIAGNOSTICS (optional): dict of name -> Diagnostic, runs that test a cause beside a row
 and calls common.main(sys.modules[__name__]).
 """
@@ -81,6 +80,7 @@ class Row:
     setting: str  # what both sides run, in words
     clbench: tuple[str, ...]  # cl-bench overrides (the seed is added per run)
     reference: tuple[str, ...] = ()  # the reference's own arguments for this row (its runner adds data and seed)
+    # Both from the row's `## note:` and `## differs:` sections in findings/<reference>.md (annotated()).
     note: str = ""
     differs: str = ""  # set when the two sides run different algorithms by design: what differs (not parity)
     source: str = ""  # where the reference's code for this row comes from, when not the module's SOURCE
@@ -107,10 +107,10 @@ class Diagnostic:
 
     row: str
     side: str  # the side that changes: "cl-bench" or "reference"
-    what: str  # the cause it tests, in words
     seeds: tuple[int, ...]
     clbench: tuple[str, ...] = ()  # overrides added to the row's (side cl-bench)
     patches: tuple[Patch, ...] = ()  # patches added to the row's (side reference)
+    what: str = ""  # the cause it tests, in words: its `## diagnostic:` section in findings/<reference>.md
 
 
 @dataclass
@@ -127,6 +127,43 @@ class Record:
     provenance: dict = field(default_factory=dict)  # see provenance(); empty in records made before it existed
     diagnostic: str = ""  # the Diagnostic's name, for a diagnostic run
     phases: list[dict] = field(default_factory=list)  # Outcome.phases; empty in records made before it existed
+
+
+FINDINGS = Path(__file__).resolve().parent / "findings"  # <reference>.md: findings, notes, what diagnostics test
+TEXT_KINDS = ("findings", "note", "differs", "diagnostic")
+
+
+def texts(name: str, folder: Path = FINDINGS) -> dict[tuple[str, str], list[str]]:
+    """findings/<name>.md by its `## KIND: NAMES` sections: (kind, row, diagnostic or "all") -> its bullets (findings,
+    of every section that names it) or its one paragraph (the others), each joined into one line."""
+    found: dict[tuple[str, str], list[str]] = {}
+    section: list[str] | None = None
+    for line in (folder / f"{name}.md").read_text().splitlines():
+        if line.startswith("## "):
+            kind, _, names = line[3:].partition(":")
+            if kind not in TEXT_KINDS or not names.split():
+                raise ValueError(f"{folder / name}.md: {line!r} is not `## KIND: NAMES`, KIND one of {TEXT_KINDS}")
+            section = []
+            for key in names.split():
+                found.setdefault((kind, key), []).append(section)
+        elif section is not None and line.strip():
+            if line.startswith("- ") or not section:
+                section.append(line.removeprefix("- ") if kind == "findings" else line)
+            else:
+                section[-1] += " " + line.strip()
+    return {key: [item for part in parts for item in part] for key, parts in found.items()}
+
+
+def annotated(name: str, rows: dict, diagnostics: dict, folder: Path = FINDINGS) -> tuple[dict, dict]:
+    """The rows with their notes and differences, the diagnostics with what they test, from findings/<name>.md."""
+    text = texts(name, folder)
+    named = {"diagnostic": diagnostics}
+    unknown = [f"{kind}: {key}" for kind, key in text if key != "all" and key not in named.get(kind, rows)]
+    if unknown:
+        raise ValueError(f"findings/{name}.md names what {name} does not define: {', '.join(unknown)}")
+    one = lambda kind, key: " ".join(text.get((kind, key), []))  # noqa: E731
+    return ({key: replace(row, note=one("note", key), differs=one("differs", key)) for key, row in rows.items()},
+            {key: replace(d, what=one("diagnostic", key)) for key, d in diagnostics.items()})
 
 
 def clbench_overrides(row: Row, seed: int, data_root: str | None = None) -> list[str]:

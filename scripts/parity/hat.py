@@ -77,24 +77,11 @@ PATCHES = [
 
 MLP = ("method=hat", "scenario=task", "setting=none", "backbone=hat_mlp", "data.val_fraction=0.1",
        f"method.epochs={EPOCHS}")
-NOTE = f"epochs cut from 200 to {EPOCHS} per task on both sides (the plateau schedule still runs within them)"
 
 
-FINDINGS = [
-    "Every hyperparameter and rule read from approaches/hat.py matches (lr 5e-2, batch 64, smax 400, lamb 3/4, "
-    "clipgrad 10000, thres_cosh 50, thres_emb 6, lr/3 on a 5-epoch plateau down to 1e-4 with the best validation "
-    "model restored, the annealed s within each epoch, the cumulative mask's gradient compensation, N(0, 1) "
-    "embeddings).",
-    "**Fixed in cl-bench: dropout.** HAT's mlp_hat drops a fifth of the input and half of each hidden ReLU's "
-    "outputs; `backbone=hat_mlp` does the same, and both rows train it. The runs without it are the diagnostics "
-    "`no_dropout_pmnist` and `no_dropout_mnist2`, recovered from docs/parity.json's history.",
-    "**Named: HAT's MNIST loaders validate on the training set itself** (mnist2.py and pmnist.py copy train into "
-    "valid): the harness gives both sides cl-bench's held-out tenth, so the reference selects on data it does not "
-    "train on here, unlike its published runs.",
-]
 DIAGNOSTICS = {
-    f"no_dropout_{name}": Diagnostic(f"hat_{name}", "cl-bench", "cl-bench's plain MLP at 2x2000 without mlp_hat's "
-                                     "dropout", (0, 1, 2), ("backbone=mlp", "backbone.hidden_sizes=[2000,2000]"))
+    f"no_dropout_{name}": Diagnostic(f"hat_{name}", "cl-bench", (0, 1, 2),
+                                     ("backbone=mlp", "backbone.hidden_sizes=[2000,2000]"))
     for name in ("mnist2", "pmnist")
 }
 
@@ -102,14 +89,13 @@ DIAGNOSTICS = {
 ROWS = {
     "hat_mnist2": Row("HAT", "MNIST in 2 tasks of 5 classes, task scenario, MLP 2x2000, dropout 0.2 / 0.5",
                       (*MLP, "dataset=split_mnist", "dataset.num_tasks=2"),
-                      ("--experiment", "mnist2", "--approach", "hat", "--nepochs", str(EPOCHS)), NOTE),
+                      ("--experiment", "mnist2", "--approach", "hat", "--nepochs", str(EPOCHS))),
     "hat_pmnist": Row("HAT", "permuted MNIST, 10 tasks of 10 classes (1,000 training samples each), task "
                              "scenario, MLP 2x2000, dropout 0.2 / 0.5",
                       (*MLP, "dataset=permuted_mnist"),
-                      ("--experiment", "pmnist", "--approach", "hat", "--nepochs", str(EPOCHS)),
-                      NOTE + "; cl-bench's permuted_mnist keeps 1,000 training samples per task (HAT: all 60,000 "
-                             "minus validation)"),
+                      ("--experiment", "pmnist", "--approach", "hat", "--nepochs", str(EPOCHS))),
 }
+ROWS, DIAGNOSTICS = common.annotated(NAME, ROWS, DIAGNOSTICS)  # notes and causes from findings/hat.md
 
 
 # --- the data -------------------------------------------------------------------------------------------------
