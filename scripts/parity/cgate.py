@@ -1,26 +1,7 @@
 """Parity of cl-bench's gated method with lit-leo/cgate, the public re-implementation of conditional channel gated
 networks (Abati et al. 2020) that cl-bench's gated docs cite.
 
-cgate has no command line: config/cfg.py holds every setting and src/train.py trains, then re-loads each task's
-checkpoint and prints the task-incremental accuracy matrix. This runner starts src/train.py through a small launcher
-that sets the row's cfg values (Row.reference, NAME=value) and the seed before training, so that cfg.py stays as
-published. cgate reads CIFAR-10 or MNIST with torchvision and holds out a stratified 10% itself; here it reads
-canonical files (cifar-10-batches-py, or MNIST's idx files) holding cl-bench's training, validation and test
-samples, plus the list of the rows that are cl-bench's validation split, so that both sides train, select (freeze
-kernels) and test on the same images.
-
-    .venv/bin/python scripts/parity/cgate.py --ref /path/to/cgate --rows gated_task [--pilot | --diagnostic NAME] \\
-        --data-root /path/to/data --python /path/to/venv/bin/python
-
-(the row's seed plan, scripts/parity/plans.py, unless --pilot or --diagnostic says otherwise).
-
-gated_task compares cgate's ResNet-18 on Split CIFAR-10 at a cut where tasks barely learn. gated_learn (issue 45) is
-the learning cut, on Split MNIST and cgate's small SimpleCNN with its network made cl-bench's gated_convnet (row
-patches, Row.patches) and cl-bench at the paper's defaults; its diagnostics learn_quirks and learn_own_pools run
-cl-bench with cgate's quirks and with its own pooling against the same cgate runs, learn_gate_noise and learn_norms
-with one quirk each (FINDINGS). Each record also holds, per task, the kernels frozen after it (phases: cgate's saved
-masks, cl-bench's events), which docs/parity.md sets side by side where both sides have them. `--smoke` (with --out
-elsewhere than the records) runs gated_learn at SMOKE's size, one seed, to check that both sides run and parse.
+Its account: scripts/parity/README.md, section cgate.py.
 """
 from __future__ import annotations
 
@@ -117,8 +98,8 @@ CUT = {"train": 500, "val": 200, "test": 512, "epochs": 4}
 MATCHED = ("method.lr_milestones=[]", "method.optimizer=adam", "method.lr=0.001", "method.weight_decay=0.0",
            "method.batch_size=64", "method.sparsity=0.1", "method.sparsity_warmup_epochs=1", "method.grad_clip=1.0",
            "method.gate_hidden=16", "method.freeze_threshold=0.001")
-# cgate's two quirks that cl-bench has options for (FINDINGS): one Gumbel draw per gate logit, and per-task batch
-# norms with eps and momentum 1.
+# cgate's two quirks that cl-bench has options for (findings/cgate.md): one Gumbel draw per gate logit, and per-task
+# batch norms with eps and momentum 1.
 GATE_NOISE_QUIRK = ("method.gate_noise=gumbel",)  # one Gumbel draw per gate logit
 NORM_QUIRKS = ("method.norm_eps=1.0", "method.norm_momentum=1.0")  # the BatchNorm positional-argument slip
 QUIRKS = GATE_NOISE_QUIRK + NORM_QUIRKS
@@ -141,7 +122,8 @@ LEARN = {"tasks": 5, "train": 10000, "val": 960, "test": 1856, "epochs": 10}
 # --smoke: the learning row's every piece once (2 tasks, 2 epochs, a few batches: seconds, not a result).
 SMOKE = {"tasks": 2, "train": 192, "val": 64, "test": 128, "epochs": 2}
 
-# The learning row's network made the same on both sides (the rest as cgate's cfg.py; FINDINGS names what is left).
+# The learning row's network made the same on both sides (the rest as cgate's cfg.py; findings/cgate.md names
+# what is left).
 LEARN_NET = (
     Patch("src/blocks.py", "                nn.ReLU(),\n                nn.MaxPool2d(2)\n            )\n",
           "            )\n"

@@ -1,29 +1,6 @@
 """The parity harness's shared parts: the split both sides train on, the reference's patched copy, the records.
 
-A parity row trains one method twice on the same samples: through the authors' code (the reference, a checkout the
-user cloned at its pinned commit) and through cl-bench. cl-bench builds the scenario (its own split, from its seed);
-the reference's runner writes that split in the reference's own input format, so both sides train and test on
-exactly the same images. The reference runs from a copy of its checkout with the runner's listed patches applied,
-each the smallest change that does its job and each classed by what it touches (PATCH_KINDS): most make the reference
-run here (environment) or read the written files (data I/O); a few change its control flow or loss (CPG's
-training-accuracy bars, La-MAML's ER output offsets) or its network (a diagnostic's stem), and docs/parity.md lists
-them under those classes. Each row runs the seeds of its plan (scripts/parity/plans.py), fixed before the runs.
-Every run leaves one JSON record with its provenance; scripts/parity/summary.py turns the records into
-docs/parity.md.
-
-A reference module (scripts/parity/<reference>.py) defines:
-  NAME, REPO, PINNED: its name, GitHub repository and the commit the patches were written against
-  SOURCE: whose code it is for its rows ("authors", "baseline" or "reimplementation"; summary.SOURCES)
-  TORCH: the torch the reference was written for, and what it runs on here
-  DATA: what DATA_ROOT (cl-bench's data.root) must hold for its rows
-  PATCHES: list[Patch]
-  ROWS: dict of row name -> Row
-  write_tasks(scenario, row, folder) -> None: the split in the reference's input format
-  run_reference(copy, row, seed, data, python) -> Outcome: train the reference once, parse what it prints
-  RESUMABLE (optional): the folder in its copy that its runs write to; with it, run_reference takes resume=True
-    (--resume: a reference side cut short goes on from its log instead of starting over)
-  DIAGNOSTICS (optional): dict of name -> Diagnostic, runs that test a cause beside a row
-and calls common.main(sys.modules[__name__]).
+Its account: scripts/parity/README.md, section common.py.
 """
 from __future__ import annotations
 

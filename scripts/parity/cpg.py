@@ -1,59 +1,6 @@
 """Parity with ivclab/CPG (Hung et al. 2019): CPG, PAE and PackNet on the reference's own VGG16-BN, cut to a CPU.
 
-The cut (the same on both sides): 3 tasks of 2 CIFAR-10 classes (airplane/automobile, bird/cat, deer/dog), 256
-training and 200 test images a task, 3 training epochs, compacting through 2 sparsity targets of 2 epochs each
-(a 1-epoch cubic ramp pruning every 4 steps), a 2-epoch picking refit, PackNet's 60% one-shot prune and a 2-epoch
-retrain. Goals are a fixed 0 (no growth, compacting keeps the sparsest target): a goal measured on either side
-would differ by chance and send the two sides down different phases. The scripts' train-accuracy bars (0.95 CPG,
-0.97 PackNet) cannot be met in 3 epochs and would silently drop the checkpoints that the next phase starts from,
-so both sides run with bar 0 (cl-bench: method.train_acc_bar; the reference: an environment variable its patch
-reads, the scripts' values when unset).
-
-The reference runs from its experiment1/ shell scripts' sequence of processes, rebuilt here per task: finetune
-(pick and train, restarting wider on exit 2), gradual pruning through the targets (until exit 6), the choosing
-tool, for CPG the picking refit and its tool; then inference of every task learned so far.
-
-  python scripts/parity/cpg.py --ref ~/src/CPG --rows cpg [--pilot] --data-root DIR --python REF_VENV/bin/python
-
-runs the row's seed plan (scripts/parity/plans.py), or its pilot's seeds with --pilot; --seeds N ... runs only
-those of them (a run cut short resumes at its next seed). A reference side cut short inside a seed (its learning
-rows take hours) goes on with --resume and the same arguments: the processes its log records as ended are replayed
-from the log and the checkpoints they left, the task it ended in is rerun from that task's start, and the record's
-seconds add the replayed processes' logged seconds to the resumed run's (provenance: replayed_seconds). cl-bench's
-side cut short goes on from its last task checkpoint (`cl-bench train resume=`), its seconds adding the checkpoint's.
-
-The learning cut (rows cpg_learn, pae_learn, packnet_learn; LEARN below), meant to end every task at or above 80% on
-both sides (cpg_learn's pilot: every task but one, at 79.6%; FINDINGS): Split CIFAR-10's five 2-class tasks, 2500
-training images a task (as many as a CIFAR-100 superclass task of the scripts) and 1000 test images (500 a class),
-VGG16-BN narrowed on both sides to a quarter: every conv's channels x0.25 (16 to 128) and the classifier body 1024
-wide (an architecture patch of the reference's VGG builders, read from PARITY_WIDTH and PARITY_HIDDEN; cl-bench's
-backbone.width and backbone.hidden). The scripts' 100-epoch schedule scaled to 30: lr x0.1 at epochs 15 and 24 (the
-scripts' 50 and 80), the picking masks' lr x0.2 at 15 and 0 from 21 (50, 70), PackNet's retraining 10 epochs with
-its lr x0.1 at 8 (30 and 25; these are a learning patch read from PARITY_* variables, the scripts' epochs when
-unset). Compacting through the sparsities 0.2, 0.4, 0.6, 0.8 and 0.9, 3 epochs each, the cubic ramp over the first
-epoch pruning every 10 steps (the scripts': every 0.1 to 0.95, 20 epochs, a 4-epoch ramp); the picking refit up to
-10 epochs with the scripts' patience of 5. Growth is on: max multiplier 1.5 in steps of 0.5. Goals: each side
-measures its own, as the scripts do, the reference with baseline_cifar100.sh's scratch model per task
-(packnet_cifar100_main_normal.py --mode finetune --logfile, the same 30 epochs, written to goals.json), cl-bench
-with method.goal_source=independent (its default: a fresh model on the task alone, the same schedule); cl-bench
-cannot read fixed per-task goals, so one set for both sides is not possible. A phase below its training-accuracy bar
-would leave the next phase nothing to start from, which the runner refuses in one line naming the bar (as it refuses
-growth past the maximum, which the scripts would try).
-
-The cut's first pilot (2026-12-04, at the scripts' bars, 95% CPG and PAE, 97% PackNet) stopped on seed 0: the
-reference's second task (bird/cat) trained to 91.08% at the 1.5x maximum and asked to grow past it, and cl-bench's
-side, run alone, hoarded: on task 0 compaction kept selection accuracies 0.950, 0.957 and 0.950 at sparsities 0.2,
-0.4 and 0.6 against a goal of 0.960 (the unpruned model 0.962) and kept none, task 1 grew to 1.5x at 89.04%
-training accuracy and stopped compacting at its first sparsity, and task 2 owned no weight. The cut is revised,
-before any run of it: one bar both sides use, 0.85 for CPG, PAE and PackNet (the scripts' are beyond 30 epochs at
-this width), and the choosing tool's --allow_acc_loss at 0.01 on both sides (cl-bench: method.allow_acc_loss; the
-scripts pass 0.0): a goal measured on 1000 images carries a binomial sd of about 0.6 points at 96%, so a tolerance
-of 0 rejects a compacted model that is as good as the goal within its own noise. Each record carries per task the
-goal, the growth and the multiplier after it, the sparsity chosen and the refit's outcome (Outcome.phases): the
-reference's from its exit codes, its choosing tool's output and record.txt and the refit's checkpoints; cl-bench's
-from its run's train.log (metrics.json has goals and sparsities per task, but growth only at the end and no refit).
-`--smoke` (with --out elsewhere than the records) runs the learning rows at a size far below the cut (SMOKE) to
-check that every phase runs and parses.
+Its account: scripts/parity/README.md, section cpg.py.
 """
 from __future__ import annotations
 
@@ -108,7 +55,7 @@ SETTING = (f"{TASKS} split CIFAR-10 tasks of {CLASSES} classes, {TRAIN} train / 
 
 @dataclass(frozen=True)
 class Cut:
-    """A cut with growth on and measured goals (the module docstring's learning cut), the same on both sides."""
+    """A cut with growth on and measured goals (the learning cut: scripts/parity/README.md), the same on both sides."""
 
     tasks: int
     train: int
@@ -277,7 +224,7 @@ PATCHES = [
           "ImageFolder loaders serve any class count", DATA_IO),
     Patch("CPG_cifar100_main_normal.py", "    if avg_train_acc > 0.95:\n        manager.save_checkpoint",
           f"    if avg_train_acc > {BAR_READ.format(0.95)}:\n        manager.save_checkpoint",
-          "the cut's bar (see the module docstring); the scripts' 0.95 when unset", LEARNING),
+          "the cut's bar (scripts/parity/README.md, cpg.py); the scripts' 0.95 when unset", LEARNING),
     Patch("CPG_cifar100_main_normal.py", "if avg_train_acc > 0.95 and avg_val_acc >= baseline_acc:",
           f"if avg_train_acc > {BAR_READ.format(0.95)} and avg_val_acc >= baseline_acc:",
           "the cut's bar for growth", LEARNING),

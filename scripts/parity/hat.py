@@ -1,13 +1,6 @@
 """Parity of cl-bench's HAT with the authors' code (joansj/hat): MNIST in the task scenario, src/run.py's mlp_hat.
 
-    python scripts/parity/hat.py --ref DIR --data-root ROOT --python PY [--rows hat_mnist2] [--pilot]
-
-The reference is written for PyTorch 0.2/0.3 and a GPU. Its copy gets a few patches (PATCHES): .cuda() becomes a
-no-op so that it runs on the CPU, its evaluation runs under no_grad (what volatile=True meant), and its MNIST
-dataloaders read the tasks this module writes (write_tasks) instead of downloading MNIST. Written per task t and
-split s in train/valid/test, as HAT's own binary caches name them: data{t}{s}x.bin (float32 images, normalised
-as HAT normalises MNIST) and data{t}{s}y.bin (int64 labels within the task), plus tasks.json (names, classes,
-offsets). cl-bench's validation split becomes HAT's `valid`, so both sides stop early and restore on the same data.
+Its account: scripts/parity/README.md, section hat.py.
 """
 from __future__ import annotations
 

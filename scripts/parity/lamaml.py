@@ -1,13 +1,7 @@
 """Parity of cl-bench with La-MAML's code (montrealrobotics/La-MAML): La-MAML itself, and the ER and A-GEM
 baselines of its MNIST table, on its 20-task MNIST rotations and permutations.
 
-La-MAML reads one file per benchmark, data_path/<dataset>.pt, in GEM's layout: [train tasks, test tasks], each
-task [what made it (angle or permutation), pixels as float N x 784 in [0, 1], labels]. write_tasks writes
-cl-bench's split there (its images already rotated or permuted); its loader then draws samples_per_task of each
-task's training samples, all of them here, since cl-bench wrote exactly that many. It evaluates on the test file
-(its "validation" is the test split) and writes the accuracy matrix to <log_dir>/.../results.txt.
-
-    python scripts/parity/lamaml.py --ref /path/to/La-MAML --data-root DATA --python REF_VENV/bin/python
+Its account: scripts/parity/README.md, section lamaml.py.
 """
 from __future__ import annotations
 

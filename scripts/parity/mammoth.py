@@ -1,14 +1,7 @@
 """Parity with Mammoth (aimagelab/mammoth) on the DER paper's S-MNIST: seq-mnist, 5 tasks of 2 digits, class-IL,
 the 2x100 MLP, one epoch, Mammoth's best arguments for seq-mnist at buffer 200 and 500.
 
-Mammoth's seq-mnist reads MNIST through torchvision from <base_path>/MNIST, so the split cl-bench builds is written
-as MNIST's four idx files under <folder>/MNIST/MNIST/raw and Mammoth runs with --base_path=<folder>: its train set
-is the union of cl-bench's training splits (the held-out validation samples excluded), its test set the union of
-the test splits, labelled with the original digits. seq-mnist cuts tasks by digit (0/1, 2/3, ...), which is
-cl-bench's natural class order, so task t is the same samples on both sides.
-
-`python scripts/parity/mammoth.py --ref DIR --data-root ROOT --python INTERPRETER [--rows er_200] [--pilot]`
-(each row's seed plan, scripts/parity/plans.py; `--diagnostic NAME` runs one of DIAGNOSTICS below).
+Its account: scripts/parity/README.md, section mammoth.py.
 """
 from __future__ import annotations
 

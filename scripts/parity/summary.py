@@ -1,8 +1,6 @@
 """docs/parity.md, its per-row pages (docs/parity/) and its forest plot from the parity records.
 
-    python scripts/parity/summary.py [--records outputs/parity] [--json docs/parity.json] [--doc docs/parity.md]
-
-What it reads and renders: scripts/parity/README.md.
+Its account: scripts/parity/README.md, section summary.py.
 """
 from __future__ import annotations
 
