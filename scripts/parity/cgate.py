@@ -16,7 +16,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import ARCHITECTURE, DATA_IO, ENVIRONMENT, Diagnostic, Outcome, Patch, Row  # noqa: E402
+from parity.common import Diagnostic, Outcome, Row  # noqa: E402
 
 NAME = "cgate"
 REPO = "lit-leo/cgate"
@@ -33,55 +33,10 @@ TASKS = "tasks.json"  # each task's CIFAR-10 class ids and label offset: cgate's
 TRAIN_BATCHES = 5  # torchvision's CIFAR10 opens data_batch_1 .. data_batch_5
 RESULTS_HEADER = "---- Task incremental accuracies ----"
 
-PATCHES = [
-    Patch("src/buffer_container.py", "from torch._six import container_abcs",
-          "import collections.abc as container_abcs",
-          "current torch: torch._six is gone; container_abcs was an alias of collections.abc", ENVIRONMENT),
-    Patch("src/blocks.py", "        after_fbn_main2 *= second_conv_masks",
-          "        after_fbn_main2 = after_fbn_main2 * second_conv_masks",
-          "current torch: the in-place product overwrote the ReLU output its backward needs (autograd error); the "
-          "same product, out of place", ENVIRONMENT),
-    Patch("config/cfg.py", "factor=0.1, patience=20, verbose=True)", "factor=0.1, patience=20)",
-          "current torch: ReduceLROnPlateau lost its verbose argument (it only printed lr changes)", ENVIRONMENT),
-    Patch("src/data.py", "from torchvision import datasets, transforms",
-          "from torchvision import datasets, transforms\n"
-          "import torchvision.datasets.cifar\n"
-          "torchvision.datasets.cifar.check_integrity = lambda *args, **kwargs: True  # parity: files are cl-bench's",
-          "read the written data: the CIFAR-10 files hold cl-bench's split, so the published MD5 sums cannot match "
-          "(torchvision would refuse them and try to download)", DATA_IO),
-    Patch("src/data.py", "    X_train, X_val, y_train, y_val = train_test_split(\n"
-                         "        X, y, test_size=val_size, stratify=y, random_state=42)",
-          "    held = np.load(f'{data_path}/heldout.npy')  # parity: cl-bench's validation rows\n"
-          "    kept = np.setdiff1d(np.arange(len(y)), held)\n"
-          "    X_train, X_val, y_train, y_val = X[kept], X[held], y[kept], y[held]",
-          "read the written data: the held-out split is cl-bench's validation split (listed in heldout.npy), not a "
-          "fresh stratified 10% of the written training files", DATA_IO),
-    *(Patch("src/data.py", f"    {name}_loader = DataLoader({name}_dataset, batch_size=batch_size, num_workers=8,",
-            f"    {name}_loader = DataLoader({name}_dataset, batch_size=batch_size, num_workers=0,",
-            "one CPU thread: 8 loader worker processes would each augment on a core of their own; the batches and "
-            "their order are the same, the augmentation's draws come from the main process", ENVIRONMENT)
-      for name in ("train", "val", "test")),
-    Patch("src/train_utils.py", "                test_results = val_step(lit_model, 0, val_loader)",
-          "                test_results = val_step(lit_model, 0, test_loader)",
-          "evaluation only: cgate scores its final matrix on its validation split; cl-bench reports test "
-          "accuracy, so the same function runs on the test split (the val split still drives the lr schedule and "
-          "the kernel freezing, as in cgate)", DATA_IO),
-]
+PATCHES = list(common.patches(NAME)["reference"])  # patches/cgate.yaml, as the two below
 
-# cgate the other way round: cl-bench cannot build cgate's ResNet-18 (a 7x7 stride-2 stem and a max-pool, on CIFAR
-# images upscaled to 64x64), so this diagnostic gives cgate's copy CIFAR's stem (3x3 stride-1 conv, no max-pool) and
-# 32x32 input, the network cl-bench's row trains; everything else is the row's. About an hour a seed here.
-STEM = (
-    Patch("src/model.py", "'kernel_size': 7,\n                                   'padding': 3,\n"
-                          "                                   'stride': 2",
-          "'kernel_size': 3,\n                                   'padding': 1,\n"
-          "                                   'stride': 1",
-          "diagnostic: CIFAR's 3x3 stride-1 stem conv instead of the ImageNet 7x7 stride 2", ARCHITECTURE),
-    Patch("src/model.py", "nn.Sequential(nn.MaxPool2d(kernel_size=2))", "nn.Sequential(nn.Identity())",
-          "diagnostic: no max-pool after the stem, as CIFAR's ResNet-18", ARCHITECTURE),
-    Patch("config/cfg.py", "UPSCALE_SIZE = 64", "UPSCALE_SIZE = 32",
-          "diagnostic: CIFAR's own 32x32 images, not upscaled", ARCHITECTURE),
-)
+# A diagnostic: cgate with CIFAR's ResNet-18 stem on 32x32 input.
+STEM = common.patches(NAME)["stem"]
 
 
 
@@ -124,16 +79,7 @@ SMOKE = {"tasks": 2, "train": 192, "val": 64, "test": 128, "epochs": 2}
 
 # The learning row's network made the same on both sides (the rest as cgate's cfg.py; findings/cgate.md names
 # what is left).
-LEARN_NET = (
-    Patch("src/blocks.py", "                nn.ReLU(),\n                nn.MaxPool2d(2)\n            )\n",
-          "            )\n"
-          "        self.pool = TaskAgnosticWrapper(nn.Sequential(nn.MaxPool2d(2)))  # parity: pool after the gate\n\n"
-          "    def forward(self, x):\n"
-          "        return self.pool(super().forward(x))\n",
-          "SimpleCNN's pooling units in its third unit's order and cl-bench's: conv, per-task batch norm, "
-          "ReLU, gate, then the 2x2 max-pool (a 0/1 channel gate and the pool commute), in place of conv, ReLU, "
-          "max-pool, per-task batch norm, ReLU, gate", ARCHITECTURE),
-)
+LEARN_NET = common.patches(NAME)["learn_net"]
 
 
 def learn_row(cut: dict) -> Row:

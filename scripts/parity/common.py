@@ -110,6 +110,16 @@ FINDINGS = Path(__file__).resolve().parent / "findings"  # <reference>.md: findi
 TEXT_KINDS = ("findings", "note", "differs", "diagnostic")
 
 
+PATCH_FILES = Path(__file__).resolve().parent / "patches"  # <reference>.yaml: its copy's patches, by group
+
+
+def patches(name: str) -> dict[str, tuple[Patch, ...]]:
+    """patches/<name>.yaml: each group's patches ("reference": every row's; the others a row's or a diagnostic's)."""
+    import yaml
+    groups = yaml.safe_load((PATCH_FILES / f"{name}.yaml").read_text())
+    return {group: tuple(Patch(**fields) for fields in items) for group, items in groups.items()}
+
+
 def texts(name: str, folder: Path = FINDINGS) -> dict[tuple[str, str], list[str]]:
     """findings/<name>.md by its `## KIND: NAMES` sections: (kind, row, diagnostic or "all") -> its bullets (findings,
     of every section that names it) or its one paragraph (the others), each joined into one line."""

@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import ARCHITECTURE, DATA_IO, ENVIRONMENT, LEARNING, Diagnostic, Outcome, Patch, Row  # noqa: E402
+from parity.common import Diagnostic, Outcome, Row  # noqa: E402
 
 NAME = "cpg"
 REPO = "ivclab/CPG"
@@ -155,123 +155,12 @@ ROWS = {
 }
 ROWS, DIAGNOSTICS = common.annotated(NAME, ROWS, DIAGNOSTICS)  # notes and causes from findings/cpg.md
 
-CPU_SHIM = '''
-# parity patch: run the CUDA-only scripts on the CPU, and read their checkpoints with current torch.
-torch.Tensor.cuda = lambda self, *args, **kwargs: self
-torch.nn.Module.cuda = lambda self, *args, **kwargs: self
-_parity_load = torch.load
-torch.load = lambda *args, **kwargs: _parity_load(*args, **{"map_location": "cpu", "weights_only": False, **kwargs})
-'''
-STATS_SHIM = '''
-# parity patch: the written tasks' own per-channel statistics, as cl-bench computes them from each training split.
-import json as _parity_json, os as _parity_os
-if _parity_os.path.isfile('data/cifar100_org/stats.json'):
-    for _name, _stats in _parity_json.load(open('data/cifar100_org/stats.json')).items():
-        mean[_name], std[_name] = _stats['mean'], _stats['std']
-'''
-BAR_READ = f"float(os.environ.get('{BAR_ENV}', {{}}))"
 # The learning cut's network and schedule, read where the scripts fix them (their values when the variables are unset,
 # so the other rows run the scripts' own); ENV_SETTINGS maps a row's reference settings to these variables.
 ENV_SETTINGS = {"train_acc_bar": BAR_ENV, "width": "PARITY_WIDTH", "hidden": "PARITY_HIDDEN",
                 "lr_drops": "PARITY_LR_DROPS", "mask_drop": "PARITY_MASK_DROP", "mask_stop": "PARITY_MASK_STOP",
                 "retrain_drop": "PARITY_RETRAIN_DROP"}
-WIDTH_READ = '''
-# parity patch: the learning cut's narrower network (cl-bench's backbone.width, backbone.hidden); the scripts' if unset.
-import os as _parity_os
-PARITY_WIDTH = float(_parity_os.environ.get('PARITY_WIDTH', 1))
-PARITY_HIDDEN = int(_parity_os.environ.get('PARITY_HIDDEN', 4096))
-'''
-NARROW = "    cfg = [v if v == 'M' else max(1, round(v * PARITY_WIDTH)) for v in cfg]\n"
-CPG_LAYERS = "def make_layers_cifar100(cfg, network_width_multiplier, batch_norm=False, groups=1):\n"
-CPG_BODY = ("        View(-1, int(512*network_width_multiplier)),\n"
-            "        nl.SharableLinear(int(512*network_width_multiplier), int(4096*network_width_multiplier)),\n"
-            "        nn.ReLU(True),\n"
-            "        nl.SharableLinear(int(4096*network_width_multiplier), int(4096*network_width_multiplier)),\n")
-# in_channels is int(the last conv's channels x multiplier): at the scripts' widths int(512 x multiplier)
-CPG_BODY_NARROW = ("        View(-1, in_channels),\n"
-                   "        nl.SharableLinear(in_channels, int(PARITY_HIDDEN*network_width_multiplier)),\n"
-                   "        nn.ReLU(True),\n"
-                   "        nl.SharableLinear(int(PARITY_HIDDEN*network_width_multiplier), "
-                   "int(PARITY_HIDDEN*network_width_multiplier)),\n")
-PACKNET_LAYERS = "def make_layers_cifar100(cfg, batch_norm=False):\n"
-PACKNET_BODY = ("        View(-1, 512),\n        nn.Linear(512, 4096),\n"
-                "        nn.ReLU(True),\n        nn.Linear(4096, 4096),\n")
-PACKNET_BODY_NARROW = ("        View(-1, in_channels),\n        nn.Linear(in_channels, PARITY_HIDDEN),\n"
-                       "        nn.ReLU(True),\n        nn.Linear(PARITY_HIDDEN, PARITY_HIDDEN),\n")
-PACKNET_HEAD = "            self.classifiers.append(nn.Linear(4096, num_classes))\n"
-DROPS_READ = "str(epoch_idx + 1) in os.environ.get('PARITY_LR_DROPS', '50,80').split(',')"
-VAL_LOADER_END = ("    return torch.utils.data.DataLoader(val_dataset,\n"
-                  "        batch_size=val_batch_size, shuffle=False, sampler=None,\n"
-                  "        num_workers=num_workers, pin_memory=pin_memory)\n")
-PATCHES = [
-    Patch("utils/__init__.py", "import torch\n", "import torch\n" + CPU_SHIM,
-          "the scripts call .cuda() and torch.load without map_location; torch >= 2.6 loads weights only, and their "
-          "checkpoints hold dicts of tensors and parameters (all code paths import utils first)", ENVIRONMENT),
-    Patch("utils/cifar100_config.py", "    'vehicles_2': [0.2730, 0.2693, 0.2874],\n}\n",
-          "    'vehicles_2': [0.2730, 0.2693, 0.2874],\n}\n" + STATS_SHIM,
-          "normalise the written tasks with their own statistics: the loaders look up mean/std by task name", DATA_IO),
-    Patch("utils/cifar100_dataset.py", "def cifar100_train_loader(dataset_name, train_batch_size, num_workers=4,",
-          "def cifar100_train_loader(dataset_name, train_batch_size, num_workers=0,",
-          "one CPU thread per side: no loader worker processes (same transforms, drawn in the main process)",
-          ENVIRONMENT),
-    Patch("utils/cifar100_dataset.py", "def cifar100_val_loader(dataset_name, val_batch_size, num_workers=4,",
-          "def cifar100_val_loader(dataset_name, val_batch_size, num_workers=0,",
-          "one CPU thread per side: no loader worker processes", ENVIRONMENT),
-    Patch("utils/cifar100_dataset.py", VAL_LOADER_END,
-          VAL_LOADER_END + "\n\ncifar100_train_loader_two_class = cifar100_train_loader\n"
-                           "cifar100_val_loader_two_class = cifar100_val_loader\n",
-          "CPG's main calls *_two_class loaders for 2-class tasks, which the repository never defines; the "
-          "ImageFolder loaders serve any class count", DATA_IO),
-    Patch("CPG_cifar100_main_normal.py", "    if avg_train_acc > 0.95:\n        manager.save_checkpoint",
-          f"    if avg_train_acc > {BAR_READ.format(0.95)}:\n        manager.save_checkpoint",
-          "the cut's bar (scripts/parity/README.md, cpg.py); the scripts' 0.95 when unset", LEARNING),
-    Patch("CPG_cifar100_main_normal.py", "if avg_train_acc > 0.95 and avg_val_acc >= baseline_acc:",
-          f"if avg_train_acc > {BAR_READ.format(0.95)} and avg_val_acc >= baseline_acc:",
-          "the cut's bar for growth", LEARNING),
-    Patch("CPG_cifar100_main_normal.py", "            if avg_train_acc > 0.95:\n                json_data[",
-          f"            if avg_train_acc > {BAR_READ.format(0.95)}:\n                json_data[",
-          "the cut's bar for compacting", LEARNING),
-    Patch("packnet_cifar100_main_normal.py", "        if avg_train_acc > 0.97:\n",
-          f"        if avg_train_acc > {BAR_READ.format(0.97)}:\n",
-          "the cut's bar: below it the pruned model is not saved and the next task starts from nothing", LEARNING),
-    Patch("packnet_cifar100_main_normal.py", "    if args.num_classes == 5:\n",
-          "    if args.num_classes in (2, 5):\n",
-          "2-class tasks: the 5-class ImageFolder loaders serve any class count", DATA_IO),
-    *[Patch(file, old, new, why, ARCHITECTURE) for file, old, new, why in (
-        ("models/vgg.py", "import models.layers as nl\nimport pdb\n", "import models.layers as nl\nimport pdb\n"
-         + WIDTH_READ, "a narrower VGG16-BN for the learning cut, as cl-bench's backbone.width and backbone.hidden: "
-                       "the widths read from PARITY_WIDTH and PARITY_HIDDEN (the scripts' network when unset)"),
-        ("models/vgg.py", CPG_LAYERS, CPG_LAYERS + NARROW,
-         "CPG's and PAE's conv channels (the main's custom_cfg) times PARITY_WIDTH, rounded as cl-bench rounds"),
-        ("models/vgg.py", CPG_BODY, CPG_BODY_NARROW, "CPG's classifier body PARITY_HIDDEN wide, after the last conv"),
-        ("models/vgg.py", "nn.Linear(int(4096*self.network_width_multiplier), num_classes)",
-         "nn.Linear(int(PARITY_HIDDEN*self.network_width_multiplier), num_classes)", "CPG's new task heads"),
-        ("models/vgg.py", "['network_width_multiplier'] * 4096), num_classes)",
-         "['network_width_multiplier'] * PARITY_HIDDEN), num_classes)", "CPG's heads rebuilt from a checkpoint"),
-        ("packnet_models/vgg.py", "import torch.nn as nn\nimport pdb\n", "import torch.nn as nn\nimport pdb\n"
-         + WIDTH_READ, "the same narrower VGG16-BN for PackNet and the reference's scratch goals (its baseline)"),
-        ("packnet_models/vgg.py", PACKNET_LAYERS, PACKNET_LAYERS + NARROW, "PackNet's conv channels"),
-        ("packnet_models/vgg.py", PACKNET_BODY, PACKNET_BODY_NARROW, "PackNet's classifier body"),
-        ("packnet_models/vgg.py", "in self.dataset2num_classes.items():\n" + PACKNET_HEAD,
-         "in self.dataset2num_classes.items():\n" + PACKNET_HEAD.replace("4096", "PARITY_HIDDEN"),
-         "PackNet's heads rebuilt from a checkpoint"),
-        ("packnet_models/vgg.py", "= num_classes\n" + PACKNET_HEAD,
-         "= num_classes\n" + PACKNET_HEAD.replace("4096", "PARITY_HIDDEN"), "PackNet's new task heads"))],
-    *[Patch(file, old, new, why, LEARNING) for file, old, new, why in (
-        ("CPG_cifar100_main_normal.py", "            if epoch_idx + 1 == 50 or epoch_idx + 1 == 80:\n",
-         f"            if {DROPS_READ}:\n", "the learning cut's lr drops (PARITY_LR_DROPS; the scripts' 50, 80)"),
-        ("CPG_cifar100_main_normal.py", "                if epoch_idx + 1 == 50:\n",
-         "                if epoch_idx + 1 == int(os.environ.get('PARITY_MASK_DROP', 50)):\n",
-         "the picking masks' lr drop (PARITY_MASK_DROP; the scripts' 50)"),
-        ("CPG_cifar100_main_normal.py", "if stop_lr_mask and epoch_idx + 1 == 70:",
-         "if stop_lr_mask and epoch_idx + 1 == int(os.environ.get('PARITY_MASK_STOP', 70)):",
-         "the picking masks' lr stop (PARITY_MASK_STOP; the scripts' 70)"),
-        ("packnet_cifar100_main_normal.py", "            if epoch_idx + 1 == 50 or epoch_idx + 1 == 80:\n",
-         f"            if {DROPS_READ}:\n", "PackNet's and the scratch goals' lr drops (PARITY_LR_DROPS)"),
-        ("packnet_cifar100_main_normal.py", "            if epoch_idx + 1 == 25:\n",
-         "            if epoch_idx + 1 == int(os.environ.get('PARITY_RETRAIN_DROP', 25)):\n",
-         "PackNet's retraining lr drop (PARITY_RETRAIN_DROP; the scripts' 25)"))],
-]
+PATCHES = list(common.patches(NAME)["reference"])  # patches/cpg.yaml
 
 
 # --- the data ---------------------------------------------------------------------------------------------------

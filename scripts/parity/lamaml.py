@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import LEARNING, Diagnostic, Outcome, Patch, Row  # noqa: E402
+from parity.common import Diagnostic, Outcome, Row  # noqa: E402
 
 NAME = "lamaml"
 REPO = "montrealrobotics/La-MAML"
@@ -21,18 +21,7 @@ SOURCE = "authors"  # La-MAML is the authors' own; ER there is their baseline, A
 TORCH = ("Written for pytorch 1.0.0 (its environment.yml).")
 DATA = "MNIST/raw (MNIST's four idx files, gzipped or not)"
 
-# La-MAML and A-GEM run unchanged: the one missing requirement (ipdb, imported but not in requirements.txt) is
-# installed into its interpreter instead, and torch.load's weights_only default reads the written lists.
-PATCHES: list[Patch] = [
-    Patch("model/eralg4.py",
-          "    def compute_offsets(self, task):\n        offset1 = task * self.nc_per_task\n",
-          "    def compute_offsets(self, task):\n"
-          "        if not self.is_cifar:\n            return 0, int(self.nc_per_task)\n"
-          "        offset1 = task * self.nc_per_task\n",
-          "ER crashes at MNIST task 1 (IndexError: target out of bounds): its loss slices the shared 10-way output "
-          "at task * 10; on MNIST every task owns all outputs, as model/agem.py's compute_offsets already says",
-          LEARNING),
-]
+PATCHES = list(common.patches(NAME)["reference"])  # patches/lamaml.yaml, as TASK0
 
 # run_experiments.sh's $ROT / $PERM: the 2 x 100 MLP, 1000 samples per task, one evaluation per task start.
 MNIST = ("--arch", "linear", "--n_layers", "2", "--n_hiddens", "100", "--samples_per_task", "1000",
@@ -75,12 +64,7 @@ def _row(method: str, bench: str) -> Row:
                (*args, *MNIST, "--dataset", ref_dataset), source=SOURCES.get(method, ""))
 
 
-# The reference's A-GEM with task 0 recorded as observed, as A-GEM's paper has it: its rows' diagnostic.
-TASK0 = Patch("model/agem.py", "        self.current_task = 0\n\n        # allocate episodic memory",
-              "        self.current_task = -1  # parity diagnostic: task 0 is observed too\n\n"
-              "        # allocate episodic memory",
-              "diagnostic: the current task starts at -1, so observe records task 0 and projects during task 1",
-              LEARNING)
+TASK0 = common.patches(NAME)["task0"][0]  # a diagnostic: A-GEM with task 0 recorded as observed
 DIAGNOSTICS = {
     f"agem_task0_{bench}": Diagnostic(f"agem_{bench}", "reference", (0, 1, 2), patches=(TASK0,))
     for bench in BENCHMARKS

@@ -13,7 +13,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import ENVIRONMENT, Diagnostic, Outcome, Patch, Row  # noqa: E402
+from parity.common import Diagnostic, Outcome, Row  # noqa: E402
 
 NAME = "mammoth"
 REPO = "aimagelab/mammoth"
@@ -22,19 +22,7 @@ SOURCE = "baseline"  # Mammoth is DER's authors' framework: DER and DER++ are th
 TORCH = ("Written for torch >= 2.1.0 (its requirements.txt).")
 DATA = "MNIST/raw (MNIST's four idx files, gzipped or not)"
 
-PATCHES = [
-    Patch("main.py", "torch.set_num_threads(2)", "torch.set_num_threads(1)",
-          "main.py fixes torch at two threads whatever OMP_NUM_THREADS says; each side trains on one thread so "
-          "that the seconds compare like for like", ENVIRONMENT),
-    # Mammoth imports every dataset module twice over (to register them, and to list the names the parser
-    # offers); seq_8vision downloads a CLIP model as it is imported (no network here: minutes of retries, then a
-    # crash) and others need optional packages. These rows need seq-mnist alone.
-    Patch("datasets/__init__.py", "if file.endswith('.py') and file != '__init__.py':", "if file == 'seq_mnist.py':",
-          "register seq-mnist only: importing the other datasets downloads models or needs optional packages",
-          ENVIRONMENT),
-    Patch("datasets/__init__.py", "if not model.find('__') > -1 and 'py' in model]", "if model == 'seq_mnist.py']",
-          "list seq-mnist only, for the same reason", ENVIRONMENT),
-]
+PATCHES = list(common.patches(NAME)["reference"])  # patches/mammoth.yaml
 
 # Mammoth passes torchvision's MNIST root=<base_path>/MNIST: it reads common.IDX's files from
 # <base_path>/MNIST/MNIST/raw.
