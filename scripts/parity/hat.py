@@ -13,7 +13,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import DATA_IO, ENVIRONMENT, Diagnostic, Outcome, Patch, Row  # noqa: E402
+from parity.common import Diagnostic, Outcome, Row  # noqa: E402
 
 NAME = "hat"
 REPO = "joansj/hat"
@@ -28,45 +28,7 @@ ENV = "HAT_PARITY_DATA"  # where the patched dataloaders find the written tasks
 META = "tasks.json"
 EPOCHS = 10  # per task on both sides, cut from run.py's 200 (see the rows' note)
 
-# The loader both MNIST dataloaders get: the written tasks, in the structure get() returns.
-READER = '''
-def parity_tasks(folder):
-    import json
-    meta=json.load(open(os.path.join(folder,'tasks.json')))
-    data,taskcla={},[]
-    for t,task in enumerate(meta['tasks']):
-        data[t]={'name':task['name'],'ncla':task['ncla']}
-        for s in ['train','valid','test']:
-            data[t][s]={k:torch.load(os.path.join(folder,'data'+str(t)+s+k+'.bin')) for k in ['x','y']}
-        taskcla.append((t,task['ncla']))
-    data['ncla']=sum(n for _,n in taskcla)
-    return data,taskcla,meta['size']
-
-'''
-READ = f"""
-    if os.environ.get('{ENV}'):  # parity harness: the tasks cl-bench split, with its validation split
-        return parity_tasks(os.environ['{ENV}'])"""
-
-
-def reading(file: str, get: str) -> Patch:
-    return Patch(file, get, READER + get + READ,
-                 "read the tasks the parity harness wrote (cl-bench's train/validation/test split) instead of "
-                 "downloading MNIST; HAT's own MNIST loaders validate on a copy of the training set", DATA_IO)
-
-
-PATCHES = [
-    Patch("src/run.py", "else: print('[CUDA unavailable]'); sys.exit()",
-          "else:  # parity harness: run on the CPU, every .cuda() a no-op\n"
-          "    torch.Tensor.cuda=lambda self,*args,**kwargs: self\n"
-          "    torch.nn.Module.cuda=lambda self,*args,**kwargs: self",
-          "train on the CPU: the reference exits without CUDA and moves every tensor and the net with .cuda()",
-          ENVIRONMENT),
-    Patch("src/approaches/hat.py", "    def eval(self,t,x,y):", "    @torch.no_grad()\n    def eval(self,t,x,y):",
-          "volatile=True (no autograd graph in evaluation) is gone from PyTorch; no_grad is what it meant",
-          ENVIRONMENT),
-    reading("src/dataloaders/mnist2.py", "def get(seed=0,fixed_order=False,pc_valid=0):"),
-    reading("src/dataloaders/pmnist.py", "def get(seed=0, fixed_order=False, pc_valid=0):"),
-]
+PATCHES = list(common.patches(NAME)["reference"])  # patches/hat.yaml
 
 MLP = ("method=hat", "scenario=task", "setting=none", "backbone=hat_mlp", "data.val_fraction=0.1",
        f"method.epochs={EPOCHS}")
