@@ -1,10 +1,12 @@
 """The parity instrument: the paired arithmetic and the equivalence verdict against hand values, the seed plans
 against their pilots, provenance flags, diagnostics, and docs/parity.md against the document its records make."""
+import io
 import itertools
 import json
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -453,3 +455,39 @@ def test_every_rows_overrides_compose_and_validate(name):
         config.validate(config.compose([*row.clbench, "seed=0"]))
     for diag in getattr(module, "DIAGNOSTICS", {}).values():
         config.validate(config.compose([*module.ROWS[diag.row].clbench, *diag.clbench, "seed=0"]))
+
+
+# --- prose stays out of the harness's Python ----------------------------------------------------------------------
+def string_literals(path: Path) -> list[str]:
+    """Every string literal of a Python file as written (an f-string whole: one STRING token before Python 3.12,
+    FSTRING_START .. FSTRING_END after)."""
+    text = path.read_text()
+    lines = [0, *itertools.accumulate(len(line) for line in text.splitlines(keepends=True))]
+    offset = lambda position: lines[position[0] - 1] + position[1]  # noqa: E731
+    found, starts = [], []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        name = tokenize.tok_name[token.type]
+        if name == "STRING" and not starts:
+            found.append(token.string)
+        elif name == "FSTRING_START":
+            starts.append(token.start)
+        elif name == "FSTRING_END":
+            start = starts.pop()
+            if not starts:
+                found.append(text[offset(start):offset(token.end)])
+    return found
+
+
+def string_share(paths) -> tuple[int, int]:
+    """Characters in string literals and in all, over the files: how much of the code is text."""
+    paths = list(paths)
+    return sum(len(s) for p in paths for s in string_literals(p)), sum(len(p.read_text()) for p in paths)
+
+
+def test_prose_stays_out_of_the_harness_python():
+    """Findings, notes, patches and accounts live in scripts/parity/'s Markdown and YAML: no literal there runs to a
+    paragraph, and literals stay well under half the code (58% before they moved out; docstrings and messages stay)."""
+    paths = sorted((ROOT / "scripts" / "parity").glob("*.py"))
+    strings, total = string_share(paths)
+    assert strings / total < 0.4
+    assert [(p.name, s[:60]) for p in paths for s in string_literals(p) if len(s) > 500] == []
