@@ -146,6 +146,12 @@ def test_patches_are_distinct_and_explained():
     assert len(set(keys)) == len(keys) and all(p.why for p in cpg.PATCHES)
 
 
+def test_every_variable_the_runner_sets_is_read_by_a_patch():
+    """patches/cpg.yaml holds the patches as text: a variable renamed on one side only would go unread."""
+    read = "".join(p.new for p in cpg.PATCHES)
+    assert [name for name in cpg.ENV_SETTINGS.values() if name not in read] == []
+
+
 FAKE_PYTHON = """#!/bin/sh
 # Stands in for the reference's interpreter: records each call, saves a checkpoint into --save_folder (unless
 # nosave exists), writes a goal into --logfile, asks once for growth (forever if growforever exists), prints the

@@ -68,11 +68,14 @@ def test_written_tasks_are_what_hat_feeds_its_net(mnist_root, tmp_path):
 
 
 def test_patched_loader_reads_the_written_tasks(mnist_root, tmp_path, monkeypatch):
-    """The reader the patches put into HAT's dataloaders, run on its own: get()'s data, taskcla and size."""
+    """The reader the patches put into HAT's dataloaders (the same in both, read where hat.ENV is set), run on its
+    own: get()'s data, taskcla and size."""
     scenario = scenario_of("hat_mnist2", mnist_root)
     hat.write_tasks(scenario, hat.ROWS["hat_mnist2"], tmp_path)
     space = {"os": os, "torch": torch}
-    exec(hat.READER, space)
+    readers = [p.new.split(p.old)[0] for p in hat.PATCHES if "dataloaders" in p.file]
+    assert len(readers) == 2 and readers[0] == readers[1] and all(hat.ENV in p.new for p in hat.PATCHES[-2:])
+    exec(readers[0], space)
     data, taskcla, size = space["parity_tasks"](str(tmp_path))
     assert taskcla == [(0, 5), (1, 5)] and data["ncla"] == 10 and size == [1, 6, 5]
     for t, task in enumerate(scenario.tasks):

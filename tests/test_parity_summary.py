@@ -1,9 +1,12 @@
 """The parity instrument: the paired arithmetic and the equivalence verdict against hand values, the seed plans
 against their pilots, provenance flags, diagnostics, and docs/parity.md against the document its records make."""
+import io
+import itertools
 import json
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -117,7 +120,7 @@ def test_every_row_has_a_plan_or_waits_on_its_pilot_and_says_so(toy, monkeypatch
     with pytest.raises(SystemExit, match="no seed plan yet .a new cut.: its pilot must run first"):
         plans.seeds("toy", "m_1")
     assert plans.seeds("toy", "m_1", pilot=True) == plans.PILOT_SEEDS
-    text = summary.document([toy], pilot_records())
+    text = summary.page(toy, "m_1", pilot_records())
     assert "pilot only: different | no plan yet (a new cut); pilot 3 |" in row_line(text)
     assert "No seed plan yet: a new cut. Pilot, seeds 0-2: reference 82.00 ± 2.00 (n=3)" in text
 
@@ -186,7 +189,7 @@ TOY_PLAN = plans.Plan(pilot=3, pilot_sd=1.0, pair_seconds=30, needed=11, n=4, af
 @pytest.fixture
 def toy(monkeypatch):
     monkeypatch.setitem(plans.PLANS, ("toy", "m_1"), TOY_PLAN)
-    diag = Diagnostic("m_1", "cl-bench", "another option", (0, 1, 2), ("method.x=1",))
+    diag = Diagnostic("m_1", "cl-bench", (0, 1, 2), ("method.x=1",), what="another option")
     return SimpleNamespace(NAME="toy", REPO="someone/toy", PINNED="0123456789abcdef", SOURCE="authors",
                            TORCH="Written for torch 1.0.", DATA="MNIST/raw", DIAGNOSTICS={"other": diag},
                            PATCHES=[Patch("main.py", "a", "b", "runs on the CPU", ENVIRONMENT),
@@ -205,12 +208,20 @@ def pilot_records():
             *(record("cl-bench", s, ra, provenance={}) for s, ra in enumerate((0.70, 0.73, 0.74)))]
 
 
+def flat(text):
+    """A page's text with its wrapping undone (each run of whitespace one space)."""
+    return " ".join(text.split())
+
+
 def row_line(text):
-    return next(line for line in text.splitlines() if line.startswith("| M |"))
+    """A row page's figures (its two-column table) as the cells of one line, in the table's order."""
+    lines = text.splitlines()
+    table = itertools.takewhile(bool, lines[lines.index("| | |") + 2:])
+    return "| " + " | ".join(line[2:-2].split(" | ", 1)[1] for line in table) + " |"
 
 
 def test_a_pilot_row_shows_both_sides_the_paired_difference_and_says_it_is_a_pilot(toy):
-    line = row_line(summary.document([toy], pilot_records()))
+    line = row_line(summary.page(toy, "m_1", pilot_records()))
     # differences -10, -9, -10: mean -9.667, sd 0.5774; t(0.975, 2) = 4.3027: half 1.4343
     assert "82.00 ± 2.00 (n=3)" in line and "72.33 ± 2.08 (n=3)" in line
     assert "-9.67 [-11.10, -8.23]" in line
@@ -222,30 +233,30 @@ def test_a_pilot_row_shows_both_sides_the_paired_difference_and_says_it_is_a_pil
 def test_a_plan_run_in_full_gives_the_verdict_and_the_pilot_is_reported_apart(toy):
     plan = [record(side, 100 + i, ra) for i in range(4) for side, ra in (("reference", 0.80 + i / 1000),
                                                                          ("cl-bench", 0.80 + i / 1000 + 0.001))]
-    text = summary.document([toy], pilot_records() + plan)
+    text = summary.page(toy, "m_1", pilot_records() + plan)
     line = row_line(text)
     assert "+0.10 [+0.10, +0.10]" in line and "**equivalent**" in line and "plan 4, capped" in line
     assert "4 run" in line and "| complete; reference torch x; cl-bench torch x |" in line
     assert "Pilot, seeds 0-2 (extended after a look: not a 95% interval)" in text
     assert "paired -9.67 [-11.10, -8.23]" in text
-    partial = row_line(summary.document([toy], pilot_records() + plan[:-2]))
+    partial = row_line(summary.page(toy, "m_1", pilot_records() + plan[:-2]))
     assert "pilot only" in partial and "3 run;" in partial  # a plan cut short never decides the row
-    one_sided = row_line(summary.document([toy], pilot_records() + plan[:-1]))
+    one_sided = row_line(summary.page(toy, "m_1", pilot_records() + plan[:-1]))
     assert "pilot only" in one_sided and "3 run, 1 on the reference side only;" in one_sided
 
 
 def test_a_plan_sized_from_the_sd_bound_says_so(toy, monkeypatch):
-    assert "upper bound (" not in summary.document([toy], pilot_records())  # TOY_PLAN: sized from the sd itself
+    assert "upper bound (" not in summary.page(toy, "m_1", pilot_records())  # TOY_PLAN: sized from the sd itself
     monkeypatch.setitem(plans.PLANS, ("toy", "m_1"), plans.Plan(pilot=3, pilot_sd=1.0, pair_seconds=30, needed=11,
                                                                 n=4, upper_sd=True))
-    text = summary.document([toy], pilot_records())
+    text = summary.page(toy, "m_1", pilot_records())
     assert f"4 fresh seeds from 100, sized from the sd's 80% upper bound ({plans.sd_upper_bound(1.0, 3):.2f})" in text
 
 
 def test_an_undetermined_verdict_whose_interval_excludes_zero_gives_its_direction(toy):
     # pilot differences -10, -9, -10 with the margin widened to 20: TOST cannot decide, the 95% interval
     # [-11.10, -8.23] excludes 0, so the row says which side is lower
-    text = row_line(summary.document([toy], pilot_records()))
+    text = row_line(summary.page(toy, "m_1", pilot_records()))
     assert "different" in text and "margin not shown" not in text  # outside +-1: no direction clause needed
     p = stats.paired({0: 1.0, 1: 2.0, 2: 1.5}, {0: 0.0, 1: 0.0, 2: 0.0})  # +1.5 [+0.26, +2.74]
     assert p.verdict(1.0) == stats.UNDETERMINED and p.direction() == "higher"
@@ -261,22 +272,22 @@ def test_cpus_per_side_pairs_across_models_and_seconds_per_cpu(toy):
     records = [on("Intel(R) Xeon(R) Processor", record("reference", s, 0.8, 20.0)) for s in range(3)]
     records += [on("AMD EPYC" if s == 2 else "Intel(R) Xeon(R) Processor", record("cl-bench", s, 0.8, 10.0 + 20 * s))
                 for s in range(3)]
-    line = row_line(summary.document([toy], records))
+    line = row_line(summary.page(toy, "m_1", records))
     assert "| Xeon / EPYC ×1, Xeon ×2; 1 pair across CPUs |" in line
     assert "| 20 / 50 (EPYC), 20 (Xeon) |" in line  # cl-bench: 10 and 30 s on the Xeon, 50 on the EPYC
     unrecorded = [record(side, 0, 0.8, provenance={}) for side in summary.SIDES]
-    assert "| ? / ? | 2 without provenance |" in row_line(summary.document([toy], unrecorded))
+    assert "| ? / ? | 2 without provenance |" in row_line(summary.page(toy, "m_1", unrecorded))
 
 
 def test_a_row_reconfigured_after_a_look_says_so_with_its_before_numbers(toy, monkeypatch):
     monkeypatch.setitem(summary.LOOKS, "toy/m_1", {"commit": "abc1234", "changed": "a dropout option taken",
                                                    "seen": "a gap", "before": "other"})
-    text = summary.document([toy], pilot_records())
+    text = summary.page(toy, "m_1", pilot_records())
     assert "pilot only, extended after a look, reconfigured after a look: different" in row_line(text)
     assert ("Reconfigured after a look (abc1234):\n\n- changed: a dropout option taken\n- after: a gap\n"
             "- before-numbers: diagnostic `other`\n- Only its plan's fresh seeds can confirm the change") in text
     plan = [record(side, 100 + i, 0.8) for i in range(4) for side in summary.SIDES]
-    assert "decide the verdict" in summary.document([toy], pilot_records() + plan)
+    assert "decide the verdict" in summary.page(toy, "m_1", pilot_records() + plan)
 
 
 def test_every_look_names_a_row_and_its_before_numbers_are_records():
@@ -303,26 +314,31 @@ def test_dirty_trees_are_flagged(toy):
     dirty = {key: "x" for key in PROVENANCE_KEYS} | {"clbench_dirty": True}
     records = [*(record("reference", s, 0.8) for s in range(3)), *(record("cl-bench", s, 0.8, provenance=dirty)
                                                                   for s in range(3))]
-    assert "3 from a dirty tree" in row_line(summary.document([toy], records))
+    assert "3 from a dirty tree" in row_line(summary.page(toy, "m_1", records))
 
 
 def test_a_diagnostic_renders_under_its_row_against_the_other_sides_same_seeds(toy):
     diag = [record("cl-bench", s, ra, diagnostic="other") for s, ra in enumerate((0.82, 0.84, 0.86))]
-    text = summary.document([toy], pilot_records() + diag)
-    line = next(line for line in text.splitlines() if line.startswith("- Diagnostic `other`"))
+    text = summary.page(toy, "m_1", pilot_records() + diag)
+    line = flat(text).split("- Diagnostic `other`", 1)[1]
     assert "(another option; cl-bench changed, seeds 0-2)" in line
     assert "cl-bench 84.00 ± 2.00 (n=3) against the row's reference 82.00 ± 2.00 (n=3)" in line
     assert "+2.00 [+2.00, +2.00], different" in line
-    assert "make parity-toy REF=DIR DATA=DATA_ROOT DIAG=other" in text
+    assert "make parity-toy REF=DIR DATA=DATA_ROOT DIAG=other" in summary.reference_page(toy, [])
     assert row_line(text).count("(n=3)") == 2  # the diagnostic stays out of the row
 
 
-def test_patches_are_listed_by_class_and_sections_by_source(toy):
-    text = summary.document([toy], [])
+def test_patches_are_listed_by_class_and_sources_named(toy, monkeypatch):
+    text = summary.reference_page(toy, [])
     assert "- environment: `main.py`: runs on the CPU" in text
     assert "- control flow/learning: `train.py`: saves below the bar" in text
-    assert "### The method's authors' code" in text and "### An independent" not in text
-    assert "| not run | not run | – | not run |" in row_line(text) and row_line(text).endswith("| – / – | – |")
+    overview = summary.document([toy], [])
+    assert ("| [toy/m_1](parity/toy_m_1.md) | M | [someone/toy](parity/toy.md) | authors | 0 | – | not run "
+            "| pilot only, extended after a look, capped |") in overview
+    monkeypatch.setattr(toy, "ROWS", {"m_1": Row("M", "toy setting", ("method=m",), differs="another memory")})
+    assert "| not the same algorithm | 0 |" in summary.document([toy], [])
+    line = row_line(summary.page(toy, "m_1", []))
+    assert "| not run | not run | – | not run |" in line and line.endswith("| – / – | – |")
     with pytest.raises(ValueError, match="kind 'cpu' is not one of"):
         Patch("main.py", "a", "b", "why", "cpu")
 
@@ -348,8 +364,49 @@ def test_a_second_runner_in_the_same_work_folder_is_refused(tmp_path):
 
 
 # --- the committed document ---------------------------------------------------------------------------------------
-def test_docs_parity_md_is_the_document_its_records_make():
-    assert DOC.read_text() == summary.document(summary.modules(), committed())
+def test_docs_parity_md_its_pages_and_plot_are_what_its_records_make():
+    modules, records = summary.modules(), committed()
+    assert DOC.read_text() == summary.document(modules, records)
+    pages, folder = summary.pages(modules, records), DOC.parent / summary.PAGES
+    assert sorted(p.name for p in folder.glob("*.md")) == sorted(pages)
+    assert [name for name, text in pages.items() if (folder / name).read_text() != text] == []
+    assert (DOC.parent / summary.PLOT).is_file()
+    long = [(path.name, i) for path in (DOC, *folder.glob("*.md"))
+            for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 400]
+    assert long == []
+
+
+def test_the_summary_writes_the_document_its_pages_and_the_plot(toy, tmp_path):
+    (tmp_path / summary.PAGES).mkdir()
+    (tmp_path / summary.PAGES / "gone_row.md").write_text("a row no module has now")
+    summary.write([toy], pilot_records(), tmp_path / "parity.md")
+    assert sorted(p.name for p in (tmp_path / summary.PAGES).iterdir()) == ["toy.md", "toy_m_1.md"]
+    assert "](parity/toy_m_1.md)" in (tmp_path / "parity.md").read_text()
+    assert (tmp_path / summary.PLOT).read_bytes().startswith(b"\x89PNG")
+
+
+def test_findings_render_on_their_rows_pages_and_their_titles_in_the_document(toy, tmp_path, monkeypatch):
+    from parity import common
+    (tmp_path / "toy.md").write_text("# toy\n\n## findings: all\n\n- **Every row.** Said once.\n\n"
+                                     "## findings: m_1\n\n- **First.** Its text,\n  wrapped.\n"
+                                     + "".join(f"- Plain {i}: text.\n" for i in range(3)) +
+                                     "\n## note: m_1\n\nA note\nin two lines\n")
+    monkeypatch.setattr(common, "FINDINGS", tmp_path)
+    assert summary.findings(toy)["m_1"][0] == "**First.** Its text, wrapped."
+    text = summary.document([toy], pilot_records())
+    assert "Every row ([toy.md](parity/toy.md)): Every row." in text
+    assert "(M): First; Plain 0; Plain 1; 1 more on its page." in text
+    page = summary.page(toy, "m_1", pilot_records())
+    assert "- **First.** Its text, wrapped.\n- Plain 0: text." in page and "Every row" not in page
+    assert "- **Every row.** Said once." in summary.reference_page(toy, [])
+    rows, _ = common.annotated("toy", toy.ROWS, {}, tmp_path)
+    assert rows["m_1"].note == "A note in two lines"
+    (tmp_path / "toy.md").write_text("## note: m_2\n\nno such row\n")
+    with pytest.raises(ValueError, match="names what toy does not define: note: m_2"):
+        common.annotated("toy", toy.ROWS, {}, tmp_path)
+    (tmp_path / "toy.md").write_text("## notes m_1\n")
+    with pytest.raises(ValueError, match="is not `## KIND: NAMES`"):
+        common.texts("toy", tmp_path)
 
 
 NUMBER = re.compile(r"(?<![\w.])[+-]?\d+\.\d{2,3}(?![\d])")
@@ -360,14 +417,13 @@ def figures(module, records: list[dict]) -> set[str]:
     and each mean, sd and interval bound the summary renders for its rows, pilots and diagnostics (not per-task
     accuracies: at two places they would cover nearly every number below 1, so a test of them could not fail)."""
     mine = [r for r in records if r["reference"] == module.NAME]
-    text = summary.document([module], mine)
-    rendered = [line for line in text.splitlines() if line.startswith(("| ", "Pilot, seeds", "- Diagnostic"))]
+    rendered = [line for name in module.ROWS for line in summary.figure_lines(module, name, mine)]
     return {f"{100 * r['ra']:.2f}" for r in mine} | {n.lstrip("+-") for n in NUMBER.findall("\n".join(rendered))}
 
 
 def quoted(module) -> list[str]:
-    prose = [*getattr(module, "FINDINGS", []), *(r.note for r in module.ROWS.values()),
-             *(r.differs for r in module.ROWS.values())]
+    prose = [*(f for found in summary.findings(module).values() for f in found),
+             *(r.note for r in module.ROWS.values()), *(r.differs for r in module.ROWS.values())]
     return [n.lstrip("+-") for text in prose for n in NUMBER.findall(text)]
 
 
@@ -399,3 +455,39 @@ def test_every_rows_overrides_compose_and_validate(name):
         config.validate(config.compose([*row.clbench, "seed=0"]))
     for diag in getattr(module, "DIAGNOSTICS", {}).values():
         config.validate(config.compose([*module.ROWS[diag.row].clbench, *diag.clbench, "seed=0"]))
+
+
+# --- prose stays out of the harness's Python ----------------------------------------------------------------------
+def string_literals(path: Path) -> list[str]:
+    """Every string literal of a Python file as written (an f-string whole: one STRING token before Python 3.12,
+    FSTRING_START .. FSTRING_END after)."""
+    text = path.read_text()
+    lines = [0, *itertools.accumulate(len(line) for line in text.splitlines(keepends=True))]
+    offset = lambda position: lines[position[0] - 1] + position[1]  # noqa: E731
+    found, starts = [], []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        name = tokenize.tok_name[token.type]
+        if name == "STRING" and not starts:
+            found.append(token.string)
+        elif name == "FSTRING_START":
+            starts.append(token.start)
+        elif name == "FSTRING_END":
+            start = starts.pop()
+            if not starts:
+                found.append(text[offset(start):offset(token.end)])
+    return found
+
+
+def string_share(paths) -> tuple[int, int]:
+    """Characters in string literals and in all, over the files: how much of the code is text."""
+    paths = list(paths)
+    return sum(len(s) for p in paths for s in string_literals(p)), sum(len(p.read_text()) for p in paths)
+
+
+def test_prose_stays_out_of_the_harness_python():
+    """Findings, notes, patches and accounts live in scripts/parity/'s Markdown and YAML: no literal there runs to a
+    paragraph, and literals stay well under half the code (58% before they moved out; docstrings and messages stay)."""
+    paths = sorted((ROOT / "scripts" / "parity").glob("*.py"))
+    strings, total = string_share(paths)
+    assert strings / total < 0.4
+    assert [(p.name, s[:60]) for p in paths for s in string_literals(p) if len(s) > 500] == []

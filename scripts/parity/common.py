@@ -1,30 +1,6 @@
 """The parity harness's shared parts: the split both sides train on, the reference's patched copy, the records.
 
-A parity row trains one method twice on the same samples: through the authors' code (the reference, a checkout the
-user cloned at its pinned commit) and through cl-bench. cl-bench builds the scenario (its own split, from its seed);
-the reference's runner writes that split in the reference's own input format, so both sides train and test on
-exactly the same images. The reference runs from a copy of its checkout with the runner's listed patches applied,
-each the smallest change that does its job and each classed by what it touches (PATCH_KINDS): most make the reference
-run here (environment) or read the written files (data I/O); a few change its control flow or loss (CPG's
-training-accuracy bars, La-MAML's ER output offsets) or its network (a diagnostic's stem), and docs/parity.md lists
-them under those classes. Each row runs the seeds of its plan (scripts/parity/plans.py), fixed before the runs.
-Every run leaves one JSON record with its provenance; scripts/parity/summary.py turns the records into
-docs/parity.md.
-
-A reference module (scripts/parity/<reference>.py) defines:
-  NAME, REPO, PINNED: its name, GitHub repository and the commit the patches were written against
-  SOURCE: whose code it is for its rows ("authors", "baseline" or "reimplementation"; summary.SOURCES)
-  TORCH: the torch the reference was written for, and what it runs on here
-  DATA: what DATA_ROOT (cl-bench's data.root) must hold for its rows
-  PATCHES: list[Patch]
-  ROWS: dict of row name -> Row
-  write_tasks(scenario, row, folder) -> None: the split in the reference's input format
-  run_reference(copy, row, seed, data, python) -> Outcome: train the reference once, parse what it prints
-  RESUMABLE (optional): the folder in its copy that its runs write to; with it, run_reference takes resume=True
-    (--resume: a reference side cut short goes on from its log instead of starting over)
-  FINDINGS (optional): list[str], the differences its runs found and what became of each (docs/parity.md)
-  DIAGNOSTICS (optional): dict of name -> Diagnostic, runs that test a cause beside a row
-and calls common.main(sys.modules[__name__]).
+Its account: scripts/parity/README.md, section common.py.
 """
 from __future__ import annotations
 
@@ -81,6 +57,7 @@ class Row:
     setting: str  # what both sides run, in words
     clbench: tuple[str, ...]  # cl-bench overrides (the seed is added per run)
     reference: tuple[str, ...] = ()  # the reference's own arguments for this row (its runner adds data and seed)
+    # Both from the row's `## note:` and `## differs:` sections in findings/<reference>.md (annotated()).
     note: str = ""
     differs: str = ""  # set when the two sides run different algorithms by design: what differs (not parity)
     source: str = ""  # where the reference's code for this row comes from, when not the module's SOURCE
@@ -107,10 +84,10 @@ class Diagnostic:
 
     row: str
     side: str  # the side that changes: "cl-bench" or "reference"
-    what: str  # the cause it tests, in words
     seeds: tuple[int, ...]
     clbench: tuple[str, ...] = ()  # overrides added to the row's (side cl-bench)
     patches: tuple[Patch, ...] = ()  # patches added to the row's (side reference)
+    what: str = ""  # the cause it tests, in words: its `## diagnostic:` section in findings/<reference>.md
 
 
 @dataclass
@@ -127,6 +104,53 @@ class Record:
     provenance: dict = field(default_factory=dict)  # see provenance(); empty in records made before it existed
     diagnostic: str = ""  # the Diagnostic's name, for a diagnostic run
     phases: list[dict] = field(default_factory=list)  # Outcome.phases; empty in records made before it existed
+
+
+FINDINGS = Path(__file__).resolve().parent / "findings"  # <reference>.md: findings, notes, what diagnostics test
+TEXT_KINDS = ("findings", "note", "differs", "diagnostic")
+
+
+PATCH_FILES = Path(__file__).resolve().parent / "patches"  # <reference>.yaml: its copy's patches, by group
+
+
+def patches(name: str) -> dict[str, tuple[Patch, ...]]:
+    """patches/<name>.yaml: each group's patches ("reference": every row's; the others a row's or a diagnostic's)."""
+    import yaml
+    groups = yaml.safe_load((PATCH_FILES / f"{name}.yaml").read_text())
+    return {group: tuple(Patch(**fields) for fields in items) for group, items in groups.items()}
+
+
+def texts(name: str, folder: Path = FINDINGS) -> dict[tuple[str, str], list[str]]:
+    """findings/<name>.md by its `## KIND: NAMES` sections: (kind, row, diagnostic or "all") -> its bullets (findings,
+    of every section that names it) or its one paragraph (the others), each joined into one line."""
+    found: dict[tuple[str, str], list[str]] = {}
+    section: list[str] | None = None
+    for line in (folder / f"{name}.md").read_text().splitlines():
+        if line.startswith("## "):
+            kind, _, names = line[3:].partition(":")
+            if kind not in TEXT_KINDS or not names.split():
+                raise ValueError(f"{folder / name}.md: {line!r} is not `## KIND: NAMES`, KIND one of {TEXT_KINDS}")
+            section = []
+            for key in names.split():
+                found.setdefault((kind, key), []).append(section)
+        elif section is not None and line.strip():
+            if line.startswith("- ") or not section:
+                section.append(line.removeprefix("- ") if kind == "findings" else line)
+            else:
+                section[-1] += " " + line.strip()
+    return {key: [item for part in parts for item in part] for key, parts in found.items()}
+
+
+def annotated(name: str, rows: dict, diagnostics: dict, folder: Path = FINDINGS) -> tuple[dict, dict]:
+    """The rows with their notes and differences, the diagnostics with what they test, from findings/<name>.md."""
+    text = texts(name, folder)
+    named = {"diagnostic": diagnostics}
+    unknown = [f"{kind}: {key}" for kind, key in text if key != "all" and key not in named.get(kind, rows)]
+    if unknown:
+        raise ValueError(f"findings/{name}.md names what {name} does not define: {', '.join(unknown)}")
+    one = lambda kind, key: " ".join(text.get((kind, key), []))  # noqa: E731
+    return ({key: replace(row, note=one("note", key), differs=one("differs", key)) for key, row in rows.items()},
+            {key: replace(d, what=one("diagnostic", key)) for key, d in diagnostics.items()})
 
 
 def clbench_overrides(row: Row, seed: int, data_root: str | None = None) -> list[str]:

@@ -1,59 +1,6 @@
 """Parity with ivclab/CPG (Hung et al. 2019): CPG, PAE and PackNet on the reference's own VGG16-BN, cut to a CPU.
 
-The cut (the same on both sides): 3 tasks of 2 CIFAR-10 classes (airplane/automobile, bird/cat, deer/dog), 256
-training and 200 test images a task, 3 training epochs, compacting through 2 sparsity targets of 2 epochs each
-(a 1-epoch cubic ramp pruning every 4 steps), a 2-epoch picking refit, PackNet's 60% one-shot prune and a 2-epoch
-retrain. Goals are a fixed 0 (no growth, compacting keeps the sparsest target): a goal measured on either side
-would differ by chance and send the two sides down different phases. The scripts' train-accuracy bars (0.95 CPG,
-0.97 PackNet) cannot be met in 3 epochs and would silently drop the checkpoints that the next phase starts from,
-so both sides run with bar 0 (cl-bench: method.train_acc_bar; the reference: an environment variable its patch
-reads, the scripts' values when unset).
-
-The reference runs from its experiment1/ shell scripts' sequence of processes, rebuilt here per task: finetune
-(pick and train, restarting wider on exit 2), gradual pruning through the targets (until exit 6), the choosing
-tool, for CPG the picking refit and its tool; then inference of every task learned so far.
-
-  python scripts/parity/cpg.py --ref ~/src/CPG --rows cpg [--pilot] --data-root DIR --python REF_VENV/bin/python
-
-runs the row's seed plan (scripts/parity/plans.py), or its pilot's seeds with --pilot; --seeds N ... runs only
-those of them (a run cut short resumes at its next seed). A reference side cut short inside a seed (its learning
-rows take hours) goes on with --resume and the same arguments: the processes its log records as ended are replayed
-from the log and the checkpoints they left, the task it ended in is rerun from that task's start, and the record's
-seconds add the replayed processes' logged seconds to the resumed run's (provenance: replayed_seconds). cl-bench's
-side cut short goes on from its last task checkpoint (`cl-bench train resume=`), its seconds adding the checkpoint's.
-
-The learning cut (rows cpg_learn, pae_learn, packnet_learn; LEARN below), meant to end every task at or above 80% on
-both sides (cpg_learn's pilot: every task but one, at 79.6%; FINDINGS): Split CIFAR-10's five 2-class tasks, 2500
-training images a task (as many as a CIFAR-100 superclass task of the scripts) and 1000 test images (500 a class),
-VGG16-BN narrowed on both sides to a quarter: every conv's channels x0.25 (16 to 128) and the classifier body 1024
-wide (an architecture patch of the reference's VGG builders, read from PARITY_WIDTH and PARITY_HIDDEN; cl-bench's
-backbone.width and backbone.hidden). The scripts' 100-epoch schedule scaled to 30: lr x0.1 at epochs 15 and 24 (the
-scripts' 50 and 80), the picking masks' lr x0.2 at 15 and 0 from 21 (50, 70), PackNet's retraining 10 epochs with
-its lr x0.1 at 8 (30 and 25; these are a learning patch read from PARITY_* variables, the scripts' epochs when
-unset). Compacting through the sparsities 0.2, 0.4, 0.6, 0.8 and 0.9, 3 epochs each, the cubic ramp over the first
-epoch pruning every 10 steps (the scripts': every 0.1 to 0.95, 20 epochs, a 4-epoch ramp); the picking refit up to
-10 epochs with the scripts' patience of 5. Growth is on: max multiplier 1.5 in steps of 0.5. Goals: each side
-measures its own, as the scripts do, the reference with baseline_cifar100.sh's scratch model per task
-(packnet_cifar100_main_normal.py --mode finetune --logfile, the same 30 epochs, written to goals.json), cl-bench
-with method.goal_source=independent (its default: a fresh model on the task alone, the same schedule); cl-bench
-cannot read fixed per-task goals, so one set for both sides is not possible. A phase below its training-accuracy bar
-would leave the next phase nothing to start from, which the runner refuses in one line naming the bar (as it refuses
-growth past the maximum, which the scripts would try).
-
-The cut's first pilot (2026-12-04, at the scripts' bars, 95% CPG and PAE, 97% PackNet) stopped on seed 0: the
-reference's second task (bird/cat) trained to 91.08% at the 1.5x maximum and asked to grow past it, and cl-bench's
-side, run alone, hoarded: on task 0 compaction kept selection accuracies 0.950, 0.957 and 0.950 at sparsities 0.2,
-0.4 and 0.6 against a goal of 0.960 (the unpruned model 0.962) and kept none, task 1 grew to 1.5x at 89.04%
-training accuracy and stopped compacting at its first sparsity, and task 2 owned no weight. The cut is revised,
-before any run of it: one bar both sides use, 0.85 for CPG, PAE and PackNet (the scripts' are beyond 30 epochs at
-this width), and the choosing tool's --allow_acc_loss at 0.01 on both sides (cl-bench: method.allow_acc_loss; the
-scripts pass 0.0): a goal measured on 1000 images carries a binomial sd of about 0.6 points at 96%, so a tolerance
-of 0 rejects a compacted model that is as good as the goal within its own noise. Each record carries per task the
-goal, the growth and the multiplier after it, the sparsity chosen and the refit's outcome (Outcome.phases): the
-reference's from its exit codes, its choosing tool's output and record.txt and the refit's checkpoints; cl-bench's
-from its run's train.log (metrics.json has goals and sparsities per task, but growth only at the end and no refit).
-`--smoke` (with --out elsewhere than the records) runs the learning rows at a size far below the cut (SMOKE) to
-check that every phase runs and parses.
+Its account: scripts/parity/README.md, section cpg.py.
 """
 from __future__ import annotations
 
@@ -72,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import ARCHITECTURE, DATA_IO, ENVIRONMENT, LEARNING, Diagnostic, Outcome, Patch, Row  # noqa: E402
+from parity.common import Diagnostic, Outcome, Row  # noqa: E402
 
 NAME = "cpg"
 REPO = "ivclab/CPG"
@@ -108,7 +55,7 @@ SETTING = (f"{TASKS} split CIFAR-10 tasks of {CLASSES} classes, {TRAIN} train / 
 
 @dataclass(frozen=True)
 class Cut:
-    """A cut with growth on and measured goals (the module docstring's learning cut), the same on both sides."""
+    """A cut with growth on and measured goals (the learning cut: scripts/parity/README.md), the same on both sides."""
 
     tasks: int
     train: int
@@ -173,12 +120,9 @@ def learn_rows(cut: Cut) -> dict[str, Row]:
     setting = cut.setting()
     return {
         "cpg_learn": Row("CPG", f"{setting}; compacting {list(cut.targets)} x {cut.prune_epochs}, refit {cut.refit}",
-                         ("method=cpg", *cpg_cut), (*cpg_ref, "lr_mask=5e-4", "refit=true"),
-                         "growth on; scratch goals measured by each side; one bar and one chooser tolerance on "
-                         "both sides (the module docstring)"),
+                         ("method=cpg", *cpg_cut), (*cpg_ref, "lr_mask=5e-4", "refit=true")),
         "pae_learn": Row("PAE", f"{setting}; compacting {list(cut.targets)} x {cut.prune_epochs}",
-                         ("method=cpg", *cpg_cut, "method.picking=false"), (*cpg_ref, "lr_mask=0.0", "refit=false"),
-                         "CPG without picking (lr_mask 0, no refit); growth on; scratch goals measured by each side"),
+                         ("method=cpg", *cpg_cut, "method.picking=false"), (*cpg_ref, "lr_mask=0.0", "refit=false")),
         "packnet_learn": Row("PackNet", f"{setting}; 60% pruned, retrain {cut.packnet_retrain}",
                              ("method=packnet", *cut.split(), "method.prune_ratio=0.6",
                               f"method.retrain_epochs={cut.packnet_retrain}",
@@ -186,400 +130,37 @@ def learn_rows(cut: Cut) -> dict[str, Row]:
                              ("program=packnet", *cut.net(), "one_shot_prune_perc=0.6",
                               f"retrain_epochs={cut.packnet_retrain}", f"retrain_drop={cut.packnet_drop}",
                               f"train_acc_bar={cut.packnet_bar}"),
-                             "PackNet as CPG's authors ran it, their baseline; one bar on both sides",
                              source="baseline"),
     }
 
-FINDINGS = [
-    "**The learning cut's pilot, cpg_learn seeds 0-2 (2026-12-04), growth on.** RA, reference / cl-bench: 90.84 / "
-    "91.24, 91.04 / 90.44 and 90.98 / 90.70 (the paired differences' sd 0.51 points; the plan that follows by "
-    "plans.py's rule is in that file). Every task ended at or above 80% on both sides but "
-    "bird/cat on cl-bench's seed 1 (79.6%). Growth is exercised: task 0 grew to 1.5x on the reference's seeds 1 and "
-    "2 and on cl-bench's seed 2, and then every later task started at the maximum width, where a task whose "
-    "unpruned accuracy misses its goal is exhausted and compacted to the highest target up to the must-ratio "
-    "(cl-bench's seed 2: tasks 3 and 4, kept 0.6 and 0). The chosen sparsities agreed on 12 of 15 tasks, every "
-    "refit from task 1 on was kept on both sides. Where they differed, one side's accuracy fell within noise of its "
-    "goal: a goal and the accuracy set against it are each one run's score on 1000 test images (binomial sd about "
-    "0.7 points at 95%), and task 0's goal model and its 1x network are the same network trained the same way, so "
-    "whether task 0 grows is close to a coin flip on either side (seed 1: a goal of 95.3 on both sides; the "
-    "reference's 1x network scored 95.0 and grew, cl-bench's 95.7 and did not). Per-task decisions can therefore "
-    "be compared as frequencies over seeds, not seed by seed. Seeds 1 and 2 of the reference were cut short in "
-    "their fifth task and resumed (--resume): their records' seconds include about 9,600 s each replayed from a "
-    "run that shared the two cores with three other jobs.",
-    "**cpg_learn's plan, seeds 100-104 (2026-12-06/07), run in full: equivalent (the reference 1.5-1.8 h a seed, "
-    "cl-bench 0.8-1.2).** cl-bench's seed 100 scored RA 90.68; every task ended at or above 80% (the lowest, task 1: "
-    "82.7%). It never grew: each task's unpruned network met its goal at 1x (task 0: 95.6% against 95.0%), and it "
-    "kept 0.6, 0.9, 0.9, 0.9 and 0.9. On tasks 1-4 the refit's best epoch beat the restarted mask and was kept, as on "
-    "the pilot's seeds, each time scoring under the compacted model it replaced in selection accuracy (82.7% against "
-    "84.1% on task 1, 87.8% against 88.6%, 94.9% against 96.1% and 93.1% against 94.7%): the reference keeps that "
-    "epoch too (the defect item below), and the run's health check names it (cpg.refit_worse). It took 2,834 s, "
-    "beside cgate's seed 104 of gated_learn's plan for its first 20 minutes, the parity tests for one and the CI "
-    "suite for 16, then alone. cl-bench's seed 101 scored RA 90.84; every task ended at or above 80% (the lowest, "
-    "task 1: 81.5%). Its task 0's goal was 95.7%; unpruned, the task scored 94.7% at 1x in selection accuracy, so it "
-    "grew, still missed the goal at 1.5x (95.5%) and, exhausted, compacted to the sparsity required with four tasks "
-    "to come (0.8, at 93.3%, where 0.6 had scored 95.7%), as pae_learn's plan's seeds 103 and 104 did on cl-bench's "
-    "side and its seeds 100, 103 and 105 on the reference's. Tasks 1-4 met their goals at 1.5x and kept 0.9. The "
-    "refit was kept on tasks 1-4 and beat the compacted model in selection accuracy on task 2 only (89.2% against "
-    "88.0%); on tasks 1, 3 and 4 it scored under it (81.5% against 82.8%, 95.9% against 96.0% and 94.3% against "
-    "95.8%), named by the health check each time. It took 3,995 s, beside cgate's seed 105 of gated_learn's plan for "
-    "its first 50 minutes and the parity tests for two, then alone; its tasks 1-4 trained the 1.5x network, seed "
-    "100's the 1x. cl-bench's seed 102 scored RA 90.86; every task ended at or above 80% (the lowest, task 1: 82.2%). "
-    "Its task 0's goal was 96.0%; unpruned, the task scored 94.2% at 1x, so it grew, still missed the goal at 1.5x "
-    "(95.8%) and, exhausted, kept 0.8 (91.6%, where 0.6 had scored 94.8%). Tasks 1, 2 and 4 met their goals at 1.5x "
-    "and kept 0.9; task 3 missed its goal of 97.0% (96.2% unpruned) and, exhausted with one task to come, kept 0.6, "
-    "the first step past the 0.5 then required, as the reference's seed 101 of pae_learn's plan did. The refit was "
-    "kept on tasks 1-4 and scored under the compacted model each time (82.2% against 84.8%, 91.0% against 91.9%, "
-    "95.9% against 96.5% and 93.6% against 94.5%). cl-bench's seed 103 scored RA 90.92; every task ended at or above "
-    "80% (the lowest, task 1: 81.4%). Its task 0's goal was 96.4%; unpruned, the task scored 94.7% at 1x, so it grew, "
-    "still missed the goal at 1.5x (95.6%) and, exhausted, kept 0.8 (92.6%, where 0.6 had scored 96.2%). Tasks 1-4 "
-    "met their goals at 1.5x and kept 0.9, as seed 101's did. The refit was kept on tasks 1-4 and scored under the "
-    "compacted model each time (81.4% against 84.4%, 90.9% against 91.0%, 95.3% against 96.2% and 94.4% against "
-    "95.2%). Seeds 102 and 103 were cut short by a CI run (22:42 UTC), seed 102 after task 3's checkpoint, seed 103 "
-    "after task 2's, and each resumed from that checkpoint (cl-bench train resume=) at 23:13; their records' 4,331 "
-    "and 4,383 s add the checkpoints' seconds to the resumed runs'. Seed 102 ran beside the reference's seed 100 for "
-    "its first 14 minutes, then beside seed 103 throughout; seed 103 beside seed 102, then cl-bench's seed 104 for "
-    "its last 14 minutes; both beside the parity tests for two minutes. cl-bench's seed 104 scored RA 91.26; every "
-    "task ended at or above 80% (the lowest, task 1: 81.4%). Like seed 100 it never grew: each task's unpruned "
-    "network met its goal at 1x (task 0: 96.3% against 95.8%), and it kept 0.6, 0.9, 0.9, 0.9 and 0.9. The refit was "
-    "kept on tasks 1-4 and scored under the compacted model each time (81.4% against 83.1%, 89.0% against 91.1%, "
-    "95.9% against 96.7% and 94.3% against 95.4%). It took 2,728 s, beside seed 103 for its first 14 minutes, the "
-    "parity tests for two and the reference's seed 101 after. Over cl-bench's five seeds (RA 90.68, 90.84, 90.86, "
-    "90.92 and 91.26), three grew at task 0 (101-103), each missed its goal at 1.5x too and kept 0.8; two never grew "
-    "and kept 0.6; every later task kept 0.9 but seed 102's exhausted task 3 (0.6); the refit was kept on all twenty "
-    "later tasks and scored under the compacted model on nineteen. The reference's seed 100 scored RA 90.76 against "
-    "cl-bench's 90.68, its lowest task 1 at 83.3% (cl-bench 82.7%). Its task 0's goal was 95.6% (cl-bench's 95.0%); "
-    "unpruned, the task scored 95.1% at 1x, so it grew, still missed the goal at 1.5x (95.0% unpruned) and, "
-    "exhausted, compacted to the sparsity required with four tasks to come (0.8, at 92.2%), where cl-bench's seed 100 "
-    "met its goal at 1x and kept 0.6. Tasks 1-4 met their goals at 1.5x and kept 0.9, as cl-bench's seed 100 did at "
-    "1x: the pair differs on task 0 only, in growth and sparsity. The refit was kept on tasks 1-4 and, as on "
-    "cl-bench's side, scored under the compacted model it replaced each time (81.7% against 84.5%, 89.6% against "
-    "90.8%, 95.6% against 96.4% and 93.1% against 95.0%): its rule never falls back to the compacted model (the "
-    "defect item below). It took 6,122 s, beside the reference's seed 105 of pae_learn's plan for its first 89 "
-    "minutes, then cl-bench's seed 102 of this plan (and the parity tests for two minutes). The reference's seed 101 "
-    "scored RA 91.06 against cl-bench's 90.84, its lowest task 1 at 81.7% (cl-bench 81.5%). Its task 0's goal was "
-    "94.5% (cl-bench's 95.7%); unpruned, the task scored 96.4% at 1x, so it did not grow, and it kept 0.6 (95.3%), "
-    "where cl-bench's seed 101 grew, missed its goal at 1.5x and kept 0.8. It grew at task 2, where unpruned it "
-    "scored 89.2% at 1x against the goal of 90.6%, met the goal at 1.5x (91.2%) and kept 0.9 (89.7%, inside the "
-    "chooser's 0.01); tasks 1, 3 and 4 kept 0.9: the pair differs in sparsity on task 0 only. The refit was kept on "
-    "tasks 1-4 and scored under the compacted model each time (81.7% against 82.7%, 89.0% against 89.7%, 94.9% "
-    "against 96.2% and 94.4% against 95.7%). It took 5,939 s, beside cl-bench's seed 104 for its first 32 minutes, "
-    "then the reference's seed 102 of this plan, and the parity tests twice, two minutes each. The reference's seed "
-    "102 scored RA 91.20 against cl-bench's 90.86, its lowest task 1 at 82.8% (cl-bench 82.2%). Its task 0's goal was "
-    "95.0% (cl-bench's 96.0%); unpruned, the task scored 94.5% at 1x, so it grew, met the goal at 1.5x (96.0%) and "
-    "kept 0.6 (94.4%, inside the chooser's 0.01), where cl-bench's seed 102 grew too but missed its goal at 1.5x and, "
-    "exhausted, kept 0.8. Tasks 1-4 met their goals at 1.5x and kept 0.9, where cl-bench's task 3 missed its goal "
-    "and, exhausted, kept 0.6: the pair differs in sparsity on tasks 0 and 3, the two tasks cl-bench's side found "
-    "exhausted. The refit was kept on tasks 1-4 and scored under the compacted model each time (82.8% against 84.7%, "
-    "90.4% against 90.9%, 94.8% against 96.4% and 93.6% against 95.4%). It was cut short after task 3 at the last "
-    "session's end (01:41 UTC) and resumed (--resume) at 02:03, rerunning task 4: its record's 6,529 s include 5,222 "
-    "s replayed from the cut run's logs. The cut run ran beside the reference's seed 101, then the CI suite for its "
-    "last 15 minutes; the resumed one beside the reference's seed 103. The reference's seed 103 scored RA 91.38 "
-    "against cl-bench's 90.92, its lowest task 1 at 82.6% (cl-bench 81.4%). Its task 0's goal was 96.2% (cl-bench's "
-    "96.4%); unpruned, the task scored 95.1% at 1x, so it grew, still missed the goal at 1.5x (95.3% unpruned) and, "
-    "exhausted, kept 0.8 (92.9%), as cl-bench's seed 103 did. Tasks 1-4 met their goals at 1.5x and kept 0.9: the "
-    "pair's growth and five sparsities agree on every task, as pae_learn's seed 103 pair's did. The refit was kept on "
-    "tasks 1-4 and beat the compacted model on task 2 only (91.1% against 90.9%); on tasks 1, 3 and 4 it scored under "
-    "it (82.6% against 82.8%, 95.8% against 96.4% and 94.5% against 95.7%). It took 6,211 s, beside the reference's "
-    "seed 102 (resumed) for its first 22 minutes, then its seed 104, and the parity tests for two minutes. The "
-    "reference's seed 104 scored RA 90.98 against cl-bench's 91.26, its lowest task 1 at 82.3% (cl-bench 81.4%). Its "
-    "task 0's goal was 94.6% (cl-bench's 95.8%); unpruned, the task scored 96.1% at 1x, so it did not grow, as "
-    "cl-bench's seed 104 did not, and it kept 0.8 (93.7%, inside the chooser's 0.01), where cl-bench's seed 104 kept "
-    "0.6. It grew at task 3, where unpruned it scored 95.7% at 1x against the goal of 95.8%, met the goal at 1.5x "
-    "(96.3%) and kept 0.9 (96.2%); tasks 1, 2 and 4 kept 0.9: the pair differs in sparsity on task 0 only. The refit "
-    "was kept on tasks 1-4 and beat the compacted model on task 3 only (96.5% against 96.2%); on tasks 1, 2 and 4 it "
-    "scored under it (82.3% against 84.1%, 88.6% against 91.4% and 93.8% against 95.5%). It took 5,433 s, beside the "
-    "reference's seed 103 until its last nine minutes, which it ran alone (and the parity tests for two minutes near "
-    "its start). The plan's five pairs give -0.16 [-0.52, +0.19] (cl-bench minus the reference, 95% CI): equivalent "
-    "at the margin of one RA point, cl-bench's RA the lower in four pairs of five. As on pae_learn's plan, the "
-    "per-task decisions differ pair by pair, and the per-task table's exact permutation tests find no decision "
-    "drawn differently by the two sides (every p above a quarter; eight seeds a side cannot show a small difference): "
-    "each side grew at task 0 on three seeds of five "
-    "(the reference's 100, 102 and 103, cl-bench's 101-103) and kept 0.8 there on three (0.6 on the other two); the "
-    "reference grew later on two seeds (101 at task 2, 104 at task 3), cl-bench on none; tasks 1-4 kept 0.9 on all "
-    "twenty of the reference's and nineteen of cl-bench's (seed 102's exhausted task 3: 0.6). Only seed 103's pair "
-    "agrees on growth and on all five sparsities. The refit was kept on every later task on both sides and scored "
-    "under the compacted model on eighteen of twenty on the reference's side and nineteen on cl-bench's: both sides "
-    "judge the refit against the restarted mask, not against the compacted model (the defect item below). The "
-    "per-task table, pooling the pilot's and the plan's eight seeds a side, ends every task within 0.8 points between "
-    "the sides (the most, task 1: 82.3% against 81.5%). The plan took 13.5 CPU-hours: 8.4 on the reference's side, "
-    "5.1 on cl-bench's.",
-    "**The learning cut's pilot, packnet_learn seeds 0-2 (2026-12-04/05).** RA, reference / cl-bench: 91.16 / "
-    "91.62, 91.28 / 91.44 and 91.36 / 91.72 (the paired differences' mean +0.33, sd 0.15 points; the plan that "
-    "follows by plans.py's rule is in that file). Every task ended at or above 80% on both sides (the lowest, task "
-    "1, bird/cat: 81.4 to 85.2 on the reference, 83.2 to 83.7 on cl-bench). PackNet prunes a fixed 60% a task, so "
-    "there is no per-task choice to compare. Seed 0's cl-bench record's 3,028 s include 1,549 s for which its "
-    "process was stopped (SIGSTOP) while the test suite was timed on an otherwise idle machine (its own run: about "
-    "1,480 s). Seed 1's reference was cut short by a session's end and resumed (--resume; 1,092 s replayed, none of "
-    "them stopped). Every run shared the two cores with one other parity run, and seeds 1 and 2 also with test "
-    "runs for part of their time.",
-    "**packnet_learn's plan, seeds 100-102 (2026-12-05), run in full: undetermined.** RA, reference / cl-bench: "
-    "91.48 / 90.78, 91.84 / 90.92 and 91.22 / 91.70; every task at or above 80% on both sides (the lowest, task 1, "
-    "bird/cat: 84.6 to 84.9 on the reference, 83.3 to 85.3 on cl-bench). The paired differences (-0.7, -0.9, "
-    "+0.5 points) spread five times as wide as the pilot's, whose sd (0.15) sized the plan, so three seeds leave "
-    "the test undetermined at +-1; no seed is added after this look. Seed 100's reference seconds include 780 s for "
-    "which its process was stopped (SIGSTOP, 04:00:18-04:13:18 UTC) while CI was timed; seeds 101 and 102 ran "
-    "without stops, beside one other parity run and, for parts of their time, one or two sizing runs on the two "
-    "cores.",
-    "**The learning cut's pilot, pae_learn seed 0 (2026-12-04/05), growth on.** RA, reference / cl-bench: 90.94 / "
-    "91.06; every task ended at or above 80% on both sides (the lowest, task 1: 82.3 / 83.7). The chosen sparsities "
-    "agreed on tasks 0 and 2 (0.6, 0.9) and differed by one step on tasks 1, 3 and 4 (reference 0.9, 0.6, 0.8; "
-    "cl-bench 0.8, 0.8, 0.9); the reference's task 3 grew to 1.5x, cl-bench's did not. Each difference lies within "
-    "noise of a goal, as cpg_learn's did: e.g. task 1's goal 83.2% (reference) and 82.1% (cl-bench), each one goal "
-    "model's score on 1000 images. The reference's record's 7,990 s were cut short by a session's end and resumed "
-    "(6,889 s replayed) and include about 3,470 s for which its process was stopped while the suite was timed "
-    "(2026-12-05 00:22-00:30, 00:31-00:40, 00:48-00:57, 01:20-01:29, 01:30-01:41, 02:01-02:13 UTC); cl-bench's side "
-    "took 2,122 s.",
-    "**The learning cut's pilot, pae_learn seed 1 (2026-12-05), growth on.** RA, reference / cl-bench: 91.02 / "
-    "90.62; every task ended at or above 80% on both sides (the lowest, task 1: 81.8 / 80.3). The chosen sparsities "
-    "agreed on four tasks of five (0.6, 0.9, -, 0.9, 0.8) and differed on task 2 (reference 0.9, cl-bench 0.6); the "
-    "reference grew at task 0, cl-bench at task 2 (both to 1.5x, then the maximum). The reference's side took "
-    "5,531 s beside one other parity run; cl-bench's 3,273 s, beside that run for about 18 minutes and the CI "
-    "suite for about 22.",
-    "**The learning cut's pilot, pae_learn seed 2 (2026-12-05), growth on.** RA, reference / cl-bench: 90.98 / "
-    "91.08; every task ended at or above 80% on both sides (the lowest, task 1: 82.7 / 80.9). Both grew at task 0 (to "
-    "1.5x, the maximum). The chosen sparsities agreed on tasks 0, 2 and 3 (0.8, 0.9, 0.9) and differed on task 1 "
-    "(reference 0.8, cl-bench 0.9) and task 4 (reference 0.9, cl-bench none): cl-bench's last task ended at 95.5% "
-    "unpruned, under its goal of 95.9%, with growth spent, and an exhausted last task is left unpruned (must_ratio "
-    "0), as the reference's rule has it; the reference's goal was 94.1% and its task met it at 0.9. The reference's "
-    "side took 7,163 s beside one other parity run; cl-bench's 4,477 s, beside one parity run and, for its last 20 "
-    "minutes, the CI suite.",
-    "**pae_learn's plan, seeds 100-105 (2026-12-06): both sides have run all six seeds (the reference about 1-1.5 h a "
-    "seed, cl-bench 0.6-0.9).** cl-bench scored RA 91.24, 90.98, 90.54, 90.70, 91.04 and 90.68; every task ended at "
-    "or above 80% (the lowest, task 1: 83.0, 82.2, 81.5, 83.4, 82.9 and 80.5%). Each grew once, to the maximum 1.5x, "
-    "at task 3, 2, 0, 0, 0 and 3. Seeds 100-102 and 105 kept 0.6 on task 0. Seeds 103 and 104 missed task 0's goal "
-    "even at 1.5x (94.8% against 95.0%, 95.0% against 96.3%) and, exhausted, kept 0.8, as the reference's seeds 100, "
-    "103 and 105 did (its seed 104 kept 0.8 without growing). On the other tasks the sparsities differed between "
-    "seeds (task 1: 0.6, 0.8, 0.9, 0.9, 0.9 and 0.9). The runs took 2,397, 2,669, 3,199, 2,591, 2,596 and 2,212 s, "
-    "each beside one reference run of gated_learn's plan, except seed 102's last 22 minutes (beside the CI suite), "
-    "seed 103's last 12 (alone), seed 104's last 12 (beside cl-bench's seed 105) and seed 105 (beside seed 104 for "
-    "its first 12 minutes, then alone). The reference's seed 100 scored RA 90.80 against cl-bench's 91.24 on the same "
-    "seed, its lowest task 1 at 83.8% (cl-bench 83.0%). Its task 0's goal was 95.9% (cl-bench's 93.4%); unpruned, the "
-    "task scored 94.6%, so it grew at task 0, still missed the goal at 1.5x (95.2% unpruned) and, exhausted, "
-    "compacted to the sparsity the reference then requires with four tasks to come (0.8, at 92.6%). It kept 0.9, 0.9, "
-    "0.8 and 0.9 on tasks 1-4, where cl-bench's seed 100 (no growth before task 3) kept 0.6, 0.8, 0.6 and 0.6. Its "
-    "seed 101 scored RA 90.72 against cl-bench's 90.98, its lowest task 1 at 80.6% (cl-bench 82.2%). Its task 0's "
-    "goal was 94.2% (cl-bench's 95.0%), met at 0.6 without growth (95.3%); it grew at task 3 (cl-bench at task 2), "
-    "missed that task's goal of 96.2% at 1.5x (95.7% unpruned) and, exhausted with one task to come, compacted to "
-    "0.6, the first step past the 0.5 the reference then requires. It kept 0.6, 0.9, 0.8, 0.6 and 0.8, cl-bench 0.6, "
-    "0.8, 0.8, 0.9 and 0.9. Its seed 102 scored RA 90.40 against cl-bench's 90.54, its lowest task 1 at 81.4% "
-    "(cl-bench 81.5%). Its task 0's goal was 94.8% (cl-bench's 95.6%), met at 0.6 without growth (94.3%, inside the "
-    "chooser's 0.01), where cl-bench grew at task 0 and met its goal at 1.5x. It grew at task 3, where unpruned it "
-    "scored 95.8% against the goal of 96.1%, met the goal at 1.5x (96.1%) and kept 0.6 (96.0%). It kept 0.6, 0.9, "
-    "0.9, 0.6 and 0.9, cl-bench 0.6, 0.9, 0.8, 0.9 and 0.8. Its seed 103 scored RA 90.84 against cl-bench's 90.70, "
-    "its lowest task 1 at 81.5% (cl-bench 83.4%). Its task 0's goal was 96.2% (cl-bench's 95.0%); unpruned, the task "
-    "scored 95.1%, so it grew at task 0, still missed the goal at 1.5x (95.3% unpruned) and, exhausted, compacted to "
-    "0.8 (92.9%), as cl-bench's seed 103 did. It kept 0.8, 0.9, 0.9, 0.9 and 0.9, the same five sparsities as "
-    "cl-bench's seed 103: the first pair of the plan whose decisions agree on every task. Its seed 104 scored RA "
-    "90.82 against cl-bench's 91.04, its lowest task 1 at 81.7% (cl-bench 82.9%). Its task 0's goal was 94.6% "
-    "(cl-bench's 96.3%); unpruned, the task scored 96.1%, so it did not grow, and it kept 0.8 (93.7%, inside the "
-    "chooser's 0.01), where cl-bench grew at task 0, missed its goal at 1.5x and, exhausted, kept 0.8. It never grew: "
-    "every later task met its goal at 1x within the chooser's 0.01 (task 4: 94.4% at 0.9 against 94.6%). It kept 0.8, "
-    "0.9, 0.8, 0.9 and 0.9, cl-bench 0.8, 0.9, 0.8, 0.9 and 0.8: the pair differs on task 4 only. Its seed 105 scored "
-    "RA 90.50 against cl-bench's 90.68, its lowest task 1 at 81.7% (cl-bench 80.5%). Its task 0's goal was 96.9% "
-    "(cl-bench's 96.5%); unpruned, the task scored 96.0%, so it grew at task 0, still missed the goal at 1.5x (95.8% "
-    "unpruned) and, exhausted, compacted to 0.8 (93.5%), where cl-bench's seed 105 did not grow before task 3 and "
-    "kept 0.6 on task 0. From then on it ran at the maximum 1.5x; tasks 3 and 4 met their goals at 0.9 within the "
-    "chooser's 0.01 (94.8% against 95.2%, 93.1% against 93.8%). It kept 0.8, 0.9, 0.9, 0.9 and 0.9, cl-bench 0.6, "
-    "0.9, 0.9, 0.6 and 0.8. The reference's seeds took 5,375, 4,166, 4,340, 5,166, 3,588 and 5,323 s, seeds 100-104 "
-    "each beside one cgate run of gated_learn's plan, seed 105 beside the reference's seed 100 of cpg_learn's plan; "
-    "seed 104, the only one that never grew, is the fastest. The plan's six pairs give +0.18 [-0.02, +0.38] (cl-bench "
-    "minus the reference, 95% CI): equivalent at the margin of one RA point, cl-bench's RA the higher in five pairs "
-    "of six. The per-task decisions still differ pair by pair (all five sparsities agree in one pair, seed 103), as "
-    "they differ between one side's seeds: each side measures its own goals (task 0's differ by up to 2.5 points "
-    "within a pair), and a goal a few tenths above or below a task's unpruned score decides whether it grows and "
-    "which sparsity it keeps; over the six seeds each of cl-bench's grew once and five of the reference's did (each "
-    "to 1.5x), and the two sides' mean final accuracies differ by under a point on every task (the most, task 4: "
-    "94.1% against 93.5%).",
-    "**The cut: no growth, bar 0.** Goals are fixed at 0 on both sides (a goal each side measured for itself would "
-    "differ by chance and send the two through different phases), so compaction keeps the sparsest target and the "
-    "network never grows: growth and exhaustion are not compared by these rows. The training-accuracy bar (95% for "
-    "CPG, 97% for PackNet) is 0 on both sides: at 3 epochs no task meets it, and the reference then saves no "
-    "checkpoint and starts the next phase from nothing, silently (patched to read PARITY_TRAIN_ACC_BAR, a control-"
-    "flow patch; cl-bench `method.train_acc_bar=0`). At 256 images and 3 epochs a task ends near chance on a 2-class "
-    "problem on either side: these rows compare runs that barely learn.",
-    "**The reference's defect, named: which refit survives.** CPG_cifar100_main_normal.py saves the best refit "
-    "epoch only when it beats the restarted mask, but saves the last epoch at the end regardless; "
-    "tools/choose_retrain_or_not.py then copies whichever checkpoint os.listdir names first (on ext4 "
-    "checkpoint-1 before checkpoint-2, whatever was written first), and the next task loads the highest epoch "
-    "number: the reference keeps the best refit epoch when one beats the restarted mask, else the last refit epoch, "
-    "never the compacted model (seen in one run's phase log, which was not kept as a record). cl-bench keeps the best "
-    "refit epoch that beats the restarted mask, else the compacted model (cpg.py refit_picking): where they differ, "
-    "cl-bench keeps the better model, so this cannot lower cl-bench's row.",
-    "**Named: every reference phase replays the same batches.** Each phase is a fresh process that seeds itself "
-    "with the run's seed and makes the same draws before training (classifier, initialisation, loaders), so "
-    "training, both compacting phases and the refit see one batch order and one set of crops and flips; cl-bench "
-    "draws each phase's batches on from its generator.",
-    "**Fixed in cl-bench: the pruning schedule's steps.** The reference updates the masks after the optimiser step of"
-    " 0-based step k when last + frequency <= k <= end (utils/manager.py train, utils/prune.py gradually_prune), "
-    "releases every own weight at or under the magnitude ranked at the count (kthvalue over its own and the free "
-    "weights, these with the values they still hold), and zeroes released weights only at each epoch's end "
-    "(Manager.validate's apply_mask), so until then they compute, frozen; cl-bench released exactly the count after "
-    "step k and at the ramp's end and zeroed at once. `method.prune_timing=official`, now the default, does the "
-    "reference's (`immediate` keeps the former rule). The runs made before the fix were overwritten by the pilot's "
-    "and kept no record, so no before-and-after figure is quoted; the diagnostic `prune_timing_immediate` reruns the "
-    "former rule on the pilot's seeds 0-3.",
-    "**The rows' pilots were extended after a look.** CPG went from 3 to 4, 5 and 8 seeds, PAE and PackNet from 3 to "
-    "8, each time while the row was more than a point apart, and stopped once it came inside (the history of "
-    "docs/parity.json): their pilot intervals below are not 95% intervals. The plans (scripts/parity/plans.py) take "
-    "fresh seeds; CPG's needs 95 pairs at this spread, beyond the CPU, so its plan is capped. Each side's phase "
-    "accuracies (compacted, restarted, refit) were compared on one seed's logs: the refit decides tasks 1 and 2 on "
-    "both sides, restarting every frozen weight as picked and training 16 steps; a point-by-point read of tasks 1-2 "
-    "(initial values of the claimed weights, the picking mask and its optimiser, what trains in each phase and at "
-    "which rate, the phases' order and starting checkpoints, data, evaluation) found nothing else that differs. "
-    "Those logs were not kept as records, so their figures are not quoted here.",
-    "**Matched, by reading: the choice when growth runs out.** tools/choose_appropriate_pruning_ratio_for_next_"
-    "task.py walks the recorded ratios from the highest down and takes the first whose accuracy plus "
-    "--allow_acc_loss (0.0 in the scripts) meets the goal, or, when the network is at its maximum width and the "
-    "unpruned model missed the goal, the highest recorded ratio whatever its accuracy: an exhausted task is compacted "
-    "to the sparsest target it reached even where a lower ratio scored better. cl-bench's compact() does the same "
-    "(tests/test_cpg_official.py), and `method.allow_acc_loss` is the chooser's tolerance (default its scripts' 0).",
-    "Matched point by point: VGG16-BN's widths and 512-4096-4096 classifier, its initialisation, batch 32, "
-    "SGD-Nesterov with momentum 9e-1 at 1e-2, picking masks Adam 5e-4 (init 1e-2, threshold 5e-3), weight decay 4e-5 "
-    "on owned conv and linear weights, compacting and refit learning rates 1e-3 / 1e-4, per-task normalisation from "
-    "the task's training split, PackNet's retrain x0.1 at epoch 25, the highest ratio that meets the goal.",
-]
 DIAGNOSTICS = {
-    "prune_timing_immediate": Diagnostic("cpg", "cl-bench", "cl-bench's pruning schedule before the fix (masks "
-                                         "updated exactly at the count, released weights zeroed at once)",
-                                         (0, 1, 2, 3), ("method.prune_timing=immediate",)),
+    "prune_timing_immediate": Diagnostic("cpg", "cl-bench", (0, 1, 2, 3), ("method.prune_timing=immediate",)),
 }
 
 
 ROWS = {
     "cpg": Row("CPG", f"{SETTING}; {EPOCHS} epochs, compacting {PRUNE_TARGETS} x {PRUNE_EPOCHS}, refit {REFIT}",
                ("method=cpg", *SPLIT, *CPG_CUT),
-               ("program=cpg", *CPG_REF, "lr_mask=5e-4", "refit=true"),
-               "goal 0 and train-accuracy bar 0 on both sides: no growth"),
+               ("program=cpg", *CPG_REF, "lr_mask=5e-4", "refit=true")),
     "pae": Row("PAE", f"{SETTING}; {EPOCHS} epochs, compacting {PRUNE_TARGETS} x {PRUNE_EPOCHS}",
                ("method=cpg", *SPLIT, *CPG_CUT, "method.picking=false"),
-               ("program=cpg", *CPG_REF, "lr_mask=0.0", "refit=false"),
-               "CPG without picking (lr_mask 0, no refit), as PAE_cifar100_scratch_mul_1.5.sh; scratch goals"),
+               ("program=cpg", *CPG_REF, "lr_mask=0.0", "refit=false")),
     "packnet": Row("PackNet", f"{SETTING}; {EPOCHS} epochs, {PACKNET_PRUNE:.0%} pruned, retrain {PACKNET_RETRAIN}",
                    ("method=packnet", *SPLIT, f"method.epochs={EPOCHS}", f"method.prune_ratio={PACKNET_PRUNE}",
                     f"method.retrain_epochs={PACKNET_RETRAIN}"),
                    ("program=packnet", f"epochs={EPOCHS}", f"one_shot_prune_perc={PACKNET_PRUNE}",
                     f"retrain_epochs={PACKNET_RETRAIN}", f"train_acc_bar={BAR}"),
-                   "PackNet as CPG's authors ran it, their baseline (not PackNet's authors' code)", source="baseline"),
+                   source="baseline"),
     **learn_rows(LEARN),
 }
+ROWS, DIAGNOSTICS = common.annotated(NAME, ROWS, DIAGNOSTICS)  # notes and causes from findings/cpg.md
 
-CPU_SHIM = '''
-# parity patch: run the CUDA-only scripts on the CPU, and read their checkpoints with current torch.
-torch.Tensor.cuda = lambda self, *args, **kwargs: self
-torch.nn.Module.cuda = lambda self, *args, **kwargs: self
-_parity_load = torch.load
-torch.load = lambda *args, **kwargs: _parity_load(*args, **{"map_location": "cpu", "weights_only": False, **kwargs})
-'''
-STATS_SHIM = '''
-# parity patch: the written tasks' own per-channel statistics, as cl-bench computes them from each training split.
-import json as _parity_json, os as _parity_os
-if _parity_os.path.isfile('data/cifar100_org/stats.json'):
-    for _name, _stats in _parity_json.load(open('data/cifar100_org/stats.json')).items():
-        mean[_name], std[_name] = _stats['mean'], _stats['std']
-'''
-BAR_READ = f"float(os.environ.get('{BAR_ENV}', {{}}))"
 # The learning cut's network and schedule, read where the scripts fix them (their values when the variables are unset,
 # so the other rows run the scripts' own); ENV_SETTINGS maps a row's reference settings to these variables.
 ENV_SETTINGS = {"train_acc_bar": BAR_ENV, "width": "PARITY_WIDTH", "hidden": "PARITY_HIDDEN",
                 "lr_drops": "PARITY_LR_DROPS", "mask_drop": "PARITY_MASK_DROP", "mask_stop": "PARITY_MASK_STOP",
                 "retrain_drop": "PARITY_RETRAIN_DROP"}
-WIDTH_READ = '''
-# parity patch: the learning cut's narrower network (cl-bench's backbone.width, backbone.hidden); the scripts' if unset.
-import os as _parity_os
-PARITY_WIDTH = float(_parity_os.environ.get('PARITY_WIDTH', 1))
-PARITY_HIDDEN = int(_parity_os.environ.get('PARITY_HIDDEN', 4096))
-'''
-NARROW = "    cfg = [v if v == 'M' else max(1, round(v * PARITY_WIDTH)) for v in cfg]\n"
-CPG_LAYERS = "def make_layers_cifar100(cfg, network_width_multiplier, batch_norm=False, groups=1):\n"
-CPG_BODY = ("        View(-1, int(512*network_width_multiplier)),\n"
-            "        nl.SharableLinear(int(512*network_width_multiplier), int(4096*network_width_multiplier)),\n"
-            "        nn.ReLU(True),\n"
-            "        nl.SharableLinear(int(4096*network_width_multiplier), int(4096*network_width_multiplier)),\n")
-# in_channels is int(the last conv's channels x multiplier): at the scripts' widths int(512 x multiplier)
-CPG_BODY_NARROW = ("        View(-1, in_channels),\n"
-                   "        nl.SharableLinear(in_channels, int(PARITY_HIDDEN*network_width_multiplier)),\n"
-                   "        nn.ReLU(True),\n"
-                   "        nl.SharableLinear(int(PARITY_HIDDEN*network_width_multiplier), "
-                   "int(PARITY_HIDDEN*network_width_multiplier)),\n")
-PACKNET_LAYERS = "def make_layers_cifar100(cfg, batch_norm=False):\n"
-PACKNET_BODY = ("        View(-1, 512),\n        nn.Linear(512, 4096),\n"
-                "        nn.ReLU(True),\n        nn.Linear(4096, 4096),\n")
-PACKNET_BODY_NARROW = ("        View(-1, in_channels),\n        nn.Linear(in_channels, PARITY_HIDDEN),\n"
-                       "        nn.ReLU(True),\n        nn.Linear(PARITY_HIDDEN, PARITY_HIDDEN),\n")
-PACKNET_HEAD = "            self.classifiers.append(nn.Linear(4096, num_classes))\n"
-DROPS_READ = "str(epoch_idx + 1) in os.environ.get('PARITY_LR_DROPS', '50,80').split(',')"
-VAL_LOADER_END = ("    return torch.utils.data.DataLoader(val_dataset,\n"
-                  "        batch_size=val_batch_size, shuffle=False, sampler=None,\n"
-                  "        num_workers=num_workers, pin_memory=pin_memory)\n")
-PATCHES = [
-    Patch("utils/__init__.py", "import torch\n", "import torch\n" + CPU_SHIM,
-          "the scripts call .cuda() and torch.load without map_location; torch >= 2.6 loads weights only, and their "
-          "checkpoints hold dicts of tensors and parameters (all code paths import utils first)", ENVIRONMENT),
-    Patch("utils/cifar100_config.py", "    'vehicles_2': [0.2730, 0.2693, 0.2874],\n}\n",
-          "    'vehicles_2': [0.2730, 0.2693, 0.2874],\n}\n" + STATS_SHIM,
-          "normalise the written tasks with their own statistics: the loaders look up mean/std by task name", DATA_IO),
-    Patch("utils/cifar100_dataset.py", "def cifar100_train_loader(dataset_name, train_batch_size, num_workers=4,",
-          "def cifar100_train_loader(dataset_name, train_batch_size, num_workers=0,",
-          "one CPU thread per side: no loader worker processes (same transforms, drawn in the main process)",
-          ENVIRONMENT),
-    Patch("utils/cifar100_dataset.py", "def cifar100_val_loader(dataset_name, val_batch_size, num_workers=4,",
-          "def cifar100_val_loader(dataset_name, val_batch_size, num_workers=0,",
-          "one CPU thread per side: no loader worker processes", ENVIRONMENT),
-    Patch("utils/cifar100_dataset.py", VAL_LOADER_END,
-          VAL_LOADER_END + "\n\ncifar100_train_loader_two_class = cifar100_train_loader\n"
-                           "cifar100_val_loader_two_class = cifar100_val_loader\n",
-          "CPG's main calls *_two_class loaders for 2-class tasks, which the repository never defines; the "
-          "ImageFolder loaders serve any class count", DATA_IO),
-    Patch("CPG_cifar100_main_normal.py", "    if avg_train_acc > 0.95:\n        manager.save_checkpoint",
-          f"    if avg_train_acc > {BAR_READ.format(0.95)}:\n        manager.save_checkpoint",
-          "the cut's bar (see the module docstring); the scripts' 0.95 when unset", LEARNING),
-    Patch("CPG_cifar100_main_normal.py", "if avg_train_acc > 0.95 and avg_val_acc >= baseline_acc:",
-          f"if avg_train_acc > {BAR_READ.format(0.95)} and avg_val_acc >= baseline_acc:",
-          "the cut's bar for growth", LEARNING),
-    Patch("CPG_cifar100_main_normal.py", "            if avg_train_acc > 0.95:\n                json_data[",
-          f"            if avg_train_acc > {BAR_READ.format(0.95)}:\n                json_data[",
-          "the cut's bar for compacting", LEARNING),
-    Patch("packnet_cifar100_main_normal.py", "        if avg_train_acc > 0.97:\n",
-          f"        if avg_train_acc > {BAR_READ.format(0.97)}:\n",
-          "the cut's bar: below it the pruned model is not saved and the next task starts from nothing", LEARNING),
-    Patch("packnet_cifar100_main_normal.py", "    if args.num_classes == 5:\n",
-          "    if args.num_classes in (2, 5):\n",
-          "2-class tasks: the 5-class ImageFolder loaders serve any class count", DATA_IO),
-    *[Patch(file, old, new, why, ARCHITECTURE) for file, old, new, why in (
-        ("models/vgg.py", "import models.layers as nl\nimport pdb\n", "import models.layers as nl\nimport pdb\n"
-         + WIDTH_READ, "a narrower VGG16-BN for the learning cut, as cl-bench's backbone.width and backbone.hidden: "
-                       "the widths read from PARITY_WIDTH and PARITY_HIDDEN (the scripts' network when unset)"),
-        ("models/vgg.py", CPG_LAYERS, CPG_LAYERS + NARROW,
-         "CPG's and PAE's conv channels (the main's custom_cfg) times PARITY_WIDTH, rounded as cl-bench rounds"),
-        ("models/vgg.py", CPG_BODY, CPG_BODY_NARROW, "CPG's classifier body PARITY_HIDDEN wide, after the last conv"),
-        ("models/vgg.py", "nn.Linear(int(4096*self.network_width_multiplier), num_classes)",
-         "nn.Linear(int(PARITY_HIDDEN*self.network_width_multiplier), num_classes)", "CPG's new task heads"),
-        ("models/vgg.py", "['network_width_multiplier'] * 4096), num_classes)",
-         "['network_width_multiplier'] * PARITY_HIDDEN), num_classes)", "CPG's heads rebuilt from a checkpoint"),
-        ("packnet_models/vgg.py", "import torch.nn as nn\nimport pdb\n", "import torch.nn as nn\nimport pdb\n"
-         + WIDTH_READ, "the same narrower VGG16-BN for PackNet and the reference's scratch goals (its baseline)"),
-        ("packnet_models/vgg.py", PACKNET_LAYERS, PACKNET_LAYERS + NARROW, "PackNet's conv channels"),
-        ("packnet_models/vgg.py", PACKNET_BODY, PACKNET_BODY_NARROW, "PackNet's classifier body"),
-        ("packnet_models/vgg.py", "in self.dataset2num_classes.items():\n" + PACKNET_HEAD,
-         "in self.dataset2num_classes.items():\n" + PACKNET_HEAD.replace("4096", "PARITY_HIDDEN"),
-         "PackNet's heads rebuilt from a checkpoint"),
-        ("packnet_models/vgg.py", "= num_classes\n" + PACKNET_HEAD,
-         "= num_classes\n" + PACKNET_HEAD.replace("4096", "PARITY_HIDDEN"), "PackNet's new task heads"))],
-    *[Patch(file, old, new, why, LEARNING) for file, old, new, why in (
-        ("CPG_cifar100_main_normal.py", "            if epoch_idx + 1 == 50 or epoch_idx + 1 == 80:\n",
-         f"            if {DROPS_READ}:\n", "the learning cut's lr drops (PARITY_LR_DROPS; the scripts' 50, 80)"),
-        ("CPG_cifar100_main_normal.py", "                if epoch_idx + 1 == 50:\n",
-         "                if epoch_idx + 1 == int(os.environ.get('PARITY_MASK_DROP', 50)):\n",
-         "the picking masks' lr drop (PARITY_MASK_DROP; the scripts' 50)"),
-        ("CPG_cifar100_main_normal.py", "if stop_lr_mask and epoch_idx + 1 == 70:",
-         "if stop_lr_mask and epoch_idx + 1 == int(os.environ.get('PARITY_MASK_STOP', 70)):",
-         "the picking masks' lr stop (PARITY_MASK_STOP; the scripts' 70)"),
-        ("packnet_cifar100_main_normal.py", "            if epoch_idx + 1 == 50 or epoch_idx + 1 == 80:\n",
-         f"            if {DROPS_READ}:\n", "PackNet's and the scratch goals' lr drops (PARITY_LR_DROPS)"),
-        ("packnet_cifar100_main_normal.py", "            if epoch_idx + 1 == 25:\n",
-         "            if epoch_idx + 1 == int(os.environ.get('PARITY_RETRAIN_DROP', 25)):\n",
-         "PackNet's retraining lr drop (PARITY_RETRAIN_DROP; the scripts' 25)"))],
-]
+PATCHES = list(common.patches(NAME)["reference"])  # patches/cpg.yaml
 
 
 # --- the data ---------------------------------------------------------------------------------------------------

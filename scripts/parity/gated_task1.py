@@ -1,22 +1,6 @@
 """Diagnostic for the gated parity row (docs/parity.md, cgate): does a new task's path learn over frozen kernels?
 
-Trains the row's cut of Split CIFAR-10 (two tasks of two classes, the cl-bench overrides of cgate.py's row) up to
-the end of task 0, then trains task 1 from that same state once per variant and prints, per optimiser step, the
-class loss and the batch's training accuracy, the first and last steps' share of open gates in the first units,
-and task 1's test accuracy:
-
-- sampled: the row as it runs (Gumbel-sampled gates, method.gate_noise=gumbel);
-- hard: evaluation's hard gates (logit > 0) in the training forward too;
-- open: task 1's gates held open (every gating module's fc2 bias 3, as method.gate_open_bias=3 for that task only).
-
---torch-norms trains with torch's batch-norm eps and momentum (1e-5, 0.1) instead of the row's cgate values (1, 1);
---eval-batch-stats also scores task 1 with every backbone norm on the evaluated batch's own statistics, as against
-its running ones.
-
-    python scripts/parity/gated_task1.py --data-root DIR [--seed 0] [--variants sampled hard open] [--torch-norms]
-        [--eval-batch-stats]
-
-About 15 minutes a variant on one CPU thread here.
+Its account: scripts/parity/README.md, section gated_task1.py.
 """
 import argparse
 import copy

@@ -1,13 +1,6 @@
 """Parity of cl-bench's HAT with the authors' code (joansj/hat): MNIST in the task scenario, src/run.py's mlp_hat.
 
-    python scripts/parity/hat.py --ref DIR --data-root ROOT --python PY [--rows hat_mnist2] [--pilot]
-
-The reference is written for PyTorch 0.2/0.3 and a GPU. Its copy gets a few patches (PATCHES): .cuda() becomes a
-no-op so that it runs on the CPU, its evaluation runs under no_grad (what volatile=True meant), and its MNIST
-dataloaders read the tasks this module writes (write_tasks) instead of downloading MNIST. Written per task t and
-split s in train/valid/test, as HAT's own binary caches name them: data{t}{s}x.bin (float32 images, normalised
-as HAT normalises MNIST) and data{t}{s}y.bin (int64 labels within the task), plus tasks.json (names, classes,
-offsets). cl-bench's validation split becomes HAT's `valid`, so both sides stop early and restore on the same data.
+Its account: scripts/parity/README.md, section hat.py.
 """
 from __future__ import annotations
 
@@ -20,7 +13,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import DATA_IO, ENVIRONMENT, Diagnostic, Outcome, Patch, Row  # noqa: E402
+from parity.common import Diagnostic, Outcome, Row  # noqa: E402
 
 NAME = "hat"
 REPO = "joansj/hat"
@@ -35,66 +28,15 @@ ENV = "HAT_PARITY_DATA"  # where the patched dataloaders find the written tasks
 META = "tasks.json"
 EPOCHS = 10  # per task on both sides, cut from run.py's 200 (see the rows' note)
 
-# The loader both MNIST dataloaders get: the written tasks, in the structure get() returns.
-READER = '''
-def parity_tasks(folder):
-    import json
-    meta=json.load(open(os.path.join(folder,'tasks.json')))
-    data,taskcla={},[]
-    for t,task in enumerate(meta['tasks']):
-        data[t]={'name':task['name'],'ncla':task['ncla']}
-        for s in ['train','valid','test']:
-            data[t][s]={k:torch.load(os.path.join(folder,'data'+str(t)+s+k+'.bin')) for k in ['x','y']}
-        taskcla.append((t,task['ncla']))
-    data['ncla']=sum(n for _,n in taskcla)
-    return data,taskcla,meta['size']
-
-'''
-READ = f"""
-    if os.environ.get('{ENV}'):  # parity harness: the tasks cl-bench split, with its validation split
-        return parity_tasks(os.environ['{ENV}'])"""
-
-
-def reading(file: str, get: str) -> Patch:
-    return Patch(file, get, READER + get + READ,
-                 "read the tasks the parity harness wrote (cl-bench's train/validation/test split) instead of "
-                 "downloading MNIST; HAT's own MNIST loaders validate on a copy of the training set", DATA_IO)
-
-
-PATCHES = [
-    Patch("src/run.py", "else: print('[CUDA unavailable]'); sys.exit()",
-          "else:  # parity harness: run on the CPU, every .cuda() a no-op\n"
-          "    torch.Tensor.cuda=lambda self,*args,**kwargs: self\n"
-          "    torch.nn.Module.cuda=lambda self,*args,**kwargs: self",
-          "train on the CPU: the reference exits without CUDA and moves every tensor and the net with .cuda()",
-          ENVIRONMENT),
-    Patch("src/approaches/hat.py", "    def eval(self,t,x,y):", "    @torch.no_grad()\n    def eval(self,t,x,y):",
-          "volatile=True (no autograd graph in evaluation) is gone from PyTorch; no_grad is what it meant",
-          ENVIRONMENT),
-    reading("src/dataloaders/mnist2.py", "def get(seed=0,fixed_order=False,pc_valid=0):"),
-    reading("src/dataloaders/pmnist.py", "def get(seed=0, fixed_order=False, pc_valid=0):"),
-]
+PATCHES = list(common.patches(NAME)["reference"])  # patches/hat.yaml
 
 MLP = ("method=hat", "scenario=task", "setting=none", "backbone=hat_mlp", "data.val_fraction=0.1",
        f"method.epochs={EPOCHS}")
-NOTE = f"epochs cut from 200 to {EPOCHS} per task on both sides (the plateau schedule still runs within them)"
 
 
-FINDINGS = [
-    "Every hyperparameter and rule read from approaches/hat.py matches (lr 5e-2, batch 64, smax 400, lamb 3/4, "
-    "clipgrad 10000, thres_cosh 50, thres_emb 6, lr/3 on a 5-epoch plateau down to 1e-4 with the best validation "
-    "model restored, the annealed s within each epoch, the cumulative mask's gradient compensation, N(0, 1) "
-    "embeddings).",
-    "**Fixed in cl-bench: dropout.** HAT's mlp_hat drops a fifth of the input and half of each hidden ReLU's "
-    "outputs; `backbone=hat_mlp` does the same, and both rows train it. The runs without it are the diagnostics "
-    "`no_dropout_pmnist` and `no_dropout_mnist2`, recovered from docs/parity.json's history.",
-    "**Named: HAT's MNIST loaders validate on the training set itself** (mnist2.py and pmnist.py copy train into "
-    "valid): the harness gives both sides cl-bench's held-out tenth, so the reference selects on data it does not "
-    "train on here, unlike its published runs.",
-]
 DIAGNOSTICS = {
-    f"no_dropout_{name}": Diagnostic(f"hat_{name}", "cl-bench", "cl-bench's plain MLP at 2x2000 without mlp_hat's "
-                                     "dropout", (0, 1, 2), ("backbone=mlp", "backbone.hidden_sizes=[2000,2000]"))
+    f"no_dropout_{name}": Diagnostic(f"hat_{name}", "cl-bench", (0, 1, 2),
+                                     ("backbone=mlp", "backbone.hidden_sizes=[2000,2000]"))
     for name in ("mnist2", "pmnist")
 }
 
@@ -102,14 +44,13 @@ DIAGNOSTICS = {
 ROWS = {
     "hat_mnist2": Row("HAT", "MNIST in 2 tasks of 5 classes, task scenario, MLP 2x2000, dropout 0.2 / 0.5",
                       (*MLP, "dataset=split_mnist", "dataset.num_tasks=2"),
-                      ("--experiment", "mnist2", "--approach", "hat", "--nepochs", str(EPOCHS)), NOTE),
+                      ("--experiment", "mnist2", "--approach", "hat", "--nepochs", str(EPOCHS))),
     "hat_pmnist": Row("HAT", "permuted MNIST, 10 tasks of 10 classes (1,000 training samples each), task "
                              "scenario, MLP 2x2000, dropout 0.2 / 0.5",
                       (*MLP, "dataset=permuted_mnist"),
-                      ("--experiment", "pmnist", "--approach", "hat", "--nepochs", str(EPOCHS)),
-                      NOTE + "; cl-bench's permuted_mnist keeps 1,000 training samples per task (HAT: all 60,000 "
-                             "minus validation)"),
+                      ("--experiment", "pmnist", "--approach", "hat", "--nepochs", str(EPOCHS))),
 }
+ROWS, DIAGNOSTICS = common.annotated(NAME, ROWS, DIAGNOSTICS)  # notes and causes from findings/hat.md
 
 
 # --- the data -------------------------------------------------------------------------------------------------

@@ -1,13 +1,7 @@
 """Parity of cl-bench with La-MAML's code (montrealrobotics/La-MAML): La-MAML itself, and the ER and A-GEM
 baselines of its MNIST table, on its 20-task MNIST rotations and permutations.
 
-La-MAML reads one file per benchmark, data_path/<dataset>.pt, in GEM's layout: [train tasks, test tasks], each
-task [what made it (angle or permutation), pixels as float N x 784 in [0, 1], labels]. write_tasks writes
-cl-bench's split there (its images already rotated or permuted); its loader then draws samples_per_task of each
-task's training samples, all of them here, since cl-bench wrote exactly that many. It evaluates on the test file
-(its "validation" is the test split) and writes the accuracy matrix to <log_dir>/.../results.txt.
-
-    python scripts/parity/lamaml.py --ref /path/to/La-MAML --data-root DATA --python REF_VENV/bin/python
+Its account: scripts/parity/README.md, section lamaml.py.
 """
 from __future__ import annotations
 
@@ -18,7 +12,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from parity import common  # noqa: E402
-from parity.common import LEARNING, Diagnostic, Outcome, Patch, Row  # noqa: E402
+from parity.common import Diagnostic, Outcome, Row  # noqa: E402
 
 NAME = "lamaml"
 REPO = "montrealrobotics/La-MAML"
@@ -27,18 +21,7 @@ SOURCE = "authors"  # La-MAML is the authors' own; ER there is their baseline, A
 TORCH = ("Written for pytorch 1.0.0 (its environment.yml).")
 DATA = "MNIST/raw (MNIST's four idx files, gzipped or not)"
 
-# La-MAML and A-GEM run unchanged: the one missing requirement (ipdb, imported but not in requirements.txt) is
-# installed into its interpreter instead, and torch.load's weights_only default reads the written lists.
-PATCHES: list[Patch] = [
-    Patch("model/eralg4.py",
-          "    def compute_offsets(self, task):\n        offset1 = task * self.nc_per_task\n",
-          "    def compute_offsets(self, task):\n"
-          "        if not self.is_cifar:\n            return 0, int(self.nc_per_task)\n"
-          "        offset1 = task * self.nc_per_task\n",
-          "ER crashes at MNIST task 1 (IndexError: target out of bounds): its loss slices the shared 10-way output "
-          "at task * 10; on MNIST every task owns all outputs, as model/agem.py's compute_offsets already says",
-          LEARNING),
-]
+PATCHES = list(common.patches(NAME)["reference"])  # patches/lamaml.yaml, as TASK0
 
 # run_experiments.sh's $ROT / $PERM: the 2 x 100 MLP, 1000 samples per task, one evaluation per task start.
 MNIST = ("--arch", "linear", "--n_layers", "2", "--n_hiddens", "100", "--samples_per_task", "1000",
@@ -71,15 +54,6 @@ METHODS = {  # row prefix -> docs name, cl-bench method, setting prefix, La-MAML
 }
 # Where the reference's code comes from (SOURCE, unless listed), and the rows whose two sides differ by design.
 SOURCES = {"er": "baseline"}
-DIFFERS = {
-    "agem": "La-MAML's A-GEM never records task 0 as observed (model/agem.py observe): no projection during task 1, "
-            "task 0's memory never in the reference gradient; cl-bench projects from task 1 on, over every earlier "
-            "task, as A-GEM's paper does (the defect is not copied)",
-}
-# La-MAML's run_experiments.sh has MNIST lines for La-MAML only: the ER and A-GEM rows run cl-bench's settings for
-# them (la_er_*, la_agem_*: La-MAML's shared arguments with its baselines' learning rates), on both sides.
-NOTES = {method: "La-MAML has no MNIST command for it: both sides run cl-bench's setting (`setting=la_"
-                 f"{method}_*`), its values given to the reference's arguments" for method in ("er", "agem")}
 def _row(method: str, bench: str) -> Row:
     label, clbench_method, setting, args = METHODS[method]
     dataset, ref_dataset, words = BENCHMARKS[bench]
@@ -87,47 +61,18 @@ def _row(method: str, bench: str) -> Row:
                (f"method={clbench_method}", f"dataset={dataset}", f"setting={setting}_{dataset}",
                 "dataset.num_tasks=20", "dataset.samples_per_task=1000",
                 f"dataset.test_samples_per_task={TEST_PER_TASK}"),
-               (*args, *MNIST, "--dataset", ref_dataset), NOTES.get(method, ""), differs=DIFFERS.get(method, ""),
-               source=SOURCES.get(method, ""))
+               (*args, *MNIST, "--dataset", ref_dataset), source=SOURCES.get(method, ""))
 
 
-FINDINGS = [
-    "**Which rows are whose.** La-MAML's rows are the authors' code. La-MAML's repository runs ER and A-GEM as its "
-    "baselines, but its run_experiments.sh has MNIST commands for La-MAML only: the ER and A-GEM rows run cl-bench's "
-    "settings for them (`setting=la_er_*`, `la_agem_*`), their values passed to the reference's arguments, on both "
-    "sides. Its A-GEM is not the same algorithm as cl-bench's (below).",
-    "**Fixed in cl-bench: the output layer's initialisation.** La-MAML's Learner draws its last linear layer "
-    "kaiming-normal with a zero bias like the hidden ones (model/meta/learner.py); cl-bench's head kept PyTorch's "
-    "default. A method's heads are now drawn as its backbone's layers (`lamaml_mlp`: kaiming-normal). The seed-0 "
-    "runs made before the fix (each method a couple of points under the reference) were not kept as records, and no "
-    "option restores the former draw, so no figure is quoted.",
-    "Matched point by point: lr / alpha_init 15e-2, opt_lr 3e-1, 5 glances, batch 10, replay batch 10, memory 200, "
-    "gradient and learning-rate clipping at 2, one epoch, MLP 2x100.",
-    "**The reference's defect, patched to run (a control-flow patch): ER on MNIST** crashes at task 1 "
-    "(model/eralg4.py compute_offsets slices the shared 10-way output at task x 10); the patch gives every MNIST task "
-    "all outputs, as its own model/agem.py does.",
-    "**The reference's defect, named and not copied: A-GEM never records task 0** (model/agem.py observe appends a "
-    "task only when the task id changes from the initial 0), so it projects nothing during task 1 and never on task "
-    "0's memory; cl-bench projects from task 1 on, over every earlier task, as A-GEM's paper does. The A-GEM rows are "
-    "therefore not parity; the diagnostics `agem_task0_rotations` and `agem_task0_permutations` run the reference "
-    "with its current task started at -1 (a control-flow patch to model/agem.py), the paper's behaviour.",
-    "Run-to-run noise only: La-MAML's reservoir replaces with probability 200/(i+2) where cl-bench's uses 200/(i+1); "
-    "its evaluation skips each split's last sample but divides by the full count (1e-4 at most).",
-]
-# The reference's A-GEM with task 0 recorded as observed, as A-GEM's paper has it: its rows' diagnostic.
-TASK0 = Patch("model/agem.py", "        self.current_task = 0\n\n        # allocate episodic memory",
-              "        self.current_task = -1  # parity diagnostic: task 0 is observed too\n\n"
-              "        # allocate episodic memory",
-              "diagnostic: the current task starts at -1, so observe records task 0 and projects during task 1",
-              LEARNING)
+TASK0 = common.patches(NAME)["task0"][0]  # a diagnostic: A-GEM with task 0 recorded as observed
 DIAGNOSTICS = {
-    f"agem_task0_{bench}": Diagnostic(f"agem_{bench}", "reference", "La-MAML's A-GEM with task 0 recorded as observed "
-                                      "(the paper's behaviour, cl-bench's)", (0, 1, 2), patches=(TASK0,))
+    f"agem_task0_{bench}": Diagnostic(f"agem_{bench}", "reference", (0, 1, 2), patches=(TASK0,))
     for bench in BENCHMARKS
 }
 
 
 ROWS = {f"{m}_{b}": _row(m, b) for m in METHODS for b in BENCHMARKS}
+ROWS, DIAGNOSTICS = common.annotated(NAME, ROWS, DIAGNOSTICS)  # notes and causes from findings/lamaml.md
 
 
 def ref_dataset(row: Row) -> str:

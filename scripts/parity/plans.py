@@ -1,23 +1,6 @@
 """Each parity row's seed plan, fixed before its runs, and the rule that made it.
 
-A row's verdict (docs/parity.md) is the TOST equivalence test at MARGIN points of RA on the paired difference
-(cl_bench/stats.py). Its plan is the number of fresh seeds that gives that test 80% power for a truly equal pair,
-computed from the paired sd of the row's pilot (the seeds run before the plan existed: 0 .. pilot - 1), at least
-MIN_SEEDS, and capped at CPU_HOURS of this project's CPU (both sides, one thread each, one after the other, at the
-pilot's mean seconds a seed; LEARN_CPU_HOURS for the learning cut's rows, issue 45, whose seeds take hours each). A
-capped row says so in the table, with the n that 80% power needs.
-
-The plan's seeds are FIRST_SEED, FIRST_SEED + 1, ... : none of them is a pilot seed, so the pilot (reported apart)
-never enters the verdict, and nothing here changes after a look at the plan's results. `make parity-NAME` runs
-exactly these seeds (scripts/parity/common.py main). A pilot that grew seed by seed while its row looked far off is
-marked after_look: its pilot interval is not a 95% interval, which is why it only sets the plan.
-
-A pilot of three seeds estimates its sd poorly: packnet_learn's plan, sized from a pilot sd of 0.15, met a paired
-spread five times as wide and stayed undetermined. Plans fixed from 2026-12-05 on (upper_sd=True) are therefore
-sized from the one-sided SD_CONFIDENCE upper confidence bound of the pilot's sd (the chi-square bound), not from the
-sd itself; the plans fixed before keep the rule they were made by.
-
-tests/test_parity_summary.py recomputes every plan from docs/parity.json's pilot records.
+Its account: scripts/parity/README.md, section plans.py.
 """
 from __future__ import annotations
 

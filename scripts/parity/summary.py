@@ -1,16 +1,6 @@
-"""docs/parity.md from the parity records: per row, both sides' RA, the paired difference and its equivalence verdict.
+"""docs/parity.md, its per-row pages (docs/parity/) and its forest plot from the parity records.
 
-    python scripts/parity/summary.py [--records outputs/parity] [--json docs/parity.json] [--doc docs/parity.md]
-
-Records accumulate: those under --records (one JSON per run, written by the runners) replace the entries of the same
-reference, row, side, seed and diagnostic in --json, which keeps every run the document was made from (committed, so
-the document is rebuilt and checked without rerunning anything: tests/test_parity_summary.py does). --json holds two
-sections: "runs" (the rows' pilot and plan seeds) and "diagnostics" (runs that test a cause, rendered under their row).
-
-The arithmetic is cl_bench/stats.py's, the one `cl-bench report --rank` uses: the difference is taken seed by seed
-(the same seed writes the same split for both sides), with Student's t intervals, and the verdict is TOST at
-plans.MARGIN points. A row's verdict comes from its plan's seeds once they have all run (scripts/parity/plans.py);
-until then from its pilot, said so in the row, and a pilot extended after a look is marked.
+Its account: scripts/parity/README.md, section summary.py.
 """
 from __future__ import annotations
 
@@ -22,13 +12,14 @@ import math
 import re
 import statistics
 import sys
+import textwrap
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from parity import plans  # noqa: E402  (scripts/ is not a package: the path first)
-from parity.common import PATCH_KINDS, PROVENANCE_KEYS, RECORDS, ROOT  # noqa: E402
+from parity import common, plans  # noqa: E402  (scripts/ is not a package: the path first)
+from parity.common import PATCH_KINDS, PROVENANCE_KEYS, RECORDS, ROOT, texts  # noqa: E402
 
 from cl_bench import stats  # noqa: E402
 
@@ -195,41 +186,13 @@ def fmt_provenance(records: list[dict]) -> str:
     return "; ".join(flags or ["complete"]) + "".join(f"; {t}" for t in torches)
 
 
-# --- the document -------------------------------------------------------------------------------------------------
+# --- the rows --------------------------------------------------------------------------------------------------
 def row_source(module, row) -> str:
     return "different" if row.differs else (getattr(row, "source", "") or module.SOURCE)
 
 
 def row_records(records: list[dict], module, name: str) -> list[dict]:
     return [r for r in records if r["reference"] == module.NAME and r["row"] == name and not r.get("diagnostic")]
-
-
-def table_line(module, name: str, row, records: list[dict]) -> str:
-    key = (module.NAME, name)
-    plan = plans.PLANS.get(key)
-    on, figures = basis(records, plan)
-    used = [r for r in records if r["seed"] in set(figures["reference"]) | set(figures["cl-bench"])]
-    return (f"| {row.method} | [{module.REPO}](#{module.NAME}) @ `{module.PINNED[:8]}` | {row.setting} "
-            f"| {fmt_side(figures['reference'])} | {fmt_side(figures['cl-bench'])} | {fmt_paired(figures['paired'])} "
-            f"| {fmt_verdict(figures['paired'], on, plan, key)} | {fmt_seeds(records, plan, key)} "
-            f"| {fmt_seconds(used)} | {fmt_cpus(used)} | {fmt_provenance(used)} |")
-
-
-TABLE_HEAD = ["| Method | Reference @ commit | Setting | Reference RA | cl-bench RA | cl-bench − reference, paired "
-              "[95% CI] | Verdict (±1 point) | Seeds | s/run (ref / cl-bench) | CPU (ref / cl-bench) | Records |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
-
-
-def tables(modules: list, records: list[dict]) -> list[str]:
-    lines = []
-    for source, title in SOURCES.items():
-        rows = [(m, n, r) for m in modules for n, r in m.ROWS.items() if row_source(m, r) == source]
-        if not rows:
-            continue
-        lines += [f"### {title}", "", *TABLE_HEAD]
-        lines += [table_line(m, n, r, row_records(records, m, n)) for m, n, r in rows]
-        lines += [""]
-    return lines
 
 
 def pilot_line(module, name: str, records: list[dict]) -> str:
@@ -365,27 +328,6 @@ def rerun_lines(module) -> list[str]:
             *[f"{make} DIAG={d}" for d in getattr(module, "DIAGNOSTICS", {})], "make parity-summary"]
 
 
-def section(module, records: list[dict]) -> list[str]:
-    lines = [f"## {module.NAME}", "", f"{module.REPO} at `{module.PINNED}`. {module.TORCH} It runs here on this "
-             "project's torch (each record names the version), through the environment patches below.", "",
-             "Rerun (a checkout of the reference at that commit in DIR):", "", "```", *rerun_lines(module), "```", "",
-             f"DATA_ROOT holds {module.DATA}.", ""]
-    lines += patch_lines(module)
-    lines += ["What the runs found (fixed in cl-bench, matched by the rows' overrides, or named):", ""]
-    lines += [f"- {finding}" for finding in getattr(module, "FINDINGS", [])] or ["- nothing yet"]
-    lines += [""]
-    for name, row in module.ROWS.items():
-        lines += [f"**{name}** ({row.method}): reference arguments `{' '.join(row.reference) or '(none)'}`; "
-                  f"`cl-bench train {' '.join(row.clbench)} seed=N`." + (f" {row.note}." if row.note else "")
-                  + (f" **Not the same algorithm:** {row.differs}." if row.differs else ""), "",
-                  pilot_line(module, name, row_records(records, module, name)), "",
-                  *look_lines(module, name, row_records(records, module, name)),
-                  *phase_lines(module, row_records(records, module, name))]
-        diagnostics = diagnostic_lines(module, name, records)
-        lines += [*diagnostics, ""] if diagnostics else []
-    return lines
-
-
 def look_lines(module, name: str, records: list[dict]) -> list[str]:
     """A reconfigured row's account: what changed after which gap, where the before-numbers are, and whether the
     fresh seeds that alone confirm the change (its plan's, run after it) have decided the row."""
@@ -412,69 +354,275 @@ def patch_lines(module) -> list[str]:
     return [*lines, ""] if module.PATCHES or rows or extra else [*lines[:-1], "- none", ""]
 
 
-HEADER = """# Parity with reference implementations
-
-Each row trains one method on the same samples through a reference implementation and through cl-bench: the
-harness (scripts/parity/) builds cl-bench's split for the seed, writes it in the reference's own input format,
-runs the reference from a patched copy of a checkout at the pinned commit, then runs `cl-bench train` with the
-row's overrides. RA is the average accuracy after the last task, in points. Both sides run on one CPU thread.
-
-- **The difference is paired**: the same seed writes the same split for both sides, so the row's difference is
-  the mean of the seeds' differences (cl-bench − reference), with Student's 95% interval on n − 1 degrees of
-  freedom. The per-side columns are mean ± sample sd.
-- **The verdict is an equivalence test** at a margin of ±{margin:g} point (TOST): *equivalent* when the 90%
-  interval lies inside ±{margin:g}; *different* when the 95% interval lies wholly outside it; *undetermined*
-  otherwise (n too small to tell). A noisy row is undetermined, never equivalent by default.
-- **Seed counts are fixed before the runs** (scripts/parity/plans.py): from the paired sd of a pilot (for plans
-  fixed from 2026-12-05 on, its one-sided {sd_level:.0%} upper confidence bound: three pilot seeds estimate an sd
-  poorly), the fresh seeds (from {first}) that give the test 80% power, capped at {hours:g} CPU-hours a row
-  ({learn_hours:g} for the learning cut's rows, whose seeds take hours). A verdict in bold rests on a plan run in
-  full; "pilot only" rests on the pilot, and "extended after a look" marks a pilot that grew seed by seed while its
-  row looked far off (its interval is not a 95% interval). Pilots are reported apart under each row. The Seeds
-  column counts the plan's seeds run on both sides, and those so far run on one side only.
-- **Provenance**: each record carries the cl-bench commit and whether its tree was dirty, the reference's commit,
-  Python, numpy and torch on its side, the CPU, the threads and the date; the Records column flags what lacks them
-  (records made before they existed: which torch those ran on is not known) or was made from a dirty tree, and
-  names the torch each side ran on where recorded.
-- **Sections** say what the reference is: the method's authors' code, a published implementation by others, an
-  independent re-implementation, or not the same algorithm (two codes that differ by design, shown with what
-  differs). Each patch to a reference is classed: environment, data I/O, architecture or control flow/learning.
-- **Diagnostics** (runs that test a cause: another option, another stem) are records too, in docs/parity.json's
-  second section, and are rendered under their row.
-
-NCCL (Yin et al. 2021) has no public code, so no row here checks it against an outside reference; what can be
-measured, whether its calibration moves and matters, is REPRODUCING.md's "NCCL's calibration measured".
-
-Generated by `scripts/parity/summary.py` from docs/parity.json ({runs} runs, {diagnostics} diagnostic runs, made
-at {commits} cl-bench commits: each record names its own).
-"""
-
-
-def document(modules: list, records: list[dict]) -> str:
-    split = sections(records)
-    commits = {r["commit"] for r in records if r["side"] == "cl-bench"}
-    lines = [HEADER.format(margin=plans.MARGIN, first=plans.FIRST_SEED, hours=plans.CPU_HOURS,
-                           learn_hours=plans.LEARN_CPU_HOURS, sd_level=plans.SD_CONFIDENCE,
-                           runs=len(split["runs"]), diagnostics=len(split["diagnostics"]), commits=len(commits)),
-             *tables(modules, records)]
-    for module in modules:
-        lines += section(module, records)
-    return "\n".join(lines).rstrip() + "\n"
-
-
 def modules() -> list:
     return [importlib.import_module(f"parity.{name}") for name in REFERENCES]
 
 
+# --- the pages ------------------------------------------------------------------------------------------------------
+DOCS = ROOT / "docs"
+PAGES = "parity"  # docs/parity/: a page per row (<reference>_<row>.md) and per reference (<reference>.md)
+PLOT = "img/parity_forest.png"  # relative to docs/
+WIDTH = 118  # generated prose wraps here: no line of any page runs long
+CODE = {"authors": "authors", "baseline": "baseline", "reimplementation": "re-implementation",
+        "different": "not the same algorithm"}  # the overview's Code column, SOURCES in a word or three
+TITLES = 3  # findings' titles a row shows in docs/parity.md (its page has them all)
+
+
+def wrapped(lines: list[str]) -> list[str]:
+    """Prose lines wrapped at WIDTH (a bullet's continuation indented); tables and code as they are."""
+    out, code = [], False
+    for line in lines:
+        code ^= line.startswith("```")
+        if code or line.startswith(("|", "```")) or len(line) <= WIDTH:
+            out.append(line)
+            continue
+        indent = "  " if line.startswith("- ") else ""
+        out.append(textwrap.fill(line, WIDTH, subsequent_indent=indent, break_long_words=False,
+                                 break_on_hyphens=False))
+    return out
+
+
+def findings(module) -> dict[str, list[str]]:
+    """A reference's findings by row, "all" for every row's (scripts/parity/findings/<reference>.md; a module
+    without that file has none)."""
+    if not (common.FINDINGS / f"{module.NAME}.md").is_file():
+        return {}
+    return {key: items for (kind, key), items in texts(module.NAME, common.FINDINGS).items() if kind == "findings"}
+
+
+def title(finding: str) -> str:
+    """A finding's title: its bold lead, else its first clause, cut at a word near 120 characters."""
+    lead = finding[2:].split("**")[0] if finding.startswith("**") else re.split(r"[:.] ", finding)[0]
+    return lead.rstrip(".:") if len(lead) <= 120 else lead[:120].rsplit(" ", 1)[0] + " …"
+
+
+def page_name(module, name: str) -> str:
+    return f"{module.NAME}_{name}.md"
+
+
+def row_key(module, name: str) -> tuple[str, str]:
+    return module.NAME, name
+
+
+def marks(key: tuple, plan: plans.Plan | None, on: str) -> list[str]:
+    """What qualifies a row's verdict: no plan or a pilot's only, a pilot extended or a row reconfigured after a
+    look, a plan capped below the power it needs."""
+    out = ["no plan yet"] if plan is None else ["pilot only"] if on == "pilot" else []
+    out += ["extended after a look"] * bool(on == "pilot" and plan and plan.after_look)
+    out += ["reconfigured after a look"] * ("/".join(key) in LOOKS)
+    return out + ["capped"] * bool(plan and plan.capped)
+
+
+def overview_line(module, name: str, row, records: list[dict]) -> str:
+    key = row_key(module, name)
+    plan = plans.PLANS.get(key)
+    on, figures = basis(records, plan)
+    p = figures["paired"]
+    verdict = "not run" if not p.n else f"**{verdict_text(p)}**" if on == "plan" else verdict_text(p)
+    return (f"| [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}) | {row.method} "
+            f"| [{module.REPO}]({PAGES}/{module.NAME}.md) | {CODE[row_source(module, row)]} | {p.n} "
+            f"| {fmt_paired(p)} | {verdict} | {', '.join(marks(key, plan, on)) or '–'} |")
+
+
+def ordered(modules: list) -> list[tuple]:
+    """Every (module, row name, row), by where the reference comes from (SOURCES), then as the modules list them."""
+    return [(m, n, r) for source in SOURCES for m in modules for n, r in m.ROWS.items() if row_source(m, r) == source]
+
+
+def overview(modules: list, records: list[dict]) -> list[str]:
+    return ["| Row | Method | Reference | Code | n | cl-bench − reference [95% CI] | Verdict (±1 point) | Marks |",
+            "|---|---|---|---|---|---|---|---|",
+            *(overview_line(m, n, r, row_records(records, m, n)) for m, n, r in ordered(modules))]
+
+
+def figure_table(module, name: str, row, records: list[dict]) -> list[str]:
+    """The row's figures, a line each: both sides' RA, the paired difference, the verdict, the seeds run, the
+    seconds, the CPUs and what the records lack."""
+    key = row_key(module, name)
+    plan = plans.PLANS.get(key)
+    on, figures = basis(records, plan)
+    used = [r for r in records if r["seed"] in set(figures["reference"]) | set(figures["cl-bench"])]
+    cells = {"Method": row.method,
+             "Reference @ commit": f"[{module.REPO}](https://github.com/{module.REPO}) @ `{module.PINNED[:8]}`",
+             "Setting": row.setting, "Reference RA": fmt_side(figures["reference"]),
+             "cl-bench RA": fmt_side(figures["cl-bench"]),
+             "cl-bench − reference, paired [95% CI]": fmt_paired(figures["paired"]),
+             "Verdict (±1 point)": fmt_verdict(figures["paired"], on, plan, key),
+             "Seeds": fmt_seeds(records, plan, key), "s/run (ref / cl-bench)": fmt_seconds(used),
+             "CPU (ref / cl-bench)": fmt_cpus(used), "Records": fmt_provenance(used)}
+    return ["| | |", "|---|---|", *(f"| {label} | {value} |" for label, value in cells.items())]
+
+
+def seed_lines(module, name: str, records: list[dict]) -> list[str]:
+    """Every seed both sides ran, a line each: which set it belongs to, both RAs, the difference, the seconds, the
+    CPUs and the cl-bench commit (dirty where its tree was)."""
+    plan = plans.PLANS.get(row_key(module, name))
+    pilot = set(plan.pilot_seeds if plan else plans.PILOT_SEEDS)
+    runs = {side: {r["seed"]: r for r in records if r["side"] == side} for side in SIDES}
+    seeds = sorted(set(runs["reference"]) | set(runs["cl-bench"]))
+    if not seeds:
+        return []
+    lines = ["| seed | set | reference RA | cl-bench RA | difference | s (ref / cl-bench) | CPU (ref / cl-bench) "
+             "| cl-bench commit |", "|---|---|---|---|---|---|---|---|"]
+    for seed in seeds:
+        ref, ours = runs["reference"].get(seed), runs["cl-bench"].get(seed)
+        part = "pilot" if seed in pilot else "plan" if plan and seed in plan.seeds else "outside the plan"
+        ra = [f"{100 * r['ra']:.2f}" if r else "–" for r in (ref, ours)]
+        diff = f"{100 * (ours['ra'] - ref['ra']):+.2f}" if ref and ours else "–"
+        seconds = " / ".join(f"{r['seconds']:.0f}" if r else "–" for r in (ref, ours))
+        cpus = " / ".join(cpu_name(r) if r else "–" for r in (ref, ours))
+        commit = (ours["commit"][:8] + " (dirty)" * bool(ours.get("provenance", {}).get("clbench_dirty"))
+                  if ours else "–")
+        lines.append(f"| {seed} | {part} | {ra[0]} | {ra[1]} | {diff} | {seconds} | {cpus} | {commit} |")
+    return lines
+
+
+def arguments_line(row) -> str:
+    return (f"Reference arguments `{' '.join(row.reference) or '(none)'}`; `cl-bench train {' '.join(row.clbench)} "
+            "seed=N`." + (f" {row.note}." if row.note else "")
+            + (f" **Not the same algorithm:** {row.differs}." if row.differs else ""))
+
+
+def figure_lines(module, name: str, records: list[dict]) -> list[str]:
+    """What a row's page renders from its records (its figures, pilot, diagnostics and seeds), before its prose."""
+    mine = row_records(records, module, name)
+    return [*figure_table(module, name, module.ROWS[name], mine), "", pilot_line(module, name, mine), "",
+            *diagnostic_lines(module, name, records), "", *seed_lines(module, name, mine)]
+
+
+def page(module, name: str, records: list[dict]) -> str:
+    """docs/parity/<reference>_<row>.md: the row's full account."""
+    row, mine = module.ROWS[name], row_records(records, module, name)
+    figures = figure_lines(module, name, records)
+    table_end = figures.index("")
+    own = findings(module).get(name, [])
+    lines = [f"# {module.NAME}/{name}: {row.method}", "",
+             f"[All rows](../parity.md) · [{module.REPO}: rerun, patches, findings for every row]({module.NAME}.md)",
+             "", *figures[:table_end], "", arguments_line(row), "", pilot_line(module, name, mine), "",
+             *look_lines(module, name, mine), "## Findings", "",
+             *([f"- {f}" for f in own] or ["- none for this row alone"]), ""]
+    phases = phase_lines(module, mine)
+    lines += ["## Per task", "", *phases] if phases else []
+    diagnostics = diagnostic_lines(module, name, records)
+    lines += ["## Diagnostics", "", *diagnostics, ""] if diagnostics else []
+    seeds = seed_lines(module, name, mine)
+    lines += ["## Seeds", "", *seeds] if seeds else []
+    return "\n".join(wrapped(lines)).rstrip() + "\n"
+
+
+def reference_page(module, records: list[dict]) -> str:
+    """docs/parity/<reference>.md: the reference, how to rerun it, its patches, the findings for every row."""
+    rows = [f"- [{module.NAME}/{n}]({page_name(module, n)}): {r.method}, {r.setting}" for n, r in module.ROWS.items()]
+    lines = [f"# {module.NAME}: {module.REPO}", "", "[All rows](../parity.md)", "",
+             f"{module.REPO} at `{module.PINNED}`. {module.TORCH} It runs here on this project's torch (each record "
+             "names the version), through the environment patches below.", "",
+             "Rerun (a checkout of the reference at that commit in DIR):", "", "```", *rerun_lines(module), "```", "",
+             f"DATA_ROOT holds {module.DATA}.", "", *patch_lines(module), "Findings for every row (fixed in cl-bench, "
+             "matched by the rows' overrides, or named); each row's own are on its page:", "",
+             *([f"- {f}" for f in findings(module).get("all", [])] or ["- none"]), "", "Rows:", "", *rows]
+    return "\n".join(wrapped(lines)).rstrip() + "\n"
+
+
+def finding_lines(modules: list) -> list[str]:
+    """docs/parity.md's findings: per reference, its every-row findings' titles, then each row's own (at most
+    TITLES of them), each linking the page that holds them in full."""
+    lines = ["## Findings by row", ""]
+    for module in modules:
+        found = findings(module)
+        lines += [f"### {module.REPO}", "", f"Every row ([{module.NAME}.md]({PAGES}/{module.NAME}.md)): "
+                  + ("; ".join(title(f) for f in found.get("all", [])) or "none") + ".", ""]
+        for name, row in module.ROWS.items():
+            own = [title(f) for f in found.get(name, [])]
+            more = f"; {len(own) - TITLES} more on its page" if len(own) > TITLES else ""
+            lines.append(f"- [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}) ({row.method}): "
+                         + ("; ".join(own[:TITLES]) + more if own else "none of its own") + ".")
+        lines += [""]
+    return lines
+
+
+def document(modules: list, records: list[dict]) -> str:
+    """docs/parity.md: the overview table, the forest plot, each row's findings in brief, how the rows are made."""
+    split = sections(records)
+    commits = {r["commit"] for r in records if r["side"] == "cl-bench"}
+    how = (HERE / "parity_method.md").read_text().format(
+        margin=plans.MARGIN, first=plans.FIRST_SEED, hours=plans.CPU_HOURS, learn_hours=plans.LEARN_CPU_HOURS,
+        sd_level=plans.SD_CONFIDENCE, runs=len(split["runs"]), diagnostics=len(split["diagnostics"]),
+        commits=len(commits))
+    lines = ["# Parity with reference implementations", "",
+             f"Each row trains one method on the same samples through a reference implementation and through "
+             f"cl-bench: n pairs of seeds, cl-bench's RA minus the reference's in points, paired by seed, with its 95% "
+             f"interval, and TOST's verdict at ±{plans.MARGIN:g} point (bold: the plan's seeds, run in full). "
+             "A row's name links its page.", "",
+             *overview(modules, records), "",
+             f"![cl-bench − reference per row, 95% intervals, the ±{plans.MARGIN:g} band shaded]({PLOT})", "",
+             *finding_lines(modules), *how.splitlines()]
+    return "\n".join(wrapped(lines)).rstrip() + "\n"
+
+
+def forest(modules: list, records: list[dict], path: Path) -> None:
+    """The forest plot: every row's paired difference with its 95% interval, the ±MARGIN band shaded; filled where
+    the plan decides, hollow where only the pilot does."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = ordered(modules)
+    colours = {stats.EQUIVALENT: "tab:green", stats.DIFFERENT: "tab:red", stats.UNDETERMINED: "tab:grey"}
+    fig, ax = plt.subplots(figsize=(8, 0.28 * len(rows) + 1.2))
+    ax.axvspan(-plans.MARGIN, plans.MARGIN, color="tab:green", alpha=0.12, lw=0)
+    ax.axvline(0, color="black", lw=0.6)
+    for y, (module, name, _) in enumerate(rows):
+        on, figures = basis(row_records(records, module, name), plans.PLANS.get(row_key(module, name)))
+        p = figures["paired"]
+        if not p.n:
+            ax.text(0, y, "not run", ha="center", va="center", fontsize=7)
+            continue
+        colour = colours[p.verdict(plans.MARGIN)]
+        if p.n > 1:
+            ax.plot(p.ci95, (y, y), color=colour, lw=1.5)
+        ax.plot(p.mean, y, "o", color=colour, mfc=colour if on == "plan" else "white", ms=5)
+    ax.set_yticks(range(len(rows)), [f"{m.NAME}/{n} ({r.method})" for m, n, r in rows], fontsize=7)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("cl-bench − reference, RA points (95% interval; filled: plan, hollow: pilot only)")
+    ax.set_title(f"green: equivalent, red: different, grey: undetermined; the ±{plans.MARGIN:g} band shaded",
+                 fontsize=8)
+    ax.grid(axis="x", lw=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def pages(modules: list, records: list[dict]) -> dict[str, str]:
+    """docs/parity/'s pages by file name: each row's and each reference's."""
+    rows = {page_name(m, n): page(m, n, records) for m in modules for n in m.ROWS}
+    return {**rows, **{f"{m.NAME}.md": reference_page(m, records) for m in modules}}
+
+
+def write(modules: list, records: list[dict], doc: Path) -> None:
+    """docs/parity.md, its pages beside it in parity/ (any other page there removed: they are all generated) and
+    the forest plot in img/."""
+    pages_ = pages(modules, records)
+    folder = doc.parent / PAGES
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in {p.name for p in folder.glob("*.md")} - set(pages_):
+        (folder / stale).unlink()
+    for name, text in pages_.items():
+        (folder / name).write_text(text)
+    doc.write_text(document(modules, records))
+    forest(modules, records, doc.parent / PLOT)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=Path, default=RECORDS)
+    parser.add_argument("--records", type=Path, default=RECORDS,
+                        help="new records to merge (a missing folder: regenerate from --json alone)")
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "parity.json")
-    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "parity.md")
+    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "parity.md",
+                        help="the document; its pages go to parity/ beside it, the plot to img/")
     args = parser.parse_args()
     records = merged(args.records, args.json)
     args.json.write_text(json.dumps(sections(records), indent=1) + "\n")
-    args.doc.write_text(document(modules(), records))
+    write(modules(), records, args.doc)
     print(f"{args.doc}: {len(records)} records")
 
 
