@@ -132,7 +132,8 @@ DIAGNOSTICS = {
     "learn_own_pools": Diagnostic("gated_learn", "cl-bench", (0, 1, 2), ("backbone.pools=null",)),
     # Fixed on 2026-12-07 (issue 72), before any of its runs: the plan's seeds with cgate's sampler on cl-bench's
     # side against the same cgate runs, so that the table shows the paper's sampler (the row) and cgate's (this).
-    "plan_gate_noise": Diagnostic("gated_learn", "cl-bench", tuple(range(100, 106)), GATE_NOISE_QUIRK),
+    "plan_gate_noise": Diagnostic("gated_learn", "cl-bench", tuple(range(100, 106)), GATE_NOISE_QUIRK,
+                                  shown_as="cgate's sampler"),
 }
 ROWS, DIAGNOSTICS = common.annotated(NAME, ROWS, DIAGNOSTICS)  # notes and causes from findings/cgate.md
 

@@ -88,6 +88,9 @@ class Diagnostic:
     clbench: tuple[str, ...] = ()  # overrides added to the row's (side cl-bench)
     patches: tuple[Patch, ...] = ()  # patches added to the row's (side reference)
     what: str = ""  # the cause it tests, in words: its `## diagnostic:` section in findings/<reference>.md
+    # Set where the diagnostic is a variant the table shows beside its row (the row's label, then this): a setting a
+    # user can choose, run over the row's plan seeds; empty for a diagnostic that only tests a cause.
+    shown_as: str = ""
 
 
 @dataclass

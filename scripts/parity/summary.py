@@ -306,11 +306,10 @@ def diagnostic_lines(module, name: str, records: list[dict]) -> list[str]:
     for label, diag in getattr(module, "DIAGNOSTICS", {}).items():
         if diag.row != name:
             continue
-        runs = [r for r in records if r["reference"] == module.NAME and r.get("diagnostic") == label]
+        runs, p = diagnostic_paired(module, label, diag, records)
         changed = by_seed(runs, diag.side)
         other = "reference" if diag.side == "cl-bench" else "cl-bench"
         base = by_seed(row_records(records, module, name), other, set(changed))
-        p = stats.paired(changed, base) if diag.side == "cl-bench" else stats.paired(base, changed)
         verdict = verdict_text(p) if p.n else "not run"
         lines.append(f"- Diagnostic `{label}` ({diag.what}; {diag.side} changed, seeds "
                      f"{min(diag.seeds)}-{max(diag.seeds)}): {diag.side} {fmt_side(changed)} against the row's "
@@ -429,10 +428,36 @@ def ordered(modules: list) -> list[tuple]:
     return [(m, n, r) for source in SOURCES for m in modules for n, r in m.ROWS.items() if row_source(m, r) == source]
 
 
+def diagnostic_paired(module, label: str, diag, records: list[dict]) -> tuple[list[dict], stats.Paired]:
+    """A diagnostic's records and its paired difference, cl-bench − reference, against the row's other side over
+    the seeds both have."""
+    runs = [r for r in records if r["reference"] == module.NAME and r.get("diagnostic") == label]
+    changed = by_seed(runs, diag.side)
+    other = "reference" if diag.side == "cl-bench" else "cl-bench"
+    base = by_seed(row_records(records, module, diag.row), other, set(changed))
+    return runs, stats.paired(changed, base) if diag.side == "cl-bench" else stats.paired(base, changed)
+
+
+def shown_lines(module, name: str, row, records: list[dict]) -> list[str]:
+    """The overview's lines for the row's variants (Diagnostic.shown_as): labelled, beside the row, their own
+    seeds' verdict (plain: a diagnostic is no plan of its own)."""
+    lines = []
+    for label, diag in getattr(module, "DIAGNOSTICS", {}).items():
+        if diag.row != name or not diag.shown_as:
+            continue
+        _, p = diagnostic_paired(module, label, diag, records)
+        done = f"{p.n} of {len(diag.seeds)} seeds" if p.n < len(diag.seeds) else "the plan's seeds"
+        lines.append(f"| [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}), {diag.shown_as} | {row.method} "
+                     f"| [{module.REPO}]({PAGES}/{module.NAME}.md) | {CODE[row_source(module, row)]} | {p.n} "
+                     f"| {fmt_paired(p)} | {verdict_text(p) if p.n else 'not run'} | diagnostic `{label}`, {done} |")
+    return lines
+
+
 def overview(modules: list, records: list[dict]) -> list[str]:
     return ["| Row | Method | Reference | Code | n | cl-bench − reference [95% CI] | Verdict (±1 point) | Marks |",
             "|---|---|---|---|---|---|---|---|",
-            *(overview_line(m, n, r, row_records(records, m, n)) for m, n, r in ordered(modules))]
+            *(line for m, n, r in ordered(modules)
+              for line in (overview_line(m, n, r, row_records(records, m, n)), *shown_lines(m, n, r, records)))]
 
 
 def figure_table(module, name: str, row, records: list[dict]) -> list[str]:
