@@ -360,7 +360,7 @@ def task(cfg) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from . import failures, hardware
+    from . import config, failures, hardware
     from . import train as train_module
     global _jobs_started
     _jobs_started += 1
@@ -377,8 +377,10 @@ def task(cfg) -> float:
             done = sweep_job(cfg, run_dir, list(HydraConfig.get().overrides.task), HydraConfig.get().job.num)
             if done is not None:
                 return done
+            config.validate(cfg)  # a job RunChecks could not check up front (a sweeper's draw, a sweep too large)
         with failures.recorded(run_dir, hardware.rank() == 0, spared=(train_module.Interrupted,)):  # FAILED marked
-            result = train_module.run(cfg, run_dir)
+            # a plain run's config was validated once, by RunChecks, before its directory was made
+            result = train_module.run(cfg, run_dir, HydraConfig.get().runtime.choices.get("backbone"))
         if multirun:
             note_job("run")
         return result
