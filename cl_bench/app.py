@@ -377,9 +377,8 @@ def task(cfg) -> float:
             done = sweep_job(cfg, run_dir, list(HydraConfig.get().overrides.task), HydraConfig.get().job.num)
             if done is not None:
                 return done
-            config.validate(cfg)  # a job RunChecks could not check up front (a sweeper's draw, a sweep too large)
+            config.validate(cfg)  # RunChecks validated a plain run; a sweep job may be a draw it could not check
         with failures.recorded(run_dir, hardware.rank() == 0, spared=(train_module.Interrupted,)):  # FAILED marked
-            # a plain run's config was validated once, by RunChecks, before its directory was made
             result = train_module.run(cfg, run_dir, HydraConfig.get().runtime.choices.get("backbone"))
         if multirun:
             note_job("run")

@@ -77,13 +77,11 @@ class MethodConfig(Checked):
 
 @dataclass(frozen=True)
 class Traits:
-    """What a method declares about itself, in one place: each Method class sets `traits = Traits(...)` (a family's
-    member, `dataclasses.replace(Family.traits, ...)`). The run, `cl-bench list` (through catalog.py) and the tests
-    read these fields and nothing else of the kind; each says below what it decides."""
+    """What a method declares about itself (`traits = Traits(...)`; a family's member, a replace() of its family's),
+    read by the run, `cl-bench list` (through catalog.py) and the tests; each field says what it decides."""
 
     scenarios: frozenset[str]
-    """The scenarios (task, class) the method runs in: config validation refuses the others in one line, and the
-    tests run the method in the first of task, class it has."""
+    """The scenarios (task, class) it runs in: config validation refuses the others in one line."""
     distributed_scenarios: frozenset[str] = frozenset()
     """The scenarios in which all its training goes through fit(), so that hardware=ddp can shard its batches; ddp
     is refused in the others (the `hardware=ddp` column of `cl-bench list`)."""
@@ -99,20 +97,17 @@ class Traits:
     """Overrides that cut the phases beyond training (goal models, compacting, retraining) to one epoch each: the
     quick runs of the tests and of scripts/bench.py add them, to compare one training pass."""
     within_task_checkpoints: bool | str = True
-    """Whether a task can be resumed from a checkpoint written within it (checkpoint.every_epochs, else refused):
-    true where every phase of train_task is a fit() call and nothing between phases depends on how training went;
-    otherwise why not, which the refusal says."""
+    """Whether a task can be resumed from a checkpoint written within it (checkpoint.every_epochs, else refused): true
+    where every phase of train_task is a fit() and nothing between phases depends on how training went; else why not."""
     graph_safe: bool | str = "its steps have not been checked for capture"
-    """Whether hardware.cuda_graphs captures its fit() steps (methods/loop.py StepGraph): true where a step's loss
-    and its after_backward read only the batch's tensors and tensors updated in place, draw nothing from the run's
-    generators and read no Python value that changes from step to step (batch.step, a counter); otherwise why not,
-    and its steps run eagerly (the `cuda_graphs` column of `cl-bench list`)."""
+    """Whether hardware.cuda_graphs captures its fit() steps (loop.py StepGraph): true where a step's loss and
+    after_backward read only the batch and tensors updated in place, draw from no generator and read no Python value
+    that changes from step to step (batch.step, a counter); else why not, and its steps run eagerly."""
     graph_phases: tuple[str, ...] = ()
-    """Where graph_safe is not True: the phases (by Loop.phase_named's name) whose steps are capture-safe all the
-    same, which hardware.cuda_graphs captures alone (CPG's goal models)."""
+    """Where graph_safe is not True: the phases (Loop.phase_named's names) captured all the same (CPG's goal models)."""
     health_checks: tuple[Check, ...] = ()
-    """The states in which it has degenerated (health.py), which Method.health evaluates after every task;
-    metrics.json lists them with the shared checks. A method with a rehearsal memory names MEMORY_CLASSES."""
+    """Its degenerate states (health.py), which Method.health evaluates after every task and metrics.json lists
+    (a method with a rehearsal memory names MEMORY_CLASSES)."""
 
     def captures(self, phase: str | None = None) -> bool:
         """Whether hardware.cuda_graphs captures the steps of the named phase (None: of any phase of the method)."""
