@@ -65,7 +65,7 @@ def run(run_dir: str | Path, *overrides: str) -> dict:
     run_dir = Path(run_dir)
     cfg = compose(*overrides)
     app.write_run_record(run_dir, list(overrides), cfg)
-    train.run(cfg, run_dir)
+    train.run(cfg, run_dir, config.chosen_option(list(overrides), "backbone"))
     return load_metrics(run_dir)
 
 

@@ -360,7 +360,7 @@ def task(cfg) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from . import failures, hardware
+    from . import config, failures, hardware
     from . import train as train_module
     global _jobs_started
     _jobs_started += 1
@@ -377,8 +377,9 @@ def task(cfg) -> float:
             done = sweep_job(cfg, run_dir, list(HydraConfig.get().overrides.task), HydraConfig.get().job.num)
             if done is not None:
                 return done
+            config.validate(cfg)  # RunChecks validated a plain run; a sweep job may be a draw it could not check
         with failures.recorded(run_dir, hardware.rank() == 0, spared=(train_module.Interrupted,)):  # FAILED marked
-            result = train_module.run(cfg, run_dir)
+            result = train_module.run(cfg, run_dir, HydraConfig.get().runtime.choices.get("backbone"))
         if multirun:
             note_job("run")
         return result

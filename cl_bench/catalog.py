@@ -1,5 +1,5 @@
 """What the CLI tells of the methods and backbones without importing torch: a catalog read from the classes
-themselves (each option's Config dataclass, its fields' types and defaults; a method's traits and summary), kept
+themselves (each option's Config dataclass, its fields' types and defaults; a method's Traits and summary), kept
 in the user cache folder (data/cache.py's folder: ~/.cache/cl-bench, or $CL_BENCH_CACHE) under a digest of the
 package's source files, so that a catalog is never read for code other than the code it was read from.
 
@@ -13,9 +13,10 @@ classes, and so the same one-line errors. A command whose config composes still 
 are registered over the rebuilt ones, and every check of every run is theirs (app.run). Without a catalog (a
 fresh cache, a changed source file) a command simply takes the full path and writes one.
 
-Why not torch-free method modules instead: a method is one file, its class an nn.Module whose traits are class
-attributes; reading them without torch would split each file in two, or import torch lazily in every one. The
-catalog keeps the classes as they are, the one source of every default and trait, and is read from them only.
+Why not torch-free method modules instead: a method is one file, its class an nn.Module whose traits are a class
+attribute (methods/base.py Traits); reading them without torch would split each file in two, or import torch
+lazily in every one. The catalog keeps the classes as they are, the one source of every default and trait, and is
+read from them only.
 """
 import dataclasses
 import hashlib
@@ -29,7 +30,7 @@ from typing import Any
 from .checks import Choice
 
 PACKAGE = Path(__file__).resolve().parent
-FORMAT = 1  # of the catalog file; part of its digest
+FORMAT = 2  # of the catalog file; part of its digest
 BUILTINS = {t.__name__: t for t in (int, float, bool, str)}
 KEPT = 8  # catalogs kept in the cache folder, the newest: one for each source tree in use (checkouts, versions)
 
@@ -87,9 +88,7 @@ def build() -> dict:
     """The catalog, read from the registries' classes."""
     from . import backbones, methods
     return {
-        "methods": {name: {"config": describe_config(cls.Config(name=name)), "scenarios": sorted(cls.scenarios),
-                           "distributed_scenarios": sorted(cls.distributed_scenarios),
-                           "graph_safe": cls.graph_safe, "graph_phases": list(cls.graph_phases),
+        "methods": {name: {"config": describe_config(cls.Config(name=name)), "traits": describe_traits(cls.traits),
                            "summary": first_line(sys.modules[cls.__module__])}
                     for name, cls in methods.METHODS.items()},
         "backbones": {name: {"config": describe_config(schema), "summary": first_line(module)}
@@ -110,8 +109,21 @@ def options(catalog: dict) -> list[tuple[str, str, Any]]:
             + [("method", name, rebuild(entry["config"])) for name, entry in catalog["methods"].items()])
 
 
+def describe_traits(traits) -> dict:
+    """A method's Traits as JSON, field by field: sets as sorted lists, tuples as lists, health checks by name."""
+    def plain(value):
+        if isinstance(value, frozenset):
+            return sorted(value)
+        if isinstance(value, tuple):
+            return [getattr(v, "name", v) for v in value]
+        return value
+    return {f.name: plain(getattr(traits, f.name)) for f in dataclasses.fields(traits)}
+
+
 def first_line(obj) -> str:
-    return (obj.__doc__ or "").strip().splitlines()[0]
+    """The first line of obj's docstring; "" where it has none (a user's backbone may not)."""
+    lines = (obj.__doc__ or "").strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def describe_config(node) -> dict:

@@ -150,14 +150,13 @@ def list_all() -> int:
     found = catalog.current()  # the classes' traits, from the cache without torch (catalog.py)
     tables = []
     for title, rows in (
-            ("methods", [(name, ",".join(m["scenarios"]), ",".join(m["distributed_scenarios"]) or "-",
-                          "yes" if m["graph_safe"] is True else ",".join(m["graph_phases"]) or "-", m["summary"])
+            ("methods", [(name, *trait_cells(m["traits"]), m["summary"])
                          for name, m in sorted(found["methods"].items())]),
             ("datasets", [(p.stem, yaml_comment(p)) for p in sorted((config.CONF / "dataset").glob("*.yaml"))]),
-            ("backbones", [(name, b["summary"]) for name, b in sorted(found["backbones"].items())]),
+            ("backbones", [(name, b["summary"] or "-") for name, b in sorted(found["backbones"].items())]),
             ("paper settings", setting_rows(found["methods"]))):
         table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
-        columns = {"methods": ("name", "scenarios", "hardware=ddp", "cuda_graphs", "what it is"),
+        columns = {"methods": ("name", *TRAIT_COLUMNS, "what it is"),
                    "paper settings": ("name", "chosen by", "what it is")}
         for column in columns.get(title, ("name", "what it is")):
             table.add_column(column, no_wrap=column != "what it is")
@@ -169,6 +168,19 @@ def list_all() -> int:
     for table in tables:
         console.print(table)
     return 0
+
+
+# `cl-bench list`'s columns of a method's traits (methods/base.py Traits says what each decides)
+TRAIT_COLUMNS = ("scenarios", "hardware=ddp", "cuda_graphs", "backbone use (needs)", "every_epochs", "checks")
+
+
+def trait_cells(traits: dict) -> tuple[str, ...]:
+    """A method's traits as catalog.py cached them, one cell per TRAIT_COLUMNS entry ("-" for none)."""
+    graphs = "yes" if traits["graph_safe"] is True else ",".join(traits["graph_phases"])
+    needs = f" ({','.join(traits['needs'])})" if traits["needs"] else ""
+    return (",".join(traits["scenarios"]), ",".join(traits["distributed_scenarios"]) or "-", graphs or "-",
+            (traits["backbone_use"] or "plain") + needs, "yes" if traits["within_task_checkpoints"] is True else "-",
+            str(len(traits["health_checks"])))
 
 
 def setting_rows(method_names) -> list[tuple[str, str, str]]:

@@ -189,7 +189,7 @@ class HardwareConfig(Checked):
     # and scoring runs eagerly, so that task-specialised graphs never exhaust the recompile limit (train.py)
     compile: bool = False
     # Capture each training phase's full-size steps (forward, backward, optimiser step) as one CUDA graph and replay
-    # it, for methods that declare their steps capture-safe (Method.graph_safe; `cl-bench list`): one launch a step
+    # it, for methods that declare their steps capture-safe (Traits.graph_safe; `cl-bench list`): one launch a step
     # in place of hundreds, where small batches leave the GPU waiting on the host. Elsewhere the steps run eagerly,
     # and metrics.json's ran_on.cuda_graphs says why (methods/loop.py StepGraph).
     cuda_graphs: bool = False
@@ -357,10 +357,10 @@ def check_within_task_checkpoints(checkpoint: CheckpointConfig, method) -> None:
     every = checkpoint.every_epochs
     if every and not checkpoint.enabled:
         raise UserError("checkpoint.every_epochs needs checkpoint.enabled=true")
-    if every and method.within_task_checkpoints is not True:
-        able = [m for m, cls in sorted(methods.METHODS.items()) if cls.within_task_checkpoints is True]
+    if every and method.traits.within_task_checkpoints is not True:
+        able = [m for m, cls in sorted(methods.METHODS.items()) if cls.traits.within_task_checkpoints is True]
         raise UserError(f"checkpoint.every_epochs is not supported by method={method.name}: "
-                        f"{method.within_task_checkpoints}; methods that support it: {', '.join(able)}")
+                        f"{method.traits.within_task_checkpoints}; methods that support it: {', '.join(able)}")
 
 
 def _reject_added_keys(cfg, path: str = "") -> None:
@@ -426,15 +426,22 @@ def chosen(parent: str, groups: list[str]) -> str:
     return choice.lstrip("+~") if choice else parent
 
 
-def hydra_compose(overrides: list[str]):
+def hydra_compose(overrides: list[str], return_hydra_config: bool = False):
     """Through Hydra's compose API: inside `cl-bench train` with its Hydra, elsewhere with the packaged configs."""
     from hydra import compose as compose_config
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     if GlobalHydra.instance().is_initialized():
-        return compose_config("config", overrides=overrides)
+        return compose_config("config", overrides=overrides, return_hydra_config=return_hydra_config)
     with initialize_config_module("cl_bench.conf", version_base="1.3"):
-        return compose_config("config", overrides=overrides)
+        return compose_config("config", overrides=overrides, return_hydra_config=return_hydra_config)
+
+
+def chosen_option(overrides: list[str], group: str) -> str | None:
+    """The option of `group` that composing overrides chooses, as Hydra records it (a variant's own name:
+    backbone=gated_convnet, whose node's backbone.name is the registered convnet); for a composed config of the
+    compose API, which holds no Hydra node (a run's Hydra job reads HydraConfig instead)."""
+    return hydra_compose(overrides, return_hydra_config=True).hydra.runtime.choices.get(group)
 
 
 def describe(e: Exception, overrides: list[str] = ()) -> str:

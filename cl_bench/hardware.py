@@ -109,15 +109,16 @@ def graph_mode(requested: bool, method, hw: Hardware) -> tuple[bool, str]:
     captured. Without a CUDA device the StepGraph runs its steps eagerly, as the tests run it."""
     if not requested:
         return False, "off"
-    if not method.captures():
-        return False, f"not captured: {method.name}'s steps are not capture-safe ({method.graph_safe})"
+    traits = method.traits
+    if not traits.captures():
+        return False, f"not captured: {method.name}'s steps are not capture-safe ({traits.graph_safe})"
     if hw.world_size > 1:
         return False, "not captured: data-parallel steps are not captured"
     if hw.device.type != "cuda":
         return True, "not captured: no CUDA device (the steps ran eagerly through the graph's buffers)"
-    if method.graph_safe is not True:
-        return True, (f"captured in its {', '.join(method.graph_phases)} phases only (the others' steps are not "
-                      f"capture-safe: {method.graph_safe})")
+    if traits.graph_safe is not True:
+        return True, (f"captured in its {', '.join(traits.graph_phases)} phases only (the others' steps are not "
+                      f"capture-safe: {traits.graph_safe})")
     return True, "captured"
 
 

@@ -2,12 +2,14 @@
 that owns no weight, a compaction that never ran, gates that fire for nothing, a memory missing whole classes,
 calibration that never moves, learning rates clipped to zero, a task learned to chance).
 
-Each method names its checks (Method.health_checks) and evaluates them after every task from the state it already
-has (Method.health), without another pass over data; this module holds the checks every method shares and the
-record they go to. Checks only report: what a method does never depends on them. A tripped check becomes a
-warning line (console, train.log, events.jsonl, a W&B alert), an entry of metrics.json's `health` section and a
-mark in `cl-bench report`."""
+Each method names its checks (Traits.health_checks) and evaluates them after every task from the state it already
+has (Method.health), without another pass over data; this module holds the checks every method shares, each
+registered once with the function that evaluates it (`@shared`), and the record they go to: metrics.json lists the
+checks the run evaluated. Checks only report: what a method does never depends on them. A tripped check becomes a
+warning line (console, train.log, events.jsonl, a W&B alert), an entry of metrics.json's `health` section and a mark
+in `cl-bench report`."""
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 
@@ -39,26 +41,61 @@ class Finding:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What the shared checks read after learning a task, from the run's evaluation."""
+
+    task: int
+    accuracy: float  # its test accuracy right after learning it
+    samples: int  # its test samples
+    outputs: int  # the outputs a prediction chose among (its classes in the task scenario, every seen one else)
+
+
+Evaluate = Callable[[Outcome], "Finding | None"]
+SHARED: list[tuple[Check, Evaluate]] = []  # every method's run evaluates each after every task (evaluate_shared)
+
+
+def shared(check: Check) -> Callable[[Evaluate], Evaluate]:
+    """Register the decorated function as the evaluation of `check` for every method's run: the one place a shared
+    check is named, so that none is listed without being evaluated."""
+    def register(evaluate: Evaluate) -> Evaluate:
+        SHARED.append((check, evaluate))
+        return evaluate
+    return register
+
+
+def evaluate_shared(outcome: Outcome) -> tuple[list[Check], list[Finding]]:
+    """Every shared check on a task's outcome: the checks evaluated, and the findings of those that tripped."""
+    checks, findings = [], []
+    for check, evaluate in SHARED:
+        checks.append(check)
+        finding = evaluate(outcome)
+        if finding is not None:
+            findings.append(finding)
+    return checks, findings
+
+
 CHANCE_LEVEL = Check("chance_level", "the task's accuracy right after learning it is no better than guessing",
                      "train it longer or faster (method.epochs, method.lr)")
 MEMORY_CLASSES = Check("memory.classes_missing", "the rehearsal memory holds no sample of some seen class",
                        "raise method.memory_size (at least one sample per class of every task)")
-SHARED = (CHANCE_LEVEL,)  # evaluated for every method, from the accuracy matrix
 Z_95 = 1.96  # chance_level: the upper end of the two-sided 95% band of guessing's accuracy on the task's test set
 
 
-def chance_level(task: int, accuracy: float, samples: int, outputs: int) -> Finding | None:
-    """Trips when the accuracy right after learning the task lies within the 95% band of guessing among `outputs`
-    classes on `samples` test samples (binomial, normal approximation)."""
+@shared(CHANCE_LEVEL)
+def chance_level(outcome: Outcome) -> Finding | None:
+    """Trips when the accuracy right after learning the task lies within the 95% band of guessing among its
+    outputs on its test samples (binomial, normal approximation)."""
+    samples, outputs = outcome.samples, outcome.outputs
     if not samples or outputs < 2:
         return None
     chance = 1 / outputs
     upper = chance + Z_95 * math.sqrt(chance * (1 - chance) / samples)
-    if accuracy > upper:
+    if outcome.accuracy > upper:
         return None
-    return CHANCE_LEVEL.found(task, f"test accuracy {accuracy:.4f} right after learning it, within guessing's band "
-                                    f"(chance {chance:.4f} among {outputs} classes, up to {upper:.4f} on {samples} "
-                                    "samples)")
+    return CHANCE_LEVEL.found(outcome.task, f"test accuracy {outcome.accuracy:.4f} right after learning it, within "
+                                            f"guessing's band (chance {chance:.4f} among {outputs} classes, up to "
+                                            f"{upper:.4f} on {samples} samples)")
 
 
 def missing_classes(task: int, stored_labels: set[int], seen_classes: list[int], slots: int) -> Finding | None:
@@ -71,12 +108,17 @@ def missing_classes(task: int, stored_labels: set[int], seen_classes: list[int],
                                       f"{len(seen_classes)} classes seen ({shown})")
 
 
-def section(checks: list[Check], findings: list[Finding]) -> dict:
-    """metrics.json's `health`: the checks the run evaluated after every task and those that tripped."""
-    return {"checks": [c.name for c in checks], "tripped": len(findings),
-            "findings": [f.as_dict() for f in findings]}
+def section(checked: list[str], findings: list[Finding]) -> dict:
+    """metrics.json's `health`: the names of the checks the run evaluated (in the order first evaluated) and the
+    findings of those that tripped."""
+    return {"checks": list(checked), "tripped": len(findings), "findings": [f.as_dict() for f in findings]}
 
 
 def findings_of(section: dict | None) -> list[Finding]:
     """Back from a checkpoint's or metrics.json's health section."""
     return [Finding(**f) for f in (section or {}).get("findings", [])]
+
+
+def checked_of(section: dict | None) -> list[str]:
+    """The checks evaluated so far, back from a checkpoint's health section (none where it recorded none)."""
+    return list((section or {}).get("checks", []))

@@ -26,9 +26,9 @@ log = logging.getLogger("cl_bench")
 
 
 def build(cfg, recorder, run_dir: Path | None = None):
-    """Hardware, scenario and method for cfg, seeded, before any training; the method's side state goes under
+    """Hardware, scenario and method for cfg, a config already validated (config.validate: by app.RunChecks before
+    a run's directory exists, by api.compose), seeded, before any training; the method's side state goes under
     run_dir (host memory without one)."""
-    config.validate(cfg)
     import torch._dynamo  # noqa: F401  torch.optim imports it on first use (~1 s): here, so time_s times learning
     official = cfg.method.protocol == "official"
     hw = hardware.setup(cfg.hardware, fp32=official)  # the official protocol: the official code's fp32
@@ -92,14 +92,16 @@ def graceful_stop():
             signal.signal(s, h)
 
 
-def run(cfg, run_dir: Path) -> float:
+def run(cfg, run_dir: Path, backbone_option: str | None = None) -> float:
     """Learn every task of the scenario in turn, evaluating after each; returns the sweep objective (validation
-    accuracy by default, see OBJECTIVES): what Hydra's sweepers optimise."""
+    accuracy by default, see OBJECTIVES): what Hydra's sweepers optimise. cfg: a validated config (build);
+    backbone_option: the backbone group option chosen, a variant's name (gated_convnet) where it is one, which
+    metrics.json records (make_record)."""
     writer = hardware.rank() == 0  # under torchrun, rank 0 alone prints and writes
     recorder = recorders.build(cfg, run_dir) if writer else recorders.Recorders([])
     with graceful_stop() as guard, hardware.watch_nondeterminism(recorder.warning) as nondeterministic:
         try:
-            return _run(cfg, run_dir, recorder, writer, guard, nondeterministic)
+            return _run(cfg, run_dir, recorder, writer, guard, nondeterministic, backbone_option)
         except Interrupted as stop:
             recorder.warning(f"stopped by {stop}; the last complete checkpoint is intact")
             raise
@@ -107,7 +109,7 @@ def run(cfg, run_dir: Path) -> float:
             recorder.close()
 
 
-def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str]) -> float:
+def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str], backbone_option: str | None) -> float:
     """The task loop proper: build, resume, then learn, evaluate, record and checkpoint each task."""
     scenario, method, ctx = build(cfg, recorder, run_dir)
     if cfg.hardware.deterministic:  # the ops that ran without a deterministic kernel so far (hardware.watch_...)
@@ -134,10 +136,9 @@ def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str]) -> 
             results.add(evaluate(method, scenario, task.id, cfg.eval_future, ctx, batch))
         clock.lap("eval_s")
         for finding in task_health(method, scenario, task, results):
-            results.findings.append(finding)
             recorder.health(finding)
         record = make_record(cfg, scenario.info, results, method, time.perf_counter() - t0, ctx, random_init,
-                             shape_of(ctx, method, run_dir))
+                             shape_of(ctx, method, run_dir), backbone_option)
         recorder.task_end(task.id, record)
         if cfg.checkpoint.enabled and writer:
             with guard():
@@ -147,7 +148,8 @@ def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str]) -> 
             clock.checkpoint(task.id, path)
             recorder.checkpoint_saved(task.id, path)
     if start == len(tasks):
-        record = make_record(cfg, scenario.info, results, method, elapsed, ctx, random_init)
+        record = make_record(cfg, scenario.info, results, method, elapsed, ctx, random_init,
+                             backbone_option=backbone_option)
     if ctx.shape is not None:  # the last task's checkpoint, written after its record
         record["shape"] = shape_of(ctx, method, run_dir)
     recorder.run_end(record)
@@ -194,11 +196,15 @@ class Clock:
 
 def task_health(method, scenario, task, results: "Results") -> list[health.Finding]:
     """The health checks after learning task (health.py): the shared ones, from the accuracy matrix, then the
-    method's own, from its state."""
+    method's own (its traits.health_checks), from its state. Results notes the checks evaluated and the findings;
+    returned: the findings."""
     info = scenario.info
     outputs = info.sizes[task.id] if info.scenario == "task" else info.seen_outputs(task.id)
-    chance = health.chance_level(task.id, results.acc[-1][task.id], len(scenario.test[task.id]), outputs)
-    return ([chance] if chance is not None else []) + method.health(task)
+    checks, found = health.evaluate_shared(health.Outcome(task.id, results.acc[-1][task.id],
+                                                          len(scenario.test[task.id]), outputs))
+    found += method.health(task)
+    results.note_health([*checks, *type(method).traits.health_checks], found)
+    return found
 
 
 def shape_of(ctx, method, run_dir: Path) -> dict | None:
@@ -363,6 +369,7 @@ class Results:
     # (Evaluation.task_confusion); task_prediction_acc is its diagonal
     task_confusion: list[list[list[float]]] | None = None
     findings: list[health.Finding] = field(default_factory=list)  # the health checks tripped so far, task by task
+    checked: list[str] = field(default_factory=list)  # the health checks evaluated so far, in the order first evaluated
 
     @property
     def task_prediction_acc(self) -> list[list[float]] | None:
@@ -378,7 +385,7 @@ class Results:
             raise UserError(f"{run_dir} was checkpointed by an older cl-bench that recorded no validation "
                             "accuracy: it cannot be resumed; start it again")
         return cls(meta["acc"], meta["val_acc"], meta.get("task_aware_acc"), meta.get("task_confusion"),
-                   health.findings_of(meta.get("health")))
+                   health.findings_of(meta.get("health")), health.checked_of(meta.get("health")))
 
     def add(self, found: "Evaluation") -> None:
         self.acc.append(found.test)
@@ -391,7 +398,13 @@ class Results:
     def to_meta(self) -> dict:
         """What a checkpoint's meta.json keeps of them, for from_meta."""
         return {"acc": self.acc, "val_acc": self.val_acc, "task_aware_acc": self.task_aware_acc,
-                "task_confusion": self.task_confusion, "health": {"findings": [f.as_dict() for f in self.findings]}}
+                "task_confusion": self.task_confusion,
+                "health": {"checks": self.checked, "findings": [f.as_dict() for f in self.findings]}}
+
+    def note_health(self, checks: list[health.Check], findings: list[health.Finding]) -> None:
+        """After a task: the checks evaluated on it, and those that tripped."""
+        self.checked += [c.name for c in checks if c.name not in self.checked]
+        self.findings += findings
 
 
 def task_prediction_row(confusion: list[list[float]]) -> list[float]:
@@ -489,11 +502,14 @@ def count_correct(method, tasks, splits, info, ctx, batch_size: int, task_aware:
     return hits, (aware_hits if task_aware else None), (confusion if inferred else None)
 
 
-def make_record(cfg, info, results: Results, method, time_s, ctx, random_init=None, shape=None) -> dict:
-    """The metrics.json record (schema in docs/architecture.md)."""
+def make_record(cfg, info, results: Results, method, time_s, ctx, random_init=None, shape=None,
+                backbone_option: str | None = None) -> dict:
+    """The metrics.json record (schema in docs/architecture.md): `backbone` the option chosen (backbone_option, a
+    variant's name where it is one; else the registered backbone), `backbone_name` the registered backbone."""
     acc = results.acc
     record = {
-        "schema": SCHEMA, "method": cfg.method.name, "dataset": cfg.dataset.name, "backbone": cfg.backbone.name,
+        "schema": SCHEMA, "method": cfg.method.name, "dataset": cfg.dataset.name,
+        "backbone": backbone_option or cfg.backbone.name, "backbone_name": cfg.backbone.name,
         "scenario": cfg.scenario, "seed": cfg.seed, "setting": cfg.setting, "num_tasks": info.num_tasks,
         "tasks": [{"id": t, "classes": c} for t, c in enumerate(info.task_classes)],
         "acc": acc, "val_acc": results.val_acc, **metrics.summary(acc),
@@ -510,7 +526,7 @@ def make_record(cfg, info, results: Results, method, time_s, ctx, random_init=No
         "variant": method.variant(), "objective": cfg.sweep.objective, "protocol": cfg.method.protocol,
         "precision": ctx.precision, "normalization": "per_task" if info.view.per_task else "global",
         "capacity": method.capacity(),
-        "health": health.section([*health.SHARED, *method.health_checks], results.findings),
+        "health": health.section(results.checked, results.findings),
         "time_s": time_s,
         "peak_mem_mb": hardware.peak_memory_mb(ctx.device), "complete": len(acc) == info.num_tasks,
         "ran_on": ctx.ran_on,

@@ -174,7 +174,7 @@ def short(name: str) -> list[str]:
     """The method's extra phases (goal models, compacting, retraining) cut to one epoch each (its class's
     short_schedule), so that a comparison is of one training pass."""
     from cl_bench.methods import METHODS
-    return list(METHODS[name].short_schedule) if name in METHODS else []
+    return list(METHODS[name].traits.short_schedule) if name in METHODS else []
 
 
 def is_online(name: str) -> bool:
@@ -206,7 +206,7 @@ def methods(opts) -> dict:
         for label, data in workloads:
             for scenario in ("task", "class"):
                 for name, cls in sorted(METHODS.items()):
-                    if scenario not in cls.scenarios or not backbone_has(data, cls.needs):
+                    if scenario not in cls.traits.scenarios or not backbone_has(data, cls.traits.needs):
                         continue
                     args = [f"method={name}", f"scenario={scenario}", *data, "logger=none",
                             "checkpoint.enabled=false", "hardware.threads=2"]
@@ -510,7 +510,7 @@ LAUNCH_FUSED = ("agem", "lamaml")
 def launch_rows() -> dict[str, list[str]]:
     """label: overrides, a row a method, and CPG past its mask_lr_stop (picking scores at lr 0) as a row of its own."""
     from cl_bench.methods import METHODS
-    rows = {name: [f"method={name}", f"scenario={'task' if 'task' in cls.scenarios else 'class'}",
+    rows = {name: [f"method={name}", f"scenario={'task' if 'task' in cls.traits.scenarios else 'class'}",
                    *short(name)] for name, cls in sorted(METHODS.items())}
     # CPG's first task frees weights here (every ramp step releases, any sparsity passes), so that the second owns
     # some: a task owning none keeps its mask lr to the end (the official rule), and mask_lr_stop would not show.
@@ -1271,7 +1271,7 @@ GRAPHS_NOTE = [
     "smaller last batch runs eagerly; a new learning rate (a milestone) is captured afresh; Adam and AdamW are "
     "built `capturable`, so that their step counts stay on the device. Methods whose steps read nothing that "
     "changes between steps, other than tensors updated in place, declare themselves capture-safe "
-    "(`Method.graph_safe`, the `cuda_graphs` column of `cl-bench list`): finetune, joint, independent, LwF, EWC, "
+    "(`Traits.graph_safe`, the `cuda_graphs` column of `cl-bench list`): finetune, joint, independent, LwF, EWC, "
     "MAS, SI, PackNet, BiC, iCaRL and LUCIR; CPG (and PAE) in its goal models' phases only. The others say why not "
     "(replay draws from the run's generator, CPG's ramp and picking, HAT's annealed scale, the online methods' own "
     "loop) and run eagerly; metrics.json's `ran_on.cuda_graphs` says which, and why, as it does for a run without a"

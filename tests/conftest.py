@@ -210,7 +210,8 @@ def quick_args(name: str, scenario: str) -> list[str]:
     args = [f"method={name}", f"scenario={scenario}", "logger=none", "checkpoint.enabled=false", "dataset.num_tasks=2"]
     args.append("dataset.samples_per_task=40" if is_online(name) else "method.epochs=1")
     from cl_bench.methods import METHODS
-    return args + list(METHODS[name].short_schedule)  # the extra phases (goals, compacting, retraining) cut short
+    return args + list(METHODS[name].traits.short_schedule)  # the extra phases (goals, compacting, retraining) cut
+
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -2,6 +2,7 @@
 blocks or its chain of modules, and the converters (nn/gated.py, nn/masked.py's growth, NCCL's calibration) ask it
 so, never by the backbone's class or attribute names."""
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from cl_bench import backbones
+from cl_bench import backbones, cli
 from cl_bench.backbones.base import Backbone, ResidualBlock
 from cl_bench.backbones.resnet import BasicBlock
 from cl_bench.errors import UserError
@@ -110,3 +111,22 @@ def test_the_source_check_finds_what_it_looks_for():
     assert sorted(offences("x.py", ast.parse(source))) == [
         "x.py:1 imports backbones.resnet", "x.py:2 names BasicBlock", "x.py:3 getattr(..., 'conv1')",
         "x.py:4 reads .shortcut"]
+
+
+class Bare(nn.Module):
+    def forward(self, x):
+        return x.flatten(1)
+
+
+@dataclasses.dataclass
+class BareConfig:
+    name: str = "bare"
+
+
+def test_list_names_a_backbone_registered_without_a_docstring(monkeypatch, tmp_path, capsys):
+    """A user's backbone with no docstring is listed by its name (its docstring's first line once crashed the list)."""
+    monkeypatch.setitem(backbones.BACKBONES, "bare", (Bare, BareConfig))
+    monkeypatch.setenv("CL_BENCH_CACHE", str(tmp_path))  # a catalog of its own, read from the classes
+    assert cli.main(["list"]) == 0
+    rows = [[cell.strip() for cell in line.split("│")] for line in capsys.readouterr().out.splitlines() if "│" in line]
+    assert ["bare", "-"] in rows

@@ -3,10 +3,11 @@ import math
 
 import pytest
 import torch
+from conftest import train
 from omegaconf import OmegaConf
 from torch import nn
 
-from cl_bench import backbones, config, methods
+from cl_bench import api, backbones, config, methods
 from cl_bench.errors import UserError
 
 
@@ -77,7 +78,7 @@ NEEDS = {"custom": ["dataset.path=my_data.npz"]}  # an option that is only compl
 
 @pytest.mark.parametrize(("group", "option"), [(g, o) for g, opts in OPTIONS.items() for o in opts])
 def test_every_config_composes_and_validates(group, option):
-    scenario = "task" if group != "method" else sorted(methods.METHODS[option].scenarios)[-1]
+    scenario = "task" if group != "method" else sorted(methods.METHODS[option].traits.scenarios)[-1]
     cfg = compose_config(f"{group}={option}", f"scenario={scenario}", *NEEDS.get(option, []))
     config.validate(cfg)
     if group == "method":
@@ -185,3 +186,13 @@ def test_build_takes_the_backbones_dataclass_and_resnet_takes_imagenets_stem():
     assert backbones.build(ResNetConfig(nf=8), (3, 32, 32)).stem[0].kernel_size == (3, 3)  # CIFAR's, the default
     with pytest.raises(UserError, match="backbone.stem='vit' is unknown: use cifar or imagenet"):
         backbones.build({"name": "resnet18", "stem": "vit"}, (3, 32, 32))
+
+
+def test_metrics_json_records_the_backbone_variant_chosen(tmp_path):
+    """backbone=gated_convnet, a YAML variant of convnet, is recorded by its own name beside the registered
+    backbone it configures (it was once recorded as convnet alone), by a CLI run and by api.run alike."""
+    small = ["backbone=gated_convnet", "backbone.channels=[4,4,4]", "debug=fast"]
+    by_cli = train(tmp_path / "cli", *small)
+    by_api = api.run(tmp_path / "api", *small)
+    for metrics in (by_cli, by_api):
+        assert (metrics["backbone"], metrics["backbone_name"]) == ("gated_convnet", "convnet")

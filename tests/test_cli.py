@@ -10,7 +10,7 @@ from cl_bench import methods
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
 BASELINES = ["finetune", "joint", "independent", "ewc", "lwf", "er"]
-CASES = [(m, s) for m in BASELINES for s in ("task", "class") if s in methods.METHODS[m].scenarios]
+CASES = [(m, s) for m in BASELINES for s in ("task", "class") if s in methods.METHODS[m].traits.scenarios]
 
 
 @pytest.mark.parametrize(("method", "scenario"), CASES)

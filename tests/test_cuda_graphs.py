@@ -16,8 +16,8 @@ from cl_bench.methods import METHODS
 from cl_bench.methods.loop import Loop, StepGraph, tensors
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-SAFE = sorted(name for name, cls in METHODS.items() if cls.graph_safe is True)
-PHASED = sorted(name for name, cls in METHODS.items() if cls.graph_safe is not True and cls.graph_phases)
+SAFE = sorted(name for name, cls in METHODS.items() if cls.traits.graph_safe is True)
+PHASED = sorted(name for name, cls in METHODS.items() if cls.traits.graph_safe is not True and cls.traits.graph_phases)
 # What makes a method run the phases it captures: CPG's goal models (its short schedule has none)
 EXTRA = {"cpg": ("method.goal_source=independent",)}
 # Two tasks, two epochs with the lr cut after the first (a recapture), and batches of 48, which leave each epoch a
@@ -29,8 +29,8 @@ CUT = ("backbone=mlp", "backbone.hidden_sizes=[32]", "dataset.num_tasks=2", "log
 def composed(name: str, *overrides: str):
     """CUT for method name, in the task scenario where it has one, its extra phases cut short."""
     cls = METHODS[name]
-    scenario = "task" if "task" in cls.scenarios else "class"
-    return api.compose(f"method={name}", f"scenario={scenario}", *CUT, *cls.short_schedule, *EXTRA.get(name, ()),
+    scenario = "task" if "task" in cls.traits.scenarios else "class"
+    return api.compose(f"method={name}", f"scenario={scenario}", *CUT, *cls.traits.short_schedule, *EXTRA.get(name, ()),
                        *overrides)
 
 
@@ -58,7 +58,7 @@ def graphs(monkeypatch) -> list[StepGraph]:
 
 def test_some_methods_declare_their_steps_capture_safe_and_the_rest_say_why_not():
     assert {"finetune", "joint", "ewc", "lwf", "packnet", "icarl"} <= set(SAFE) and PHASED == ["cpg"]
-    assert all(isinstance(cls.graph_safe, str) and cls.graph_safe for name, cls in METHODS.items()
+    assert all(isinstance(cls.traits.graph_safe, str) and cls.traits.graph_safe for name, cls in METHODS.items()
                if name not in SAFE)
 
 
@@ -94,7 +94,8 @@ def test_the_record_says_whether_steps_were_captured_and_why_not():
     granted, record = hardware.graph_mode(True, METHODS["finetune"], hw)
     assert granted and record.startswith("not captured: no CUDA device")
     granted, record = hardware.graph_mode(True, METHODS["er"], hw)
-    assert not granted and record == f"not captured: er's steps are not capture-safe ({METHODS['er'].graph_safe})"
+    why = METHODS["er"].traits.graph_safe
+    assert not granted and record == f"not captured: er's steps are not capture-safe ({why})"
     cuda = hardware.Hardware(torch.device("cuda"), torch.bfloat16, True)
     assert hardware.graph_mode(True, METHODS["finetune"], cuda) == (True, "captured")
     granted, record = hardware.graph_mode(True, METHODS["cpg"], cuda)

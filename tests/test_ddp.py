@@ -313,8 +313,8 @@ def test_cpg_grew_and_compacted_alike_on_both_ranks(rank_states):
 
 @pytest.mark.parametrize("name", AGREEMENT_RUNS)
 def test_the_runs_that_agree_are_the_declared_ddp_methods(name):
-    """What the agreement runs cover is what the methods declare (Method.distributed_scenarios, which
+    """What the agreement runs cover is what the methods declare (Traits.distributed_scenarios, which
     hardware=ddp checks before training)."""
     overrides = dict(o.split("=", 1) for o in AGREEMENT_RUNS[name] if o.startswith(("method=", "scenario=")))
     method = methods.get(overrides["method"])
-    assert overrides.get("scenario", "task") in method.distributed_scenarios
+    assert overrides.get("scenario", "task") in method.traits.distributed_scenarios

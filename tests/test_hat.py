@@ -246,7 +246,7 @@ def test_config_checks():
         build(*MLP, "method.lr_milestones=[3]")
     with pytest.raises(UserError, match="method.s_max"):
         build(*MLP, "method.s_max=0.5")
-    assert hat_method.HAT.scenarios == frozenset({"task"})
+    assert hat_method.HAT.traits.scenarios == frozenset({"task"})
 
 
 @pytest.mark.slow

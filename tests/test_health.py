@@ -12,7 +12,7 @@ from test_resume import stop_after, without_timings
 
 from cl_bench import api, health, methods, report
 from cl_bench.methods.masking import PICKS_NONE
-from cl_bench.methods.memory import Memory
+from cl_bench.methods.memory import Memory, Rehearsal
 
 # Short phases for the mask methods, on the embedded digits.
 CPG = ["method=cpg", "backbone=convnet", "backbone.channels=[8,16]", "method.prune_targets=[0.5,0.9]",
@@ -40,25 +40,47 @@ def tripped(metrics: dict) -> dict[str, list[int]]:
 # --- the shared checks' arithmetic ----------------------------------------------------------------------------
 def test_chance_level_is_the_upper_end_of_guessings_95_percent_band():
     # 2 classes, 400 samples: 0.5 + 1.96 * sqrt(0.25 / 400) = 0.549
-    assert health.chance_level(3, 0.548, 400, 2).task == 3
-    assert health.chance_level(3, 0.550, 400, 2) is None
-    assert health.chance_level(0, 0.118, 1000, 10) is not None and health.chance_level(0, 0.118, 10000, 10) is None
-    assert health.chance_level(0, 0.0, 0, 2) is None  # no test data, nothing to say
+    def chance(*outcome):
+        return health.chance_level(health.Outcome(*outcome))
+    assert chance(3, 0.548, 400, 2).task == 3
+    assert chance(3, 0.550, 400, 2) is None
+    assert chance(0, 0.118, 1000, 10) is not None and chance(0, 0.118, 10000, 10) is None
+    assert chance(0, 0.0, 0, 2) is None  # no test data, nothing to say
+
+
+def test_metrics_json_lists_the_checks_that_ran_and_no_other(tmp_path, monkeypatch):
+    """A shared check is registered once, with its evaluation, and metrics.json lists it because it ran after
+    every task: a check once listed in health.SHARED without being evaluated was claimed as run all the same."""
+    ran = []
+    monkeypatch.setattr(health, "SHARED", [*health.SHARED])  # the spy's registration ends with the test
+    health.shared(health.Check("spy", "a check that notes when it runs", "method.epochs"))(
+        lambda outcome: ran.append(outcome.task))
+    metrics = api.run(tmp_path / "run", "method=gdumb", "scenario=class", "debug=fast", "checkpoint.enabled=false")
+    assert ran == list(range(metrics["num_tasks"]))
+    own = [c.name for c in methods.get("gdumb").traits.health_checks]
+    assert metrics["health"]["checks"] == ["chance_level", "spy", *own] and own == ["memory.classes_missing"]
+
+
+def test_a_method_with_a_rehearsal_memory_names_its_check():
+    """Rehearsal.health evaluates memory.classes_missing: each such method's traits list it."""
+    rehearsing = [name for name, cls in methods.METHODS.items() if issubclass(cls, Rehearsal)]
+    assert len(rehearsing) >= 9
+    assert [n for n in rehearsing if health.MEMORY_CLASSES not in methods.get(n).traits.health_checks] == []
 
 
 def test_a_finding_round_trips_through_the_record():
     finding = health.MEMORY_CLASSES.found(2, "the memory holds no sample of 1 of the 6 classes seen (4)")
     assert finding.line() == ("health: task 2: memory.classes_missing: the memory holds no sample of 1 of the 6 "
                               f"classes seen (4); {health.MEMORY_CLASSES.fix}")
-    record = health.section([health.CHANCE_LEVEL, health.MEMORY_CLASSES], [finding])
+    record = health.section(["chance_level", "memory.classes_missing"], [finding])
     assert record["checks"] == ["chance_level", "memory.classes_missing"] and record["tripped"] == 1
     assert health.findings_of(json.loads(json.dumps(record))) == [finding]
 
 
 def test_every_check_a_method_names_is_unique_and_says_what_to_change():
-    names = [c.name for method in methods.METHODS.values() for c in method.health_checks]
+    names = [c.name for method in methods.METHODS.values() for c in method.traits.health_checks]
     for name, method in methods.METHODS.items():
-        checks = method.health_checks
+        checks = method.traits.health_checks
         assert len({c.name for c in checks}) == len(checks), name
         assert all("method." in c.fix for c in checks), name
     assert {"cpg.hoarded", "packnet.no_own_weights", "gated.path_closed", "hat.path_closed", "masks.picks_all",
@@ -227,8 +249,8 @@ def test_a_task_learned_to_chance(tmp_path):
     metrics = train(tmp_path / "run", "method=finetune", "scenario=task", "method.lr=1e-12", "method.epochs=1",
                     "dataset.num_tasks=5", "checkpoint.enabled=false")
     scenario = api.build(api.compose("scenario=task", "dataset.num_tasks=5")).scenario
-    at_chance = [j for j in range(5) if health.chance_level(j, metrics["acc"][j][j], len(scenario.test[j]),
-                                                            len(metrics["tasks"][j]["classes"])) is not None]
+    at_chance = [j for j in range(5) if health.chance_level(health.Outcome(
+        j, metrics["acc"][j][j], len(scenario.test[j]), len(metrics["tasks"][j]["classes"]))) is not None]
     assert tripped(metrics)["chance_level"] == at_chance and len(at_chance) >= 3
     healthy = train(tmp_path / "healthy", "method=finetune", "scenario=task", "method.epochs=3", "dataset.num_tasks=5",
                     "checkpoint.enabled=false")
@@ -237,7 +259,8 @@ def test_a_task_learned_to_chance(tmp_path):
 
 def test_docs_health_lists_every_check():
     text = (Path(__file__).resolve().parents[1] / "docs" / "health.md").read_text()
-    names = {c.name for c in health.SHARED} | {c.name for m in methods.METHODS.values() for c in m.health_checks}
+    names = {c.name for c, _ in health.SHARED}
+    names |= {c.name for m in methods.METHODS.values() for c in m.traits.health_checks}
     assert [n for n in sorted(names) if f"`{n}`" not in text] == []
 
 

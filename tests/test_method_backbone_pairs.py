@@ -1,5 +1,5 @@
 """Methods on the registered backbones, paid once per fact (issue 47): every pair a capability rules out is refused in
-one line that names it (backbones/base.py); of the others, each family of backbone use (Method.backbone_use: the
+one line that names it (backbones/base.py); of the others, each family of backbone use (Traits.backbone_use: the
 converter that rewrites the backbone, or the functional transforms that run it) learns two tasks under debug=fast
 on every backbone and scores them, through the methods in REPRESENTATIVES; and every method learns on one backbone
 (ONE) on the same 32x32 images, in the scenario this file gives it (the task scenario where it has one: the
@@ -48,15 +48,15 @@ ONE = "convnet"
 
 
 def trained_here(method: str, backbone: str = "") -> bool:
-    use = methods.get(method).backbone_use
+    use = methods.get(method).traits.backbone_use
     return backbone == ONE or method in REPRESENTATIVES.get(use, (method,))
 
 
 def test_every_family_of_backbone_use_is_represented():
-    uses = {cls.backbone_use for cls in methods.METHODS.values()}
+    uses = {cls.traits.backbone_use for cls in methods.METHODS.values()}
     assert uses == {"", "masked", "functional", "gated", "calibrated", "hat", "final_relu"}
     for use in uses:
-        members = [name for name, cls in methods.METHODS.items() if cls.backbone_use == use]
+        members = [name for name, cls in methods.METHODS.items() if cls.traits.backbone_use == use]
         assert any(trained_here(name) for name in members), use
 
 
@@ -68,7 +68,7 @@ PAIRS = [pytest.param(method, backbone, marks=() if missing(method, backbone) el
 
 @pytest.mark.parametrize(("method", "backbone"), PAIRS)
 def test_each_pair_learns_under_debug_fast_or_names_the_missing_capability(method, backbone, cifar10, tmp_path):
-    scenario = "task" if "task" in methods.get(method).scenarios else "class"
+    scenario = "task" if "task" in methods.get(method).traits.scenarios else "class"
     args = [f"method={method}", f"backbone={backbone}", *SMALL[backbone], *FAST, f"scenario={scenario}",
             f"data.root={cifar10}"]
     lacks = missing(method, backbone)

@@ -87,7 +87,7 @@ def test_the_task_a_learner_receives_has_no_test_split():
 
 @pytest.mark.parametrize("name", sorted(methods.METHODS))
 def test_the_method_keeps_the_contract(tmp_path, monkeypatch, name):
-    scenario = "class" if "class" in methods.METHODS[name].scenarios else "task"
+    scenario = "class" if "class" in methods.METHODS[name].traits.scenarios else "task"
     args = [a for a in quick_args(name, scenario) if a != "checkpoint.enabled=false"] + ["checkpoint.keep=all"]
     m, seen = run_capturing(monkeypatch, tmp_path / "run", args)
     assert contract_problems(tmp_path / "run") == []

@@ -82,7 +82,7 @@ def test_a_key_the_run_reads_is_accepted(overrides):
 
 @pytest.mark.parametrize("name", sorted(methods.METHODS))
 def test_every_methods_own_defaults_are_accepted(name):
-    scenario = "task" if "task" in methods.METHODS[name].scenarios else "class"
+    scenario = "task" if "task" in methods.METHODS[name].traits.scenarios else "class"
     config.validate(config.compose([f"method={name}", f"scenario={scenario}", "setting=none"]))
 
 

@@ -198,7 +198,7 @@ WITHIN = {"cpg_ramp": "kthvalue", "cpg": "topk", "finetune_graphed": "copy_"}
 
 
 def audited_run(method: str, tmp_path, *overrides: str) -> SyncAudit:
-    scenario = "task" if "task" in methods.get(method).scenarios else "class"
+    scenario = "task" if "task" in methods.get(method).traits.scenarios else "class"
     with SyncAudit() as audit:
         api.run(tmp_path, f"method={method}", f"scenario={scenario}", *FAST, *overrides)
     return audit

@@ -3,6 +3,7 @@ shell completion leave torch unimported where the catalog is cached, and answer 
 a config that composes still takes the full path. Each command runs in a fresh interpreter, which says whether
 torch was imported."""
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -126,4 +127,17 @@ def test_the_cache_keeps_the_newest_catalogs(tmp_path, monkeypatch):
     catalog.save()
     kept = sorted(p.name for p in tmp_path.iterdir())
     assert len(kept) == catalog.KEPT and catalog.location().name in kept and "catalog-old1.json" in kept
-    assert catalog.load()["methods"]["ewc"]["scenarios"] == ["class", "task"]
+    assert catalog.load()["methods"]["ewc"]["traits"]["scenarios"] == ["class", "task"]
+
+
+def test_the_catalog_holds_every_trait_of_every_method():
+    """`cl-bench list` reads a method's Traits from the catalog: every field, as JSON, read back equal."""
+    from cl_bench import methods
+    from cl_bench.methods.base import Traits
+    cached = json.loads(json.dumps(catalog.build()))["methods"]
+    fields = [f.name for f in dataclasses.fields(Traits)]
+    for name, cls in methods.METHODS.items():
+        traits = cached[name]["traits"]
+        assert list(traits) == fields, name
+        assert set(traits["scenarios"]) == cls.traits.scenarios and traits["graph_safe"] == cls.traits.graph_safe
+        assert traits["health_checks"] == [c.name for c in cls.traits.health_checks], name

@@ -4,7 +4,7 @@ from omegaconf import DictConfig, OmegaConf
 from .. import backbones
 from ..errors import UserError
 from .agem import AGEM
-from .base import Method, MethodConfig
+from .base import Method, MethodConfig, Traits
 from .bic import BiC
 from .context import Context
 from .cpg import CPG
@@ -40,17 +40,17 @@ def get(name: str) -> type[Method]:
 
 
 def check_scenario(name: str, scenario: str) -> None:
-    method = get(name)
-    if scenario not in method.scenarios:
-        others = [m for m, cls in sorted(METHODS.items()) if scenario in cls.scenarios]
+    traits = get(name).traits
+    if scenario not in traits.scenarios:
+        others = [m for m, cls in sorted(METHODS.items()) if scenario in cls.traits.scenarios]
         raise UserError(f"method={name} does not support scenario={scenario} (it supports "
-                        f"{', '.join(sorted(method.scenarios))}); methods for scenario={scenario}: "
+                        f"{', '.join(sorted(traits.scenarios))}); methods for scenario={scenario}: "
                         f"{', '.join(others)}")
 
 
 def check_distributed(name: str, scenario: str) -> None:
-    if scenario not in get(name).distributed_scenarios:
-        able = [m for m, cls in sorted(METHODS.items()) if scenario in cls.distributed_scenarios]
+    if scenario not in get(name).traits.distributed_scenarios:
+        able = [m for m, cls in sorted(METHODS.items()) if scenario in cls.traits.distributed_scenarios]
         raise UserError(f"method={name} does not support hardware=ddp in the {scenario} scenario yet (its "
                         f"training is not a plain epoch loop); methods that do: {', '.join(able)}")
 
@@ -66,4 +66,5 @@ def build(cfg, backbone, info, ctx) -> Method:
     return get(cfg.name)(cfg, backbone, info, ctx).to(ctx.device)
 
 
-__all__ = ["METHODS", "Context", "Method", "MethodConfig", "build", "check_distributed", "check_scenario", "get"]
+__all__ = ["METHODS", "Context", "Method", "MethodConfig", "Traits", "build", "check_distributed", "check_scenario",
+           "get"]

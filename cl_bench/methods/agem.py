@@ -45,6 +45,7 @@ class AGEMConfig(OnlineConfig):
 class AGEM(OnlineMethod):
     name = "agem"
     Config = AGEMConfig
+    traits = OnlineMethod.traits
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

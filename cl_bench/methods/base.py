@@ -75,43 +75,51 @@ class MethodConfig(Checked):
                 ("lr", self.lr > 0, "a positive number"), ("weight_decay", self.weight_decay >= 0, "0 or more")]
 
 
-class Method(nn.Module, metaclass=abc.ABCMeta):
-    """A continual learner. Subclasses set name, scenarios and Config, and implement train_task."""
+@dataclass(frozen=True)
+class Traits:
+    """What a method declares about itself (`traits = Traits(...)`; a family's member, a replace() of its family's),
+    read by the run, `cl-bench list` (through catalog.py) and the tests; each field says what it decides."""
 
-    name: ClassVar[str]
-    scenarios: ClassVar[frozenset[str]]
-    Config: ClassVar[type] = MethodConfig
-    # Scenarios in which all training goes through fit(), so that hardware=ddp can shard its batches.
-    distributed_scenarios: ClassVar[frozenset[str]] = frozenset()
-    # What the method asks of its backbone beyond features (backbones/base.py Capability): checked by build().
-    needs: ClassVar[frozenset[str]] = frozenset()
-    # How the method uses its backbone beyond calling it, when it does: the converter that rewrites it ("masked",
-    # "gated", "calibrated", "hat", "final_relu") or the functional transforms that run it ("functional"). Methods
-    # of one family exercise a backbone alike: tests/test_method_backbone_pairs.py runs each family on every
-    # backbone, and every method on one.
-    backbone_use: ClassVar[str] = ""
-    # Overrides that cut the phases beyond training (goal models, compacting, retraining) to one epoch each: the
-    # quick runs of the tests and of scripts/bench.py compare one training pass with them.
-    short_schedule: ClassVar[tuple[str, ...]] = ()
-    # Whether a task can be resumed from a checkpoint written within it (checkpoint.every_epochs): true where
-    # every phase of train_task is a fit() call and nothing between phases depends on how training went.
-    # Otherwise a string saying why not.
-    within_task_checkpoints: ClassVar[bool | str] = True
-    # Whether hardware.cuda_graphs may capture this method's fit() steps (methods/loop.py StepGraph): true where a
-    # step's loss and its after_backward read only the batch's tensors and tensors updated in place, draw nothing
-    # from the run's generators and read no Python value that changes from step to step (batch.step, a counter).
-    # Otherwise a string saying why not; its steps then run eagerly.
-    graph_safe: ClassVar[bool | str] = "its steps have not been checked for capture"
-    # Where graph_safe is not True: the phases (by Loop.phase_named's name) whose steps are capture-safe all the
-    # same, which hardware.cuda_graphs captures alone (CPG's goal models).
-    graph_phases: ClassVar[tuple[str, ...]] = ()
+    scenarios: frozenset[str]
+    """The scenarios (task, class) it runs in: config validation refuses the others in one line."""
+    distributed_scenarios: frozenset[str] = frozenset()
+    """The scenarios in which all its training goes through fit(), so that hardware=ddp can shard its batches; ddp
+    is refused in the others (the `hardware=ddp` column of `cl-bench list`)."""
+    needs: frozenset[str] = frozenset()
+    """The backbone capabilities (backbones/base.py Capability) it relies on beyond features: build() refuses a
+    backbone without one, naming the backbones that have it (Method.needs_for adds what an option needs)."""
+    backbone_use: str = ""
+    """Its backbone family: how it uses its backbone beyond calling it, the converter that rewrites it ("masked",
+    "gated", "calibrated", "hat", "final_relu") or the transforms that run it ("functional"); "" for plain calls.
+    It decides whether the method is tested on one backbone or on all six: tests/test_method_backbone_pairs.py
+    trains each family's representatives on every registered backbone and every other method on convnet alone."""
+    short_schedule: tuple[str, ...] = ()
+    """Overrides that cut the phases beyond training (goal models, compacting, retraining) to one epoch each: the
+    quick runs of the tests and of scripts/bench.py add them, to compare one training pass."""
+    within_task_checkpoints: bool | str = True
+    """Whether a task can be resumed from a checkpoint written within it (checkpoint.every_epochs, else refused): true
+    where every phase of train_task is a fit() and nothing between phases depends on how training went; else why not."""
+    graph_safe: bool | str = "its steps have not been checked for capture"
+    """Whether hardware.cuda_graphs captures its fit() steps (loop.py StepGraph): true where a step's loss and
+    after_backward read only the batch and tensors updated in place, draw from no generator and read no Python value
+    that changes from step to step (batch.step, a counter); else why not, and its steps run eagerly."""
+    graph_phases: tuple[str, ...] = ()
+    """Where graph_safe is not True: the phases (Loop.phase_named's names) captured all the same (CPG's goal models)."""
+    health_checks: tuple[Check, ...] = ()
+    """Its degenerate states (health.py), which Method.health evaluates after every task and metrics.json lists
+    (a method with a rehearsal memory names MEMORY_CLASSES)."""
 
-    @classmethod
-    def captures(cls, phase: str | None = None) -> bool:
+    def captures(self, phase: str | None = None) -> bool:
         """Whether hardware.cuda_graphs captures the steps of the named phase (None: of any phase of the method)."""
-        return cls.graph_safe is True or (bool(cls.graph_phases) if phase is None else phase in cls.graph_phases)
-    # The states in which this method has degenerated (health.py), evaluated by health() after every task.
-    health_checks: ClassVar[tuple[Check, ...]] = ()
+        return self.graph_safe is True or (bool(self.graph_phases) if phase is None else phase in self.graph_phases)
+
+
+class Method(nn.Module, metaclass=abc.ABCMeta):
+    """A continual learner. Subclasses set name, Config and traits, and implement train_task."""
+
+    name: ClassVar[str]  # its option: method=<name>
+    Config: ClassVar[type] = MethodConfig  # its config dataclass, the one source of its defaults
+    traits: ClassVar[Traits]  # what it declares about itself (Traits)
 
     def __init__(self, cfg, backbone: nn.Module, info: Info, ctx: Context):
         super().__init__()
@@ -163,7 +171,7 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
         return logits[:, start: start + self.info.sizes[task_id]]
 
     def health(self, task: Task) -> list[Finding]:
-        """After learning task: the checks of health_checks that trip, from state the method already has (no pass
+        """After learning task: the checks of traits.health_checks that trip, from state the method already has (no pass
         over data). They report only: nothing the method does depends on them."""
         return []
 
@@ -172,8 +180,8 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
 
     @classmethod
     def needs_for(cls, cfg) -> frozenset[str]:
-        """What this run of the method asks of its backbone: `needs`, and what its options add."""
-        return cls.needs
+        """What this run of the method asks of its backbone: traits.needs, and what its options add."""
+        return cls.traits.needs
 
     def compile_backbone(self) -> None:
         """hardware.compile: torch.compile the backbone in place (its state-dict keys unchanged)."""
@@ -237,5 +245,5 @@ def reset_parameters(module: nn.Module, init: Init = Init.pytorch) -> None:
 
 
 # Batch: what a method's loss functions take, part of the contract a method author reads here.
-__all__ = ["Batch", "CEOutputs", "Context", "DecayOn", "Method", "MethodConfig", "Optimizer", "Protocol", "fresh_copy",
-           "reset_parameters"]
+__all__ = ["Batch", "CEOutputs", "Context", "DecayOn", "Method", "MethodConfig", "Optimizer", "Protocol", "Traits",
+           "fresh_copy", "reset_parameters"]

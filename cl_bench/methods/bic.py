@@ -47,7 +47,8 @@ import torch.nn.functional as F
 from ..checks import Choice
 from ..data.scenarios import Split
 from ..errors import UserError
-from .base import Method, MethodConfig, fresh_copy
+from ..health import MEMORY_CLASSES
+from .base import Method, MethodConfig, Traits, fresh_copy
 from .loop import in_step
 from .memory import Memory, Rehearsal, check_new_classes_every_task, rank_within_class
 
@@ -101,13 +102,13 @@ def distillation(logits: torch.Tensor, teacher: torch.Tensor, temperature: float
 
 class BiC(Rehearsal, Method):
     name = "bic"
-    graph_safe = True  # stage 1 is its one fit(); stage 2, the bias correction, runs a loop of its own eagerly
-    scenarios = frozenset({"class"})
+    Config = BiCConfig
+    # graph_safe: stage 1 is its one fit(); stage 2, the bias correction, runs a loop of its own eagerly.
     # distributed_scenarios stays empty: stage 2 is a loop of its own over logits computed once, not fit().
     # within_task_checkpoints stays True: stage 1 is the task's one fit() call; the hold-out and the teacher before
     # it are rebuilt from the task-start state on a resume, and stage 2 and herding after it depend only on stage
     # 1's result and the random state saved with it.
-    Config = BiCConfig
+    traits = Traits(scenarios=frozenset({"class"}), graph_safe=True, health_checks=(MEMORY_CLASSES,))
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -20,7 +20,7 @@ validation split, or with method.protocol=official, as the official code does, i
 import copy
 import itertools
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -156,12 +156,7 @@ COMPACTING = "lower method.train_acc_bar (the bar each phase must top) or train 
 
 class CPG(MaskedMethod):
     name = "cpg"
-    graph_safe = ("its pruning ramp changes the masks, and the branches taken on them, between the steps of a phase; "
-                  "its picking scores step outside the step, from their gradients")
-    graph_phases = ("goal",)  # the goal models: a plain network, its loss and weight decay
     Config = CPGConfig
-    within_task_checkpoints = ("its phases choose among trained models by validation accuracy (growing, "
-                               "compacting), so a task restarts from its beginning")
     no_own_weights = Check("cpg.no_own_weights", "a task owns no weight, or next to none: the tasks before it left "
                                                  "none free and growth had reached method.max_multiplier", COMPACTING)
     hoarded = Check("cpg.hoarded", "a task kept every weight it claimed with tasks to come: compacting released "
@@ -171,15 +166,22 @@ class CPG(MaskedMethod):
     refit_worse = Check("cpg.refit_worse", "the picking refit kept a mask worse than the compacted model it "
                                            "replaced", "method.refit_baseline=compacted keeps only a refit that "
                                                        "beats the compacted model; or raise method.retrain_epochs")
-    health_checks = (no_own_weights, hoarded, exhausted, refit_worse, PICKS_ALL, PICKS_NONE)
-    short_schedule = ("method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1",
-                      "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1")
+    traits = replace(
+        MaskedMethod.traits,
+        graph_safe=("its pruning ramp changes the masks, and the branches taken on them, between the steps of a "
+                    "phase; its picking scores step outside the step, from their gradients"),
+        graph_phases=("goal",),  # the goal models: a plain network, its loss and weight decay
+        within_task_checkpoints=("its phases choose among trained models by validation accuracy (growing, "
+                                 "compacting), so a task restarts from its beginning"),
+        health_checks=(no_own_weights, hoarded, exhausted, refit_worse, PICKS_ALL, PICKS_NONE),
+        short_schedule=("method.goal_source=none", "method.prune_epochs=1", "method.prune_ramp_epochs=1",
+                        "method.prune_targets=[0.5,0.9]", "method.retrain_epochs=1"))
 
     @classmethod
     def needs_for(cls, cfg) -> frozenset[str]:
         """Growth (max_multiplier above 1) widens the backbone's layers: pc_cnn flattens a 4x4 conv map into its
         first linear layer, whose input a widened conv would grow by the map's area, so it is refused there."""
-        return cls.needs | ({Capability.widen} if cfg.max_multiplier > 1 else set())
+        return cls.traits.needs | ({Capability.widen} if cfg.max_multiplier > 1 else set())
 
     def __init__(self, cfg, backbone, info, ctx):
         # The unconverted backbone, the template of goal_source=independent's models; kept out of the

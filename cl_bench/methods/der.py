@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .base import Batch, CEOutputs, Method, MethodConfig
+from ..health import MEMORY_CLASSES
+from .base import Batch, CEOutputs, Method, MethodConfig, Traits
 from .memory import Memory, Rehearsal, check_memory_holds_every_class, mean_over_drawn
 
 
@@ -60,11 +61,11 @@ class DERppConfig(DERConfig):
 
 class DER(Rehearsal, Method):
     name = "der"
-    graph_safe = "a step draws its replay batch from the run's generator, which a captured step would not advance"
-    scenarios = frozenset({"task", "class"})
-    # Data-parallel: every rank stores the global batch with its logits (gathered) and draws the same replay rows.
-    distributed_scenarios = frozenset({"task", "class"})
     Config = DERConfig
+    # Data-parallel: every rank stores the global batch with its logits (gathered) and draws the same replay rows.
+    traits = Traits(scenarios=frozenset({"task", "class"}), distributed_scenarios=frozenset({"task", "class"}),
+                    graph_safe="a step draws its replay batch from the run's generator, which a captured step would "
+                               "not advance", health_checks=(MEMORY_CLASSES,))
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

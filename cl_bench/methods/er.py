@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from ..checks import Choice
-from .base import Batch, CEOutputs, Method, MethodConfig
+from ..health import MEMORY_CLASSES
+from .base import Batch, CEOutputs, Method, MethodConfig, Traits
 from .memory import Memory, Rehearsal, check_memory_holds_every_class, mean_over_drawn
 
 
@@ -56,12 +57,12 @@ class ERConfig(MethodConfig):
 
 class ER(Rehearsal, Method):
     name = "er"
-    graph_safe = "a step draws its replay batch from the run's generator, which a captured step would not advance"
-    scenarios = frozenset({"task", "class"})
+    Config = ERConfig
     # Data-parallel: every rank stores the global batch and draws the same replay rows, so the memories stay
     # alike; each rank trains on its shard of both.
-    distributed_scenarios = frozenset({"task", "class"})
-    Config = ERConfig
+    traits = Traits(scenarios=frozenset({"task", "class"}), distributed_scenarios=frozenset({"task", "class"}),
+                    graph_safe="a step draws its replay batch from the run's generator, which a captured step would "
+                               "not advance", health_checks=(MEMORY_CLASSES,))
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

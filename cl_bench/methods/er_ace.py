@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks import Choice
-from .base import Batch, CEOutputs, Method, MethodConfig
+from ..health import MEMORY_CLASSES
+from .base import Batch, CEOutputs, Method, MethodConfig, Traits
 from .memory import Memory, Rehearsal, check_memory_holds_every_class, mean_over_drawn
 
 
@@ -74,10 +75,11 @@ class ERACEConfig(MethodConfig):
 
 class ERACE(Rehearsal, Method):
     name = "er_ace"
-    graph_safe = "a step draws its replay batch from the run's generator, which a captured step would not advance"
-    scenarios = frozenset({"class"})
-    distributed_scenarios = frozenset({"class"})  # the memory stores the global batch, alike on every rank
     Config = ERACEConfig
+    traits = Traits(scenarios=frozenset({"class"}),
+                    distributed_scenarios=frozenset({"class"}),  # the memory stores the global batch, alike per rank
+                    graph_safe="a step draws its replay batch from the run's generator, which a captured step would "
+                               "not advance", health_checks=(MEMORY_CLASSES,))
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -23,7 +23,7 @@ differentiated through, as Mammoth does (models/ewc_on.py:67-68, 75). That machi
 QuadraticPenalty, shared with SI and MAS.
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -65,10 +65,8 @@ class EWCConfig(MethodConfig):
 
 class EWC(QuadraticPenalty):
     name = "ewc"
-    backbone_use = "functional"  # per-sample gradients by torch.func
-    scenarios = frozenset({"task", "class"})
-    distributed_scenarios = frozenset({"task", "class"})
     Config = EWCConfig
+    traits = replace(QuadraticPenalty.traits, backbone_use="functional")  # per-sample gradients by torch.func
     key_prefix = "ewc"
 
     def strength(self) -> float:

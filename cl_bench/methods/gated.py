@@ -44,7 +44,7 @@ from ..data.scenarios import Split
 from ..health import MEMORY_CLASSES, Check
 from ..nn import gated
 from . import parallel
-from .base import Method, MethodConfig, Optimizer
+from .base import Method, MethodConfig, Optimizer, Traits
 from .heads import Heads
 from .memory import Memory
 
@@ -143,12 +143,6 @@ READ_BY = {"after_task": ("task_classifier_epochs",),
 
 class Gated(Method):
     name = "gated"
-    backbone_use = "gated"  # nn/gated.py
-    scenarios = frozenset({"task", "class"})
-    needs = frozenset({Capability.conv_bn})  # a gate per conv and a batch norm per task behind it (nn/gated.py)
-    # Every phase is a fit(); the class scenario's rehearsal draws are made alike on every rank and sharded, and
-    # relevance (which kernels freeze) is counted over every rank's share of the validation batches.
-    distributed_scenarios = frozenset({"task", "class"})
     Config = GatedConfig
     path_closed = Check("gated.path_closed", "a task's gates fire for no kernel of some unit: its path is cut there",
                         "lower method.sparsity (the gates' L1 weight) or start it later "
@@ -156,7 +150,14 @@ class Gated(Method):
     all_frozen = Check("gated.all_frozen", "every kernel is frozen with tasks to come: they can only reuse old ones",
                        "raise method.sparsity (fewer kernels fire) or method.freeze_threshold (a kernel must fire "
                        "on more of the validation samples to be frozen)")
-    health_checks = (path_closed, all_frozen, MEMORY_CLASSES)  # the memory's in the class scenario
+    traits = Traits(
+        scenarios=frozenset({"task", "class"}),
+        # Every phase is a fit(); the class scenario's rehearsal draws are made alike on every rank and sharded, and
+        # relevance (which kernels freeze) is counted over every rank's share of the validation batches.
+        distributed_scenarios=frozenset({"task", "class"}),
+        needs=frozenset({Capability.conv_bn}),  # a gate per conv and a batch norm per task behind it (nn/gated.py)
+        backbone_use="gated",  # nn/gated.py
+        health_checks=(path_closed, all_frozen, MEMORY_CLASSES))  # the memory's in the class scenario
 
     def __init__(self, cfg, backbone, info, ctx):
         layers = gated.convert(backbone, info.num_tasks, cfg.gate_hidden, cfg.tau, cfg.gate_open_bias,

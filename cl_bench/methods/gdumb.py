@@ -29,7 +29,8 @@ import torch.nn.functional as F
 
 from ..checks import Choice
 from ..data.scenarios import Split
-from .base import Batch, Method, MethodConfig, reset_parameters
+from ..health import MEMORY_CLASSES
+from .base import Batch, Method, MethodConfig, Traits, reset_parameters
 from .heads import Heads
 from .memory import Memory, Rehearsal, check_memory_holds_every_class
 
@@ -109,9 +110,10 @@ def cutmix(x: torch.Tensor, y: torch.Tensor, alpha: float, prob: float, generato
 
 class GDumb(Rehearsal, Method):
     name = "gdumb"
-    graph_safe = "a step draws its CutMix from the run's generator, which a captured step would not advance"
-    scenarios = frozenset({"task", "class"})
     Config = GDumbConfig
+    traits = Traits(scenarios=frozenset({"task", "class"}), health_checks=(MEMORY_CLASSES,),
+                    graph_safe="a step draws its CutMix from the run's generator, which a captured step would not "
+                               "advance")
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -35,7 +35,7 @@ from ..checks import Choice
 from ..errors import UserError
 from ..health import Check
 from ..nn import hat
-from .base import Method, MethodConfig
+from .base import Method, MethodConfig, Traits
 
 USED = 0.5  # capacity(): a unit counts as used when its attention is at least this (our reporting threshold)
 
@@ -113,18 +113,19 @@ def attention_regulariser(masks: list[torch.Tensor], cumulative: list[torch.Tens
 
 class HAT(Method):
     name = "hat"
-    graph_safe = "its gates' scale anneals with the step's index, a number a captured step would hold fixed"
-    backbone_use = "hat"  # nn/hat.py
-    scenarios = frozenset({"task"})
-    needs = frozenset({Capability.chain})  # a unit's mask reads the previous layer's (nn/hat.py)
     Config = HATConfig
-    within_task_checkpoints = ("its official lr schedule follows the validation loss across epochs and restores "
-                               "the best model at the task's end, state a within-task checkpoint does not hold")
     path_closed = Check("hat.path_closed", "a task's attention is off (below 0.5) for every unit of some layer: its "
                                            "path is cut there", "lower method.c (the attention regulariser's weight)")
     exhausted = Check("hat.exhausted", "every unit of every layer is in use with tasks to come: no weight is left "
                                        "for them to change", "raise method.c (sparser attention per task)")
-    health_checks = (path_closed, exhausted)
+    traits = Traits(
+        scenarios=frozenset({"task"}),
+        needs=frozenset({Capability.chain}),  # a unit's mask reads the previous layer's (nn/hat.py)
+        backbone_use="hat",  # nn/hat.py
+        within_task_checkpoints=("its official lr schedule follows the validation loss across epochs and restores "
+                                 "the best model at the task's end, state a within-task checkpoint does not hold"),
+        graph_safe="its gates' scale anneals with the step's index, a number a captured step would hold fixed",
+        health_checks=(path_closed, exhausted))
 
     def __init__(self, cfg, backbone, info, ctx):
         layers = hat.convert(backbone, info.num_tasks, cfg.s_max, cfg.batch_norm == "per_task")

@@ -32,7 +32,8 @@ import torch.nn.functional as F
 
 from ..checks import Choice
 from ..data.scenarios import Split
-from .base import Method, MethodConfig, fresh_copy
+from ..health import MEMORY_CLASSES
+from .base import Method, MethodConfig, Traits, fresh_copy
 from .memory import Memory, Rehearsal, check_memory_holds_every_class, check_new_classes_every_task
 
 
@@ -72,10 +73,10 @@ class ICaRLConfig(MethodConfig):
 
 class ICaRL(Rehearsal, Method):
     name = "icarl"
-    graph_safe = True
-    scenarios = frozenset({"class"})
-    distributed_scenarios = frozenset({"class"})  # training is one fit(); herding runs the same on every rank
     Config = ICaRLConfig
+    traits = Traits(scenarios=frozenset({"class"}),
+                    distributed_scenarios=frozenset({"class"}),  # training is one fit(); herding alike on every rank
+                    graph_safe=True, health_checks=(MEMORY_CLASSES,))
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -3,15 +3,13 @@ CPG aims to match with one network."""
 
 from torch import nn
 
-from .base import Method, fresh_copy, reset_parameters
+from .base import Method, Traits, fresh_copy, reset_parameters
 from .heads import Heads
 
 
 class Independent(Method):
     name = "independent"
-    scenarios = frozenset({"task"})
-    distributed_scenarios = frozenset({"task"})
-    graph_safe = True
+    traits = Traits(scenarios=frozenset({"task"}), distributed_scenarios=frozenset({"task"}), graph_safe=True)
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

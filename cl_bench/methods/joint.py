@@ -1,13 +1,12 @@
 """Joint: at task t train on the union of tasks 0..t, continuing from the current weights. The upper bound."""
 from ..data.scenarios import Split
-from .base import Method
+from .base import Method, Traits
 
 
 class Joint(Method):
     name = "joint"
-    scenarios = frozenset({"task", "class"})
-    distributed_scenarios = frozenset({"task", "class"})
-    graph_safe = True
+    traits = Traits(scenarios=frozenset({"task", "class"}), distributed_scenarios=frozenset({"task", "class"}),
+                    graph_safe=True)
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -20,7 +20,7 @@ MLP and pc_cnn have no batch norm at all); here too every batch norm runs on its
 so a fast-weight pass on one sample never moves them. On a backbone with batch norm that makes each a fixed
 affine map: use a BN-free backbone (mlp, pc_cnn) as La-MAML does. Defaults are La-MAML's Permuted MNIST ones.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import torch
@@ -86,12 +86,12 @@ RATES_AT_ZERO = 0.5  # rates_at_zero trips when at least this share of the learn
 
 class LaMAML(OnlineMethod):
     name = "lamaml"
-    backbone_use = "functional"  # fast weights by torch.func.functional_call
     Config = LaMAMLConfig
     rates_at_zero = Check("lamaml.rates_at_zero", "half or more of the learned learning rates are at or below zero, "
                                                   "which the relu clips to zero: those weights no longer learn",
                           "lower method.outer_lr (the learning rates' own lr) or raise method.alpha_init")
-    health_checks = (*OnlineMethod.health_checks, rates_at_zero)
+    traits = replace(OnlineMethod.traits, backbone_use="functional",  # fast weights by torch.func.functional_call
+                     health_checks=(*OnlineMethod.traits.health_checks, rates_at_zero))
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -221,12 +221,12 @@ class Loop:
 
     def step_graph(self, objective, opt, glances: int, after_backward) -> "StepGraph | None":
         """The phase's StepGraph where hardware.cuda_graphs was granted (hardware.graph_mode), the method's steps,
-        or this phase's (Method.graph_phases), are capture-safe, and they are one update each with no host read (not
+        or this phase's (Traits.graph_phases), are capture-safe, and they are one update each with no host read (not
         glances, not skip_nonfinite) and of full size (not debug=shape's single batches); None: its steps run as they
         are."""
         if not self.ctx.cuda_graphs or glances != 1 or self.cfg.skip_nonfinite or self.ctx.shape is not None:
             return None
-        if not type(self.method).captures(self.phase_name):
+        if not self.method.traits.captures(self.phase_name):
             return None
         return StepGraph(self, objective, opt, after_backward)
 

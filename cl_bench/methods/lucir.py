@@ -51,7 +51,8 @@ from .. import backbones
 from ..checks import Choice
 from ..data.scenarios import Split
 from ..errors import UserError
-from .base import Method, MethodConfig, fresh_copy
+from ..health import MEMORY_CLASSES
+from .base import Method, MethodConfig, Traits, fresh_copy
 from .memory import Memory, Rehearsal, check_memory_holds_every_class, check_new_classes_every_task
 
 
@@ -136,15 +137,16 @@ class CosineHead(nn.Module):
 
 class LUCIR(Rehearsal, Method):
     name = "lucir"
-    graph_safe = True
-    backbone_use = "final_relu"  # backbones.remove_final_relu
-    scenarios = frozenset({"class"})
-    # every phase is one fit(); imprinting and herding run the same on every rank
-    distributed_scenarios = frozenset({"class"})
-    # The teacher and the imprinted vectors are rebuilt from the task-start state; the herding and the finetuning's
-    # data follow the main phase, and are taken from the saved state when the finetuning phase is resumed.
-    within_task_checkpoints = True
     Config = LUCIRConfig
+    traits = Traits(
+        scenarios=frozenset({"class"}),
+        distributed_scenarios=frozenset({"class"}),  # every phase is one fit(); imprinting, herding alike on every rank
+        backbone_use="final_relu",  # backbones.remove_final_relu
+        # The teacher and the imprinted vectors are rebuilt from the task-start state; the herding and the
+        # finetuning's data follow the main phase, and are taken from the saved state when the finetuning phase is
+        # resumed.
+        within_task_checkpoints=True,
+        graph_safe=True, health_checks=(MEMORY_CLASSES,))
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .base import Method, MethodConfig, fresh_copy
+from .base import Method, MethodConfig, Traits, fresh_copy
 
 
 @dataclass
@@ -27,10 +27,9 @@ def distillation(new_logits, old_logits, temperature):
 
 class LwF(Method):
     name = "lwf"
-    scenarios = frozenset({"task", "class"})
-    distributed_scenarios = frozenset({"task", "class"})
-    graph_safe = True  # the teacher is copied before the phase; its forward is captured with the step
     Config = LwFConfig
+    traits = Traits(scenarios=frozenset({"task", "class"}), distributed_scenarios=frozenset({"task", "class"}),
+                    graph_safe=True)  # the teacher is copied before the phase; its forward is captured with the step
 
     def train_task(self, task):
         if task.id == 0:

@@ -28,7 +28,7 @@ batch; alpha=0.5 also runs through at 0.01.
 The per-sample gradients of a batch are held at once (batch_size × the parameters' size): batch_size 64 on
 VGG16-BN (15M parameters) wants about 4 GB; lower method.batch_size if the importance pass runs short of memory.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.func import functional_call, grad, vmap
@@ -55,10 +55,8 @@ class MASConfig(MethodConfig):
 
 class MAS(QuadraticPenalty):
     name = "mas"
-    backbone_use = "functional"  # per-sample gradients by torch.func
-    scenarios = frozenset({"task", "class"})
-    distributed_scenarios = frozenset({"task", "class"})
     Config = MASConfig
+    traits = replace(QuadraticPenalty.traits, backbone_use="functional")  # per-sample gradients by torch.func
     key_prefix = "mas"
 
     def strength(self) -> float:

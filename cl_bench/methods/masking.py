@@ -13,7 +13,7 @@ from ..checks import Choice
 from ..health import Check, Finding
 from ..nn import masked
 from . import parallel
-from .base import DecayOn, Method, MethodConfig
+from .base import DecayOn, Method, MethodConfig, Traits
 
 
 class Init(Choice):
@@ -61,11 +61,10 @@ PICKS_NONE = Check("masks.picks_none", "a task's picking mask drops every earlie
 
 
 class MaskedMethod(Method):
-    backbone_use = "masked"  # nn/masked.py's layers (packnet, piggyback, cpg)
     """Base of the methods whose tasks own subsets of one network's weights."""
 
-    scenarios = frozenset({"task"})
-    distributed_scenarios = frozenset({"task"})
+    traits = Traits(scenarios=frozenset({"task"}), distributed_scenarios=frozenset({"task"}),
+                    backbone_use="masked")  # nn/masked.py's layers (packnet, piggyback, cpg)
     picking: ClassVar[bool] = False  # whether tasks learn picking masks over earlier tasks' weights
 
     def __init__(self, cfg, backbone, info, ctx):

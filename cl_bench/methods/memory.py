@@ -343,9 +343,8 @@ def herd(features: torch.Tensor, y: torch.Tensor, m: int):
 
 
 class Rehearsal:
-    """Mixin, before Method, of the methods that keep a rehearsal memory in self.memory: its health check."""
-
-    health_checks = (health.MEMORY_CLASSES,)
+    """Mixin, before Method, of the methods that keep a rehearsal memory in self.memory: its health check, which
+    such a method names in its traits (health_checks=(..., MEMORY_CLASSES))."""
 
     def health(self, task) -> list[health.Finding]:
         return self.memory.missing_classes(task.id, self.info)

@@ -29,7 +29,7 @@ clamp La-MAML's MNIST model computes but never applies (model/lamaml.py:52 disca
 applies it). With reg = β = 1, T = 2 and γ = 0.5 (chosen on validation data before the seed's glances and outer
 objective were adopted: see REPRODUCING.md).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import torch
@@ -80,14 +80,14 @@ INERT_CHANGE = 1e-6  # calibration_inert: no calibration entry moved by more tha
 
 class NCCL(OnlineMethod):
     name = "nccl"
-    backbone_use = "calibrated"  # nn/calibrated.py
     Config = NCCLConfig
     soft_targets = True
     calibration_inert = Check("nccl.calibration_inert", "the outer steps left every calibration parameter where "
                                                         "the task found it (within a millionth of its magnitude)",
                               "raise method.outer_lr, or method.outer_objective=paper (the seed's objective, the "
                               "penalty alone, has a vanishing gradient)")
-    health_checks = (*OnlineMethod.health_checks, calibration_inert)
+    traits = replace(OnlineMethod.traits, backbone_use="calibrated",  # nn/calibrated.py
+                     health_checks=(*OnlineMethod.traits.health_checks, calibration_inert))
 
     def __init__(self, cfg, backbone, info, ctx):
         keep = set()

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from ..checks import Choice
 from ..errors import UserError
-from .base import Batch, Method, MethodConfig
+from ..health import MEMORY_CLASSES
+from .base import Batch, Method, MethodConfig, Traits
 from .loop import NonFiniteLoss, in_step
 from .memory import Memory, Rehearsal, check_memory_holds_every_class
 
@@ -58,10 +59,13 @@ class OnlineConfig(MethodConfig):
 class OnlineMethod(Rehearsal, Method):
     """Subclasses implement glance(batch, task) -> detached loss; observe() may wrap the glances."""
 
-    scenarios = frozenset({"task", "class"})
     Config = OnlineConfig
-    graph_safe = "its stream is a loop of its own (glances, inner and outer steps, replay draws), not fit()'s steps"
-    within_task_checkpoints = "it learns each task from a stream of small batches, and its passes are not checkpointed"
+    traits = Traits(
+        scenarios=frozenset({"task", "class"}),
+        graph_safe="its stream is a loop of its own (glances, inner and outer steps, replay draws), not fit()'s steps",
+        within_task_checkpoints="it learns each task from a stream of small batches, and its passes are not "
+                                "checkpointed",
+        health_checks=(MEMORY_CLASSES,))
     soft_targets = False  # whether the memory keeps the logits each sample got when it was stored
 
     def __init__(self, cfg, backbone, info, ctx):

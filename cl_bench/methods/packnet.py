@@ -1,6 +1,6 @@
 """PackNet (Mallya & Lazebnik 2018): train the free weights, prune a share of them by magnitude back to the
 free pool, retrain the survivors and freeze them as the task's own. Zero forgetting by construction."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..health import Check
 from .masking import MaskedConfig, MaskedMethod
@@ -21,8 +21,6 @@ class PackNetConfig(MaskedConfig):
 
 class PackNet(MaskedMethod):
     name = "packnet"
-    graph_safe = True  # its masks change between phases only; each phase is captured afresh
-    short_schedule = ("method.retrain_epochs=1",)
     Config = PackNetConfig
     no_own_weights = Check("packnet.no_own_weights", "a task owns no weight, or next to none: the tasks before it "
                                                      "left none free",
@@ -31,7 +29,9 @@ class PackNet(MaskedMethod):
                     "set method.prune_ratio above 0")
     exhausted = Check("packnet.exhausted", "no weight is left free for the tasks to come",
                       "raise method.prune_ratio (the share each task releases) or learn fewer tasks")
-    health_checks = (no_own_weights, hoarded, exhausted)
+    traits = replace(MaskedMethod.traits, health_checks=(no_own_weights, hoarded, exhausted),
+                     graph_safe=True,  # its masks change between phases only; each phase is captured afresh
+                     short_schedule=("method.retrain_epochs=1",))
 
     def train_task(self, task):
         self.begin_task(task.id)

@@ -1,7 +1,7 @@
 """Piggyback (Mallya et al. 2018): the network learned on the first task is frozen; each later task learns a
 binary picking mask over its weights (real-valued scores binarised with a straight-through gradient), with
 its own biases, batch norms and head. Zero forgetting; each task costs one bit per weight."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .masking import PICKS_ALL, PICKS_NONE, MaskedMethod, PickingConfig
 
@@ -13,10 +13,11 @@ class PiggybackConfig(PickingConfig):
 
 class Piggyback(MaskedMethod):
     name = "piggyback"
-    graph_safe = "its picking scores step outside the step (after_step), from their gradients"
     Config = PiggybackConfig
     picking = True
-    health_checks = (PICKS_ALL, PICKS_NONE)  # later tasks own no weight by design: no capacity checks
+    traits = replace(MaskedMethod.traits,
+                     graph_safe="its picking scores step outside the step (after_step), from their gradients",
+                     health_checks=(PICKS_ALL, PICKS_NONE))  # later tasks own no weight by design: no capacity checks
 
     def train_task(self, task):
         self.begin_task(task.id)  # the first task claims every weight; later ones find none free

@@ -22,7 +22,7 @@ import abc
 
 import torch
 
-from .base import Method
+from .base import Method, Traits
 
 
 class QuadraticPenalty(Method):
@@ -31,8 +31,10 @@ class QuadraticPenalty(Method):
     estimate the importance, then add() or reanchor())."""
 
     key_prefix = "quad"
-    # The penalty and its gradient read the anchors (A, B, C) and SI's scratch buffers, all updated in place.
-    graph_safe = True
+    # graph_safe: the penalty and its gradient read the anchors (A, B, C) and SI's scratch buffers, all updated in
+    # place.
+    traits = Traits(scenarios=frozenset({"task", "class"}), distributed_scenarios=frozenset({"task", "class"}),
+                    graph_safe=True)
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

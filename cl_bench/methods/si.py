@@ -42,9 +42,8 @@ class SIConfig(MethodConfig):
 
 class SI(QuadraticPenalty):
     name = "si"
-    scenarios = frozenset({"task", "class"})
-    distributed_scenarios = frozenset({"task", "class"})
     Config = SIConfig
+    traits = QuadraticPenalty.traits
     key_prefix = "si"
 
     def __init__(self, cfg, backbone, info, ctx):
