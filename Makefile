@@ -41,7 +41,7 @@ bench: $(VENV_STAMP) need-data  ## the CPU sections of scripts/bench.py into doc
 	$(PY) scripts/bench.py scaling --data $(DATA)
 	$(PY) scripts/bench.py threads --data $(DATA)
 
-bench-gpu:  ## the GPU check on a GPU machine (scripts/gpu_check.sh; installs what it needs itself)
+bench-gpu:  ## the GPU check on a GPU machine (scripts/gpu_check.sh; no registry: .gpu-deps/ from scripts/gpu_deps.sh)
 	bash scripts/gpu_check.sh $(ARGS)
 
 clean:  ## remove .venv and the run and sweep directories

@@ -185,8 +185,8 @@ class HardwareConfig(Checked):
     distributed: bool = False  # data-parallel over the processes torchrun starts (hardware=ddp)
     # CPU threads for torch ops; null: the cores shared evenly by the jobs run side by side (hardware.default_threads)
     threads: int | None = None
-    # torch.compile the backbone (minutes of compiling first; pays off on long GPU runs); each task compiles afresh
-    # and scoring runs eagerly, so that task-specialised graphs never exhaust the recompile limit (train.py)
+    # torch.compile the backbone (minutes of compiling first; pays off on long GPU runs); compiled once per network
+    # shape (a task-specialised backbone once per task) and scoring runs eagerly (train.py CompiledGraphs)
     compile: bool = False
     # Capture each training phase's full-size steps (forward, backward, optimiser step) as one CUDA graph and replay
     # it, for methods that declare their steps capture-safe (Traits.graph_safe; `cl-bench list`): one launch a step

@@ -1,6 +1,7 @@
 """run(cfg): THE task loop. The only place that orchestrates data, model, method, evaluation, recorders
 and checkpoints."""
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -125,8 +126,10 @@ def _run(cfg, run_dir, recorder, writer, guard, nondeterministic: list[str], bac
     t0 = time.perf_counter() - elapsed
     every = cfg.checkpoint.every_epochs if writer else 0  # within-task checkpoints: every so many epochs
     clock = Clock(ctx.shape)
+    graphs = CompiledGraphs(method) if cfg.hardware.compile else None
     for task in tasks[start:]:
-        fresh_graphs(cfg.hardware.compile)
+        if graphs is not None:
+            graphs.before(task.id)
         recorder.task_start(task)
         clock.task_start(task.id)
         with profiled(run_dir if writer and cfg.profile_task == task.id else None, task.id, ctx.device):
@@ -416,11 +419,31 @@ def task_prediction_row(confusion: list[list[float]]) -> list[float]:
 OBJECTIVES = {"val_avg_acc": "val_avg_acc", "test_avg_acc": "avg_acc"}
 
 
-def fresh_graphs(compiled: bool) -> None:
-    """hardware.compile: graphs specialise on the task (masks, widths, heads), so each task compiles afresh; a long
-    sequence would otherwise exhaust Dynamo's recompile limit and fall back to eager (issue 46)."""
-    if compiled:
-        torch.compiler.reset()
+# Backbones rewritten into units that compute for a named task (Traits.backbone_use): their graphs specialise on it
+TASK_UNITS = ("masked", "gated", "hat")
+
+
+class CompiledGraphs:
+    """hardware.compile: the compiled backbone's graphs are kept from task to task while the network keeps its
+    shape, and compiled afresh (torch.compiler.reset) when it changes: a growth step, or a backbone of TASK_UNITS,
+    whose graphs specialise on the task (its masks, widths, routes), at every task, so that a long sequence does not
+    exhaust Dynamo's recompile limit and fall back to eager (issue 46). `misses` counts the fresh compiles."""
+
+    def __init__(self, method):
+        self.method, self.key, self.misses = method, None, 0
+
+    def signature(self, task_id: int) -> tuple:
+        """The network's shape: every weight's and buffer's name and shape, and the task where graphs specialise."""
+        backbone = self.method.backbone
+        shapes = tuple((name, tuple(x.shape)) for name, x in itertools.chain(backbone.named_parameters(),
+                                                                            backbone.named_buffers()))
+        return shapes, task_id if self.method.traits.backbone_use in TASK_UNITS else None
+
+    def before(self, task_id: int) -> None:
+        key = self.signature(task_id)
+        if key != self.key:
+            torch.compiler.reset()
+            self.key, self.misses = key, self.misses + 1
 
 
 def eager_evaluation(compiled: bool):

@@ -5,8 +5,9 @@
                                     # against Avalanche 0.6.0, set up by scripts/setup_avalanche_env.sh
     python scripts/bench.py methods [--cifar]          # each method's time over finetune's
     python scripts/bench.py scaling                     # per-task cost, memory, checkpoint size at 5/10/20 tasks
-    python scripts/bench.py gpu --gpu-check DIR/gpu_check.json  # records a GPU check (bash scripts/gpu_check.sh
-                                                        # on a GPU machine writes DIR) as the section "GPU check"
+    python scripts/bench.py gpu --gpu-check DIR/gpu_check.json [DIR2/gpu_check.json]  # records a GPU check (bash
+                                                        # scripts/gpu_check.sh on a GPU machine writes DIR; its two
+                                                        # calls A and B, two) as the section "GPU check"
     python scripts/bench.py images [--avalanche-python ...]  # split_cifar10 with augmentation: cl-bench, Avalanche
                                                         # and a DataLoader loop, on a conv net and resnet18_reduced
     python scripts/bench.py masks [--before DIR]        # packnet, piggyback and cpg over finetune, on a checkout and
@@ -311,9 +312,18 @@ def gpu(opts) -> dict:
     if not opts.gpu_check:
         sys.exit("bench: gpu records a GPU check: pass --gpu-check DIR/gpu_check.json (bash scripts/gpu_check.sh "
                  "writes it, on a GPU machine)")
-    result = json.loads(Path(opts.gpu_check).read_text())
-    if result.get("cpu"):
-        sys.exit(f"bench: {opts.gpu_check} is a --cpu rehearsal, not a GPU's figures")
+    result: dict = {}
+    for path in opts.gpu_check:  # the two calls' files (--sections A, B): their sections' rows merged, in order
+        part = json.loads(Path(path).read_text())
+        if part.get("cpu"):
+            sys.exit(f"bench: {path} is a --cpu rehearsal, not a GPU's figures")
+        for section in ("settings", "graphs", "jobs", "digits"):
+            part[section] = {**result.get(section, {}), **part.get(section, {})} or None
+        result.update({k: v for k, v in part.items() if v is not None})
+        result["seconds"] = result.get("calls_seconds", 0) + part["seconds"]
+        result["calls_seconds"] = result["seconds"]
+    result.pop("calls_seconds", None)
+    result["flagged"] = sorted({f for path in opts.gpu_check for f in json.loads(Path(path).read_text())["flagged"]})
     return result
 
 
@@ -1479,7 +1489,8 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="scaling: every task count for every method")
     parser.add_argument("--machine", default=f"{os.cpu_count()}-core CPU",
                         help="words for the machine, recorded with the figures")
-    parser.add_argument("--gpu-check", help="gpu: a GPU check's gpu_check.json to record")
+    parser.add_argument("--gpu-check", nargs="+", help="gpu: a GPU check's gpu_check.json to record (the two calls': "
+                        "both files, A's then B's)")
     parser.add_argument("--only", help="costs: the settings to measure again, comma-separated label prefixes")
     parser.add_argument("--before", help="masks, launches, startup: another checkout to time beside this one (a git "
                                          "worktree)")

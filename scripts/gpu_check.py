@@ -72,20 +72,41 @@ GRAPHS = {
 GRAPHED = ["hardware.cuda_graphs=true"]
 JOBS_SETTING = "derpp split_cifar10"
 BARRIER_S = 300  # how long a job side by side waits for the others to be warm
+# Each setting's phases in the order they run, by task and Loop.phase_name: its first TASKS tasks run, each phase
+# cut to one epoch of the window's steps (phase_cut, CUT). CPG: the goal model (a plain network), picking and
+# training, a growth round (random labels miss the goal), compaction on its cubic ramp and, from the second task,
+# the picking refit; PAE the same without picking. gated's second task in the class scenario: the joint step with
+# the task classifier on replay. La-MAML's and NCCL's second task: the meta step on replay, NCCL's outer step.
+# DER++'s: the replay step on a memory the first task filled. A phase missing from a run is flagged.
+TASKS = 2
+CPG_PHASES = ("task0 goal", "task0 train", "task0 grow_1.5x", "task0 prune_0.5", "task1 goal", "task1 train",
+              "task1 prune_0.5")
+PHASES = {"cpg cifar100_20": (*CPG_PHASES, "task1 refit"), "pae cifar100_20": CPG_PHASES,
+          **{label: ("task0 train", "task1 train") for label in SETTINGS if not label.startswith(("cpg", "pae"))}}
+CUT_COMMON = ["method.epochs=1"]
+CUT = {"cpg": [*CUT_COMMON, "method.prune_epochs=1", "method.prune_ramp_epochs=1", "method.prune_targets=[0.5]",
+               "method.retrain_epochs=1", "method.goal_repeats=1"]}
 # Sizes: images a class written (train, test), steps warm-up / timed / profiled, jobs side by side.
 # Each run of timed or profiled steps lies within one epoch, so a task's training images a batch must exceed them:
 # CIFAR-10's 2-class tasks hold 2 x 2000 (less validation), CIFAR-100's 5-class tasks 5 x 500 (its real count).
+# The rehearsal's CPG ramp updates its masks every step (a window of 5 steps has no tenth).
 SIZES = {
-    "gpu": {"per_class": {10: (2000, 20), 100: (500, 20)}, "warmup": 20, "steps": 50, "profiled": 10,
+    "gpu": {"per_class": {10: (2000, 20), 100: (500, 20)}, "warmup": 10, "steps": 30, "profiled": 5,
             "jobs": (1, 4, 8), "overrides": []},
     "cpu": {"per_class": {10: (40, 2), 100: (12, 2)}, "warmup": 1, "steps": 2, "profiled": 1, "jobs": (1, 2),
-            "overrides": ["method.batch_size=8"]},
+            "overrides": ["method.batch_size=8"], "cut": {"cpg": ["method.prune_frequency=1"]}},
 }
 DIGITS = ["method=finetune", "dataset=split_digits", "logger=none", "checkpoint.enabled=false"]
 DIGITS_CPU = ["dataset.samples_per_task=60"]  # the rehearsal's cut
 DIGITS_SEEDS = {"gpu": (0, 1, 2), "cpu": (0, 1)}  # fixed before any run; the rehearsal's two reach the verdicts
 AGREE = 2.0  # points of final average accuracy: the equivalence margin of both comparisons
 SECTIONS = ("settings", "graphs", "jobs", "digits")  # the default order; --sections chooses and orders them
+# The whole check in two calls (--sections A, then B), each within 4 minutes on one H100: (sections, settings and
+# graphs settings by label)
+CALLS = {"A": (("settings", "graphs"), ("cpg cifar100_20", "pae cifar100_20", "gated split_cifar10 task",
+                                         "gated split_cifar10 class", "finetune split_cifar10",
+                                         "pae cifar100_20 goal")),
+         "B": (("settings", "jobs", "digits"), ("lamaml split_cifar100", "nccl split_cifar100", "derpp split_cifar10"))}
 
 
 # --- data ------------------------------------------------------------------------------------------------------
@@ -120,15 +141,21 @@ class Enough(Exception):
 
 
 class Window:
-    """The run's recorder. A step runs from one recorder.step() to the next; WARMUP steps are left untimed, then
-    STEPS are timed (syncs counted, peak memory taken) and PROFILED profiled, each run of them within one epoch: an
-    epoch's or a task's end (its evaluation is no step) starts the run in progress again."""
+    """The run's recorder, phase by phase. A phase is a fit() call, or an online method's pass over its stream, named
+    by its task and Loop.phase_name ("task1 prune_0.5"); its steps run from one recorder.step() to the next. In each
+    phase WARMUP steps are left untimed, then STEPS are timed (syncs counted, peak memory taken) and PROFILED
+    profiled, each run of them within one epoch: an epoch's or a task's end (its evaluation is no step) starts the
+    run in progress again. A phase whose counts are met keeps its row in `rows` and runs its remaining steps untimed;
+    with first_only the run stops there (Enough)."""
 
-    def __init__(self, device, sizes: dict, barrier: tuple[Path, int] | None = None):
-        self.device, self.sizes, self.barrier = device, sizes, barrier
+    def __init__(self, device, sizes: dict, barrier: tuple[Path, int] | None = None, method=None,
+                 first_only: bool = False):
+        self.device, self.sizes, self.barrier, self.method, self.first_only = device, sizes, barrier, method, first_only
         self.phase, self.count, self.whole = "warmup", 0, False
         self.caught = self.prof = None
+        self.label, self.task = "", 0
         self.result: dict = {}
+        self.rows: dict[str, dict] = {}  # by phase, in the order the phases ran
         # seconds from the run's start at each task's or epoch's start, with the phase then: where a row's wall
         # time went (the GPU check's first run spent minutes a setting outside its timed steps)
         self.t_start, self.timeline = time.perf_counter(), []
@@ -137,13 +164,19 @@ class Window:
         return lambda *args, **kwargs: None
 
     def task_start(self, task) -> None:
+        self.task = task.id
         self.boundary()
 
     def epoch_start(self, *args) -> None:
         self.boundary()
+        loop = getattr(self.method, "loop", None)
+        label = f"task{self.task} {loop.phase_name if loop is not None else 'train'}"
+        if label != self.label:  # a new phase: its own counts (one whose row is kept runs untimed)
+            self.label, self.result, self.count = label, {}, 0
+            self.phase = "done" if label in self.rows else "warmup"
 
     def boundary(self) -> None:
-        self.timeline.append([round(time.perf_counter() - self.t_start, 2), self.phase])
+        self.timeline.append([round(time.perf_counter() - self.t_start, 2), self.label, self.phase])
         self.whole = False  # the step in progress spans the boundary
         if self.phase == "timing" and self.caught is not None:
             self.end_timing(record=False)
@@ -152,6 +185,8 @@ class Window:
             self.prof = None
 
     def step(self) -> None:
+        if self.phase == "done":
+            return
         if not self.whole:  # the first step of an epoch ended: from here steps are whole
             self.whole, self.count = True, 0
             self.begin()
@@ -166,7 +201,11 @@ class Window:
             self.begin()
         elif self.phase == "profiling" and self.count == self.sizes["profiled"]:
             self.end_profile()
-            raise Enough
+            self.rows[self.label], self.phase = self.result, "done"
+            print(f"gpu_check:   {self.label}: {self.result['step_ms']:.1f} ms a step, "
+                  f"{time.perf_counter() - self.t_start:.0f} s in", file=sys.stderr)
+            if self.first_only:
+                raise Enough
 
     def begin(self) -> None:
         if self.phase == "timing":
@@ -250,29 +289,48 @@ def busy_fraction(prof, wall_us: float) -> float:
     return min(1.0, busy / wall_us)
 
 
-def setting_steps(label: str, data_root: Path, hardware: str, sizes: dict, barrier=None, extra=()) -> dict:
-    """The setting's WARMUP + STEPS + PROFILED steps in this process, and a plain loop's on the same batch."""
+def setting_steps(label: str, data_root: Path, hardware: str, sizes: dict, barrier=None, extra=(),
+                  phased: bool = True) -> dict:
+    """The setting's phases (PHASES, its first TASKS tasks, each phase one epoch of WARMUP + STEPS + PROFILED
+    steps and one more), each phase's row beside a plain loop's on the same network and batch; with phased=False
+    its first phase only, at the setting's own schedule (the graphs and jobs sections)."""
     from cl_bench.recorders import Recorders
     t0 = time.perf_counter()
-    cfg, scenario, method, ctx = build_setting(label, data_root, hardware, sizes, extra)
+    cut = phase_cut(label, sizes) if phased else []
+    cfg, scenario, method, ctx = build_setting(label, data_root, hardware, sizes, [*cut, *extra])
     build_s = time.perf_counter() - t0
-    window = Window(ctx.device, sizes, barrier)
+    window = Window(ctx.device, sizes, barrier, method, first_only=not phased)
     ctx.recorder = Recorders([window])
     try:
-        for task in scenario.tasks:
+        for task in scenario.tasks[:TASKS if phased else None]:
             window.task_start(task)
             method.learn(task)
     except Enough:
         pass
-    if "gpu_busy" not in window.result:
+    if not window.rows:
         return {"failed": f"the run ended in its {window.phase} steps: too few images a task for them in one epoch"}
     learn_s = time.perf_counter() - t0 - build_s
     batch = cfg.method.batch_size
     plain = plain_step_ms(cfg, scenario.info, ctx, batch, sizes)
     seconds = {"build": build_s, "learn": learn_s, "plain": time.perf_counter() - t0 - build_s - learn_s}
-    return {**window.result, "batch": batch, "samples_per_s": 1e3 * batch / window.result["step_ms"],
-            "plain_step_ms": plain, "overhead": window.result["step_ms"] / plain,
+    phases = {name: {**row, "batch": batch, "samples_per_s": 1e3 * batch / row["step_ms"], "plain_step_ms": plain,
+                     "overhead": row["step_ms"] / plain} for name, row in window.rows.items()}
+    first = next(iter(phases.values()))
+    missing = [p for p in PHASES.get(label, ()) if p not in phases] if phased else []
+    return {**first, "phases": phases, **({"missing": missing} if missing else {}),
             "seconds": {k: round(v, 2) for k, v in seconds.items()}, "timeline": window.timeline}
+
+
+def phase_cut(label: str, sizes: dict) -> list[str]:
+    """The overrides that run each of the setting's phases as one epoch of the window's steps and one more: every
+    schedule one epoch long, and each task's training images as many as those batches take, before the validation
+    split (data.val_fraction) is held out of them."""
+    from cl_bench import api
+    cfg = api.compose(*{**SETTINGS, **GRAPHS}[label][1], *sizes["overrides"], "logger=none")
+    batches = 1 + sizes["warmup"] + sizes["steps"] + sizes["profiled"]
+    samples = math.ceil(batches * cfg.method.batch_size / (1 - cfg.data.val_fraction))
+    return [*CUT.get(cfg.method.name, CUT_COMMON), *sizes.get("cut", {}).get(cfg.method.name, []),
+            f"dataset.samples_per_task={samples}"]
 
 
 def build_setting(label: str, data_root: Path, hardware: str, sizes: dict, extra=()):
@@ -348,7 +406,7 @@ def graphs_section(data_root: Path, hardware: str, sizes: dict, labels: list[str
         row = {}
         for mode, extra in (("eager", []), ("graphed", GRAPHED)):
             try:
-                row[mode] = setting_steps(label, data_root, hardware, sizes, extra=extra)
+                row[mode] = setting_steps(label, data_root, hardware, sizes, extra=extra, phased=False)
             except Exception as e:  # noqa: BLE001  one row's failure is its own
                 row[mode] = {"failed": f"{type(e).__name__}: {e}".splitlines()[0]}
         failed = [row[mode]["failed"] for mode in row if "failed" in row[mode]]
@@ -472,8 +530,10 @@ def flagged(result: dict) -> list[str]:
            for label, row in result.get(section, {}).items() if "failed" in row]
     out += [f"{label}: {row['disagrees']}" for section in ("digits", "graphs")
             for label, row in result.get(section, {}).items() if "disagrees" in row]
-    out += [f"{label}: non-finite step time" for label, row in result.get("settings", {}).items()
-            if "step_ms" in row and not np.isfinite(row["step_ms"])]
+    out += [f"{label} {phase}: non-finite step time" for label, row in result.get("settings", {}).items()
+            for phase, p in row.get("phases", {}).items() if not np.isfinite(p["step_ms"])]
+    out += [f"{label}: phases not run: {', '.join(row['missing'])}" for label, row in result.get("settings", {}).items()
+            if row.get("missing")]
     return out
 
 
@@ -501,16 +561,18 @@ def render(r: dict) -> str:
 
 
 def settings_lines(r: dict) -> list[str]:
-    lines = ["", "| setting | batch | step ms | samples/s | plain loop ms | overhead | syncs in timed steps | "
-             "GPU busy | peak MiB | row s (build / learn / plain) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["", "| setting | phase | batch | step ms | samples/s | plain loop ms | overhead | syncs in timed steps | "
+             "GPU busy | peak MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for label, row in r.get("settings", {}).items():
         if "failed" in row:
-            lines.append(f"| {label} | failed: {row['failed']} ||||||||||")
+            lines.append(f"| {label} | failed: {row['failed']} |||||||||")
             continue
-        lines.append(f"| {label} | {row['batch']} | {row['step_ms']:.1f} | {row['samples_per_s']:.0f} | "
-                     f"{row['plain_step_ms']:.1f} | {row['overhead']:.2f}x | {fmt(row['syncs'], 'd')} | "
-                     f"{fmt(row['gpu_busy'], '.0%')} | {fmt(row['peak_mem_mb'], '.0f')} | {row_seconds(row)} |")
-    return lines
+        for phase, p in row.get("phases", {"(first)": row}).items():
+            lines.append(f"| {label} | {phase} | {p['batch']} | {p['step_ms']:.1f} | {p['samples_per_s']:.0f} | "
+                         f"{p['plain_step_ms']:.1f} | {p['overhead']:.2f}x | {fmt(p['syncs'], 'd')} | "
+                         f"{fmt(p['gpu_busy'], '.0%')} | {fmt(p['peak_mem_mb'], '.0f')} |")
+    seconds = [f"{label} {row_seconds(row)}" for label, row in r.get("settings", {}).items() if "failed" not in row]
+    return [*lines, "", "Seconds a setting (build / learn / plain): " + "; ".join(seconds)] if seconds else lines
 
 
 def row_seconds(row: dict) -> str:
@@ -589,13 +651,13 @@ def main() -> int:
                         "rehearsal runs two, and one of the graphs section's); the jobs side by side run the first of "
                         f"them unless it is {JOBS_SETTING}")
     parser.add_argument("--sections", default=",".join(SECTIONS),
-                        help="the sections to run, in this order (comma-separated; default %(default)s): a re-run "
-                        "of what a lease's first call had no time for")
+                        help="the sections to run, in this order (comma-separated; default %(default)s), or one of "
+                        f"the whole check's two calls ({', '.join(CALLS)}: CALLS)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.worker:  # one of the jobs side by side
         label, data_root, hardware, sizes, barrier, jobs = json.loads(opts.worker)
-        print(json.dumps(setting_steps(label, Path(data_root), hardware, sizes, (Path(barrier), jobs))))
+        print(json.dumps(setting_steps(label, Path(data_root), hardware, sizes, (Path(barrier), jobs), phased=False)))
         return 0
     import torch
     start = time.monotonic()
@@ -607,8 +669,12 @@ def main() -> int:
         parser.error(f"--only {opts.only} names no setting: choose from {', '.join(SETTINGS)} (and, for the graphs "
                      f"section, {', '.join(GRAPHS)})")
     sections = opts.sections.split(",")
+    if opts.sections in CALLS:  # one of the two calls: its sections, its settings
+        sections, chosen = CALLS[opts.sections]
+        labels, graph_labels = ([k for k in table if k in chosen] for table in (labels, graph_labels))
     if not sections or set(sections) - set(SECTIONS):
-        parser.error(f"--sections {opts.sections}: choose from {', '.join(SECTIONS)}")
+        parser.error(f"--sections {opts.sections}: choose from {', '.join(SECTIONS)}, or one call: "
+                     f"{' or '.join(CALLS)}")
     jobs_label = JOBS_SETTING if JOBS_SETTING in labels else labels[0]
     result = {"device": device_name(opts.cpu), "cpu": opts.cpu, "torch": torch.__version__, "commit": commit(),
               "date": time.strftime("%Y-%m-%d"), "sizes": sizes, "jobs_setting": jobs_label}

@@ -18,26 +18,28 @@ import gpu_check  # noqa: E402
 
 
 @pytest.mark.slow  # whole processes: `make test-fast` leaves it out
-def test_the_cpu_rehearsal_times_two_paper_settings_graphs_jobs_side_by_side_and_precision(tmp_path):
+def test_the_cpu_rehearsal_times_a_settings_phases_graphs_jobs_side_by_side_and_precision(tmp_path):
     out = tmp_path / "check"
-    # PYTHON: the suite's own interpreter, which has every dependency; left to itself the script would look for
-    # .venv and, in a checkout installed some other way, install a .venv-gpu from PyPI first
-    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--cpu", "--only", "cpg,nccl,finetune", "--out", str(out)],
+    # PYTHON: the suite's own interpreter, which has every dependency
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--cpu", "--only", "nccl,finetune", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHON": sys.executable})
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "gpu_check.json").read_text())
-    assert list(result["settings"]) == ["cpg cifar100_20", "nccl split_cifar100"] and result["flagged"] == []
-    for row in result["settings"].values():
-        assert row["step_ms"] > 0 and row["plain_step_ms"] > 0 and row["batch"] == 8
-        assert row["syncs"] is None and row["gpu_busy"] is None  # the device's counts: none on the CPU
+    assert list(result["settings"]) == ["nccl split_cifar100"] and result["flagged"] == []
+    row = result["settings"]["nccl split_cifar100"]
+    # each phase of the first two tasks: the second's steps replay and take NCCL's outer step
+    assert list(row["phases"]) == list(gpu_check.PHASES["nccl split_cifar100"]) and "missing" not in row
+    for phase in row["phases"].values():
+        assert phase["step_ms"] > 0 and phase["plain_step_ms"] > 0 and phase["batch"] == 8
+        assert phase["syncs"] is None and phase["gpu_busy"] is None  # the device's counts: none on the CPU
     graphs = result["graphs"]
     assert list(graphs) == ["finetune split_cifar10", "default job"]
     assert all(graphs["finetune split_cifar10"][mode]["step_ms"] > 0 for mode in ("eager", "graphed"))
     # without CUDA the captured path runs its steps eagerly: the same weights, bit for bit
     assert graphs["default job"]["graphed_diff"] == 0 and graphs["default job"]["cuda_graphs"].startswith(
         "not captured: no CUDA device")
-    assert result["jobs_setting"] == "cpg cifar100_20" and list(result["jobs"]) == ["1", "2"]
+    assert result["jobs_setting"] == "nccl split_cifar100" and list(result["jobs"]) == ["1", "2"]
     assert all(row["samples_per_s"] > 0 for row in result["jobs"].values())
     digits = result["digits"]
     assert list(digits) == ["cpu fp32", "cpu bf16"]  # on the CPU the device's fp32 row is the reference itself
@@ -45,8 +47,41 @@ def test_the_cpu_rehearsal_times_two_paper_settings_graphs_jobs_side_by_side_and
     assert list(digits["cpu bf16"]["by_seed"]) == ["0", "1"] and digits["cpu bf16"]["versus"]["test"] == "paired"
     assert digits["cpu bf16"]["versus"]["verdict"] != "different"
     table = (out / "gpu_check.md").read_text()
-    assert "| cpg cifar100_20 | 8 |" in table and "| 2 |" in table and "Flagged: nothing" in table
+    assert "| nccl split_cifar100 | task1 train | 8 |" in table and "| 2 |" in table and "Flagged: nothing" in table
     assert "| finetune split_cifar10 |" in table and "largest weight difference 0.00e+00" in table
+
+
+def test_the_window_times_each_phase_of_a_run_by_task_and_name():
+    """Each fit() phase, named by its task and Loop.phase_name, gets its own warm-up, timed and profiled steps; a
+    phase too short for them leaves no row, a phase of a name already timed runs untimed, and a phase missing from
+    the setting's PHASES is flagged."""
+    loop = SimpleNamespace(phase_name="goal")
+    window = gpu_check.Window(torch.device("cpu"), {"warmup": 1, "steps": 2, "profiled": 1},
+                              method=SimpleNamespace(loop=loop))
+    window.task_start(SimpleNamespace(id=0))
+
+    def phase(name: str, steps: int) -> None:
+        loop.phase_name = name
+        window.epoch_start(0, 0, 1, steps)
+        for _ in range(steps):
+            window.step()
+    phase("goal", 5)  # 1 + warm-up 1 + timed 2 + profiled 1
+    phase("train", 3)  # too short: no row
+    phase("goal", 5)  # timed already: runs untimed
+    window.task_start(SimpleNamespace(id=1))
+    phase("refit", 6)
+    assert list(window.rows) == ["task0 goal", "task1 refit"] and window.phase == "done"
+    assert all(row["step_ms"] > 0 and row["gpu_busy"] is None for row in window.rows.values())
+    settings = {"cpg cifar100_20": {"step_ms": 1.0, "phases": {"task0 goal": {"step_ms": 1.0}},
+                                    "missing": ["task0 train"]}}
+    assert gpu_check.flagged({"settings": settings}) == ["cpg cifar100_20: phases not run: task0 train"]
+
+
+def test_the_two_calls_cover_every_setting_and_section_once():
+    sections = [s for sections, _ in gpu_check.CALLS.values() for s in sections]
+    labels = [label for _, chosen in gpu_check.CALLS.values() for label in chosen]
+    assert sorted(set(sections)) == sorted(gpu_check.SECTIONS) and sections.count("settings") == 2
+    assert sorted(labels) == sorted({**gpu_check.SETTINGS, **gpu_check.GRAPHS})
 
 
 NO_DEVICE = not any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/dxg")) and not shutil.which("nvidia-smi")
@@ -95,7 +130,7 @@ def test_an_unknown_argument_or_setting_is_refused_in_one_line(tmp_path):
 def test_the_window_times_whole_steps_within_one_epoch():
     """Warm-up 1, 2 timed, 1 profiled: an epoch's end inside the timed run starts it again at the next whole step,
     and the probe stops the run once every count is met."""
-    window = gpu_check.Window(torch.device("cpu"), {"warmup": 1, "steps": 2, "profiled": 1})
+    window = gpu_check.Window(torch.device("cpu"), {"warmup": 1, "steps": 2, "profiled": 1}, first_only=True)
     window.epoch_start()
     window.step()  # the epoch's first step ended: from here steps are whole
     window.step()  # the warm-up step: timing begins
@@ -123,12 +158,13 @@ def test_the_busy_fraction_is_the_union_of_kernel_intervals_over_the_wall():
 
 
 def test_failed_rows_and_a_device_that_disagrees_with_the_cpu_are_flagged():
-    result = {"settings": {"a": {"failed": "RuntimeError: x"}, "b": {"step_ms": float("nan")}},
+    nan = {"phases": {"task0 train": {"step_ms": float("nan")}}}
+    result = {"settings": {"a": {"failed": "RuntimeError: x"}, "b": nan},
               "graphs": {"c": {"failed": "RuntimeError: y"}, "default job": {"disagrees": "differ"}},
               "jobs": {"4": {"samples_per_s": 1.0}},
               "digits": {"cpu fp32": {"avg_acc": 0.9}, "gpu bf16": {"avg_acc": 0.8, "disagrees": "different"}}}
     assert gpu_check.flagged(result) == ["a: RuntimeError: x", "c: RuntimeError: y", "gpu bf16: different",
-                                         "default job: differ", "b: non-finite step time"]
+                                         "default job: differ", "b task0 train: non-finite step time"]
 
 
 def test_precision_is_judged_paired_on_the_device_and_the_device_unpaired_against_the_cpu(tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
 """hardware.*: switches that must do what they say."""
+import dataclasses
 import json
 import os
 import socket
@@ -99,19 +100,10 @@ def test_compile_compiles_the_backbone_in_place():
 @pytest.mark.slow
 def test_compiled_mask_methods_compile_every_task_and_score_as_eager(tmp_path, monkeypatch):
     """PackNet's graphs specialise on the task (its masks and widths): before issue 46 the fifth task's graphs went
-    past Dynamo's recompile limit and the run fell back to eager. Each task now compiles afresh and scoring runs
+    past Dynamo's recompile limit and the run fell back to eager. Each of its tasks compiles afresh and scoring runs
     eagerly, so every task's training still compiles; a counting backend (a plain FX graph: eager's numerics)
     counts the graphs between evaluations, and the metrics are the uncompiled run's."""
-    from cl_bench.methods.base import Method
-    events = []
-
-    def counting(gm, example_inputs):
-        events.append("graph")
-        return gm.forward
-
-    monkeypatch.setattr(Method, "compile_backbone", lambda self: self.backbone.compile(backend=counting))
-    evaluate = train_module.evaluate
-    monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: (events.append("scored"), evaluate(*a, **k))[1])
+    events, caches = compile_counting(monkeypatch)
     config.register()
     args = ["method=packnet", "logger=none", "checkpoint.enabled=false", "method.epochs=1", "method.retrain_epochs=1"]
     metrics = []
@@ -123,7 +115,62 @@ def test_compiled_mask_methods_compile_every_task_and_score_as_eager(tmp_path, m
     per_task = " ".join(events).split("scored")
     assert len(per_task) == 2 * 5 + 1 and all("graph" not in part for part in per_task[:5])  # eager run: none
     assert all("graph" in part for part in per_task[5:10]), per_task  # every task of the compiled run compiles
+    assert [c.misses for c in caches] == [5]
     assert metrics[0]["acc"] == metrics[1]["acc"]
+
+
+def compile_counting(monkeypatch) -> tuple[list, list]:
+    """The run's graphs as a counting backend compiles them (a plain FX graph: eager's numerics), the events marked
+    by evaluation, and every CompiledGraphs the runs make."""
+    from cl_bench.methods.base import Method
+    events, caches = [], []
+
+    def counting(gm, example_inputs):
+        events.append("graph")
+        return gm.forward
+
+    monkeypatch.setattr(Method, "compile_backbone", lambda self: self.backbone.compile(backend=counting))
+    evaluate = train_module.evaluate
+    monkeypatch.setattr(train_module, "evaluate", lambda *a, **k: (events.append("scored"), evaluate(*a, **k))[1])
+    cache = train_module.CompiledGraphs
+    monkeypatch.setattr(train_module, "CompiledGraphs", lambda method: caches.append(cache(method)) or caches[-1])
+    return events, caches
+
+
+@pytest.mark.slow
+def test_a_compiled_backbone_of_one_shape_compiles_once_in_a_three_task_run(tmp_path, monkeypatch):
+    """hardware.compile keeps the graphs from task to task while the network keeps its shape: a 3-task finetune
+    run compiles in its first task only (one miss of the shape cache), and learns as the eager run."""
+    events, caches = compile_counting(monkeypatch)
+    config.register()
+    args = ["method=finetune", "logger=none", "checkpoint.enabled=false", "dataset.num_tasks=3", "method.epochs=1"]
+    metrics = []
+    for flag in ("false", "true"):
+        (tmp_path / flag).mkdir()
+        train_module.run(config.compose([*args, f"hardware.compile={flag}"]), tmp_path / flag)
+        metrics.append(json.loads((tmp_path / flag / "metrics.json").read_text()))
+    per_task = " ".join(events).split("scored")
+    assert len(per_task) == 2 * 3 + 1 and "graph" in per_task[3] and "graph" not in " ".join(per_task[4:])
+    assert [c.misses for c in caches] == [1]
+    assert metrics[0]["acc"] == metrics[1]["acc"]
+
+
+def test_the_shape_signature_changes_with_growth_and_with_the_task_where_graphs_specialise():
+    config.register()
+    cfg = config.compose(["method=finetune", "logger=none"])
+    _, method, _ = train_module.build(cfg, Recorders([]))
+    graphs = train_module.CompiledGraphs(method)
+    for task_id in (0, 1, 1):
+        graphs.before(task_id)
+    assert graphs.misses == 1
+    layer = next(m for m in method.backbone.modules() if getattr(m, "weight", None) is not None)
+    layer.weight = nn.Parameter(torch.zeros(layer.weight.shape[0] + 1, *layer.weight.shape[1:]))  # as growth widens
+    graphs.before(2)
+    assert graphs.misses == 2
+    method.traits = dataclasses.replace(method.traits, backbone_use="masked")  # per-task units: a task, its graphs
+    graphs.before(2)
+    graphs.before(3)
+    assert graphs.misses == 4
 
 
 @pytest.mark.slow

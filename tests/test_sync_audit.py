@@ -190,8 +190,10 @@ CPG_RAMP = ["shape=false", "method.prune_frequency=1", "method.prune_epochs=3", 
 # hardware.cuda_graphs: the StepGraph's path (loop.py), which on the CPU runs eagerly what a GPU captures: five
 # epochs of one batch, three of them warm-up, then a capture and a replay
 GRAPHED = ["shape=false", "hardware.cuda_graphs=true", "method.epochs=5"]
+# gated's task classifier fitted after each task (class scenario): its stacked forward over the first k paths
+AFTER_TASK = ["scenario=class", "method.task_classifier_fit=after_task", "method.task_classifier_epochs=1"]
 CASES = {**{name: (name, []) for name in methods.METHODS}, "cpg_ramp": ("cpg", CPG_RAMP),
-         "finetune_graphed": ("finetune", GRAPHED)}
+         "finetune_graphed": ("finetune", GRAPHED), "gated_after_task": ("gated", AFTER_TASK)}
 # A call a case must make within a step, lest the audit pass over the path it is there for: CPG's release of
 # weights, by its ramp's cutoff or by count; the StepGraph's copy of each batch into its buffers
 WITHIN = {"cpg_ramp": "kthvalue", "cpg": "topk", "finetune_graphed": "copy_"}
@@ -199,8 +201,9 @@ WITHIN = {"cpg_ramp": "kthvalue", "cpg": "topk", "finetune_graphed": "copy_"}
 
 def audited_run(method: str, tmp_path, *overrides: str) -> SyncAudit:
     scenario = "task" if "task" in methods.get(method).traits.scenarios else "class"
+    chosen = [] if any(o.startswith("scenario=") for o in overrides) else [f"scenario={scenario}"]
     with SyncAudit() as audit:
-        api.run(tmp_path, f"method={method}", f"scenario={scenario}", *FAST, *overrides)
+        api.run(tmp_path, f"method={method}", *chosen, *FAST, *overrides)
     return audit
 
 
@@ -213,3 +216,62 @@ def test_no_host_sync_inside_a_training_step(case, tmp_path):
     assert case not in WITHIN or audit.within[WITHIN[case]], f"no step called {WITHIN.get(case)}"
     found = {(kind, where): n for (kind, where), n in audit.inside.items() if (method, kind, where) not in ALLOWED}
     assert not found, f"host syncs inside {case}'s training steps (kind, site: count): {found}"
+
+
+# --- data-parallel: the same audit in each of two ranks (torchrun, gloo) -----------------------------------------
+# Each rank of one torchrun launch: every case of ddp_cases.json in turn under SyncAudit, the syncs found inside its
+# steps (kind, site: count) written by case and rank. One launch for all: a launch costs each rank its imports.
+RANK_AUDIT = '''
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from test_sync_audit import SyncAudit
+from cl_bench import api
+root = Path(sys.argv[1])
+for case, overrides in json.loads((root / "ddp_cases.json").read_text()).items():
+    with SyncAudit() as audit:
+        api.run(root / case, *overrides)
+    found = {f"{kind} @ {where}": n for (kind, where), n in audit.inside.items()}
+    out = {"steps": audit.within.total(), "inside": found}
+    (root / f"{case}.rank{os.environ['RANK']}.json").write_text(json.dumps(out))
+'''
+# hardware=ddp's methods in each scenario they declare (Traits.distributed_scenarios); CPG also with its ramp, gated
+# with its task classifier fitted after each task
+DDP_CASES = {f"{name}_{scenario}": [f"method={name}", f"scenario={scenario}"]
+             for name in methods.METHODS for scenario in sorted(methods.get(name).traits.distributed_scenarios)}
+DDP_CASES |= {"cpg_ramp_task": ["method=cpg", "scenario=task", *CPG_RAMP],
+              "gated_after_task_class": ["method=gated", *AFTER_TASK]}
+
+
+@pytest.fixture(scope="module")
+def ddp_audits(tmp_path_factory, worker_id) -> dict[str, list[dict]]:
+    from conftest import once_per_session
+    return once_per_session(tmp_path_factory, worker_id, "ddp_sync_audits", ddp_audit_runs)
+
+
+def ddp_audit_runs(root) -> dict[str, list[dict]]:
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    script = root / "rank_audit.py"
+    script.write_text(RANK_AUDIT)
+    cases = {case: [*overrides, *FAST, "hardware=ddp"] for case, overrides in DDP_CASES.items()}
+    (root / "ddp_cases.json").write_text(json.dumps(cases))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script),
+                           str(root), str(Path(__file__).parent)], cwd=Path(PACKAGE).parent, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {case: [json.loads((root / f"{case}.rank{r}.json").read_text()) for r in (0, 1)] for case in cases}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(DDP_CASES))
+def test_no_host_sync_inside_a_data_parallel_training_step(ddp_audits, case):
+    """hardware=ddp with two ranks: DistributedDataParallel's wrapping at each phase, the shards and the all-reduces
+    run where one process has none of them (the wrapping broadcasts rank 0's parameters and buffers, which a cache
+    keyed on a tensor's version sees as a change)."""
+    for rank, audit in enumerate(ddp_audits[case]):
+        assert audit["steps"], f"rank {rank} saw no training step"
+        assert not audit["inside"], f"host syncs inside {case}'s training steps on rank {rank}: {audit['inside']}"

@@ -345,6 +345,7 @@ class Gated(Method):
             return F.cross_entropy(self._task_logits(features), batch.t, weight=weight)
 
         params = list(self.task_classifier.parameters())
+        gated.build_index(self.routed, list(range(count)), self.ctx.device)  # before the steps that read it
         with self.loop.phase_named("task_classifier"):
             self.loop.fit(task, loss, data=data, params=params, epochs=epochs,
                           optimizer=self.loop.make_optimizer(params, lr=self._classifier_lr(),

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..nn import masked
+
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
@@ -44,8 +46,10 @@ def objective(method: nn.Module, loss_fn, params=(), model: nn.Module | None = N
     # find_unused_parameters: a step need not reach every parameter (other tasks' heads, frozen paths).
     # forward_sync_buffers=False: buffers hold memories and masks, alike on every rank already; the batch-norm
     # statistics, which are not, are averaged at the end of the phase.
-    return DistributedDataParallel(Objective(method, loss_fn, model), device_ids=device_ids,
-                                   find_unused_parameters=True, forward_sync_buffers=False)
+    # The wrapping broadcasts rank 0's parameters and buffers: the masked layers' owner counts hold through it
+    with masked.census_kept(method):
+        return DistributedDataParallel(Objective(method, loss_fn, model), device_ids=device_ids,
+                                       find_unused_parameters=True, forward_sync_buffers=False)
 
 
 def seed_shard_augmentation(ctx, task_id: int, phase: int, epoch: int) -> None:

@@ -296,6 +296,15 @@ def routed(backbone: nn.Module) -> list[GatedUnit | TaskNorm]:
     return [m for m in backbone.modules() if isinstance(m, GatedUnit | TaskNorm)]
 
 
+def build_index(modules: list["GatedUnit | TaskNorm"], tasks: list[int], device: torch.device) -> None:
+    """The index a stacked forward of these tasks reads (GatedUnit.task_index), built now, between steps: built by a
+    step's first forward, it would be a host-to-device copy inside that step."""
+    for m in modules:
+        if isinstance(m, GatedUnit):
+            m.tasks = tasks
+            m.task_index(device)
+
+
 def route(modules: list[GatedUnit | TaskNorm], tasks: list[int], norm: str = "train", hard: bool = False) -> None:
     """Make the next forward of routed(backbone) run these tasks' paths (inputs stacked task-major when there are
     several). A training forward normalises as `norm` says (NORM_MODES) and, with hard, thresholds its gates as

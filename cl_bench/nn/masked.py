@@ -12,7 +12,9 @@ forward computes for. CPG's growth widens layers by appending output channels (a
 channels); each task remembers the output widths it was learned at and computes on that leading slice, so
 old tasks run the very same arithmetic after any growth.
 """
+import contextlib
 import copy
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -90,6 +92,18 @@ class Census:
         counts = {**self.counts, 0: self.pool(value)}
         counts.pop(value, None)
         return Census(_versions(owner), counts, value)
+
+
+@contextlib.contextmanager
+def census_kept(module: nn.Module):
+    """Around a write that leaves every masked layer's owners as they were in value (DistributedDataParallel's
+    broadcast of rank 0's buffers at each phase's wrapping: the ranks' owners are alike already): a census current
+    before stays current after, rather than counted again (a read of the owners) at the phase's first step."""
+    current = [(m, m._counted) for m in module.modules() if isinstance(m, MaskedLayer)
+               and m._counted is not None and m._counted.key == _versions(m.owner)]
+    yield
+    for m, counted in current:
+        m._counted = dataclasses.replace(counted, key=_versions(m.owner))
 
 
 class MaskedLayer(nn.Module):
