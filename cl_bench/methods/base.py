@@ -98,8 +98,9 @@ class Method(nn.Module, metaclass=abc.ABCMeta):
     # Otherwise a string saying why not.
     within_task_checkpoints: ClassVar[bool | str] = True
     # Whether hardware.cuda_graphs may capture this method's fit() steps (methods/loop.py StepGraph): true where a
-    # step's loss and its after_backward read only the batch's tensors and tensors updated in place, draw nothing
-    # from the run's generators and read no Python value that changes from step to step (batch.step, a counter).
+    # step's loss and its after_backward read only the batch's tensors and tensors updated in place, draw from no
+    # generator but the run's (ctx.generator, ctx.augment_generator, torch's global one: the graph registers them)
+    # and read no Python value that changes from step to step (batch.step, a counter).
     # Otherwise a string saying why not; its steps then run eagerly.
     graph_safe: ClassVar[bool | str] = "its steps have not been checked for capture"
     # Where graph_safe is not True: the phases (by Loop.phase_named's name) whose steps are capture-safe all the

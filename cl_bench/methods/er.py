@@ -56,7 +56,7 @@ class ERConfig(MethodConfig):
 
 class ER(Rehearsal, Method):
     name = "er"
-    graph_safe = "a step draws its replay batch from the run's generator, which a captured step would not advance"
+    graph_safe = True  # its replay draws come from the run's generators, which each graph registers
     scenarios = frozenset({"task", "class"})
     # Data-parallel: every rank stores the global batch and draws the same replay rows, so the memories stay
     # alike; each rank trains on its shard of both.

@@ -74,7 +74,7 @@ class ERACEConfig(MethodConfig):
 
 class ERACE(Rehearsal, Method):
     name = "er_ace"
-    graph_safe = "a step draws its replay batch from the run's generator, which a captured step would not advance"
+    graph_safe = True  # its replay draws come from the run's generators, which each graph registers
     scenarios = frozenset({"class"})
     distributed_scenarios = frozenset({"class"})  # the memory stores the global batch, alike on every rank
     Config = ERACEConfig

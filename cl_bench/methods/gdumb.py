@@ -109,7 +109,7 @@ def cutmix(x: torch.Tensor, y: torch.Tensor, alpha: float, prob: float, generato
 
 class GDumb(Rehearsal, Method):
     name = "gdumb"
-    graph_safe = "a step draws its CutMix from the run's generator, which a captured step would not advance"
+    graph_safe = "its loss sets each epoch's learning rate (warm restarts), which a replayed step would not run"
     scenarios = frozenset({"task", "class"})
     Config = GDumbConfig
 

@@ -319,8 +319,10 @@ class StepGraph:
     launches hundreds of kernels. The graph reads its batch from static buffers that each step copies into, and
     adds to the epoch's sums in place. WARMUP eager steps come first, so that the optimiser's state exists before
     capture. A batch of another size (an epoch's last) runs eagerly; a new learning rate, which the optimiser's step
-    holds as a number, is captured afresh. Without a CUDA device the same buffers and steps run eagerly: the path
-    tests/test_cuda_graphs.py compares with training without graphs."""
+    holds as a number, is captured afresh. The run's generators (ctx.generator, ctx.augment_generator: a replay
+    memory's draws and their augmentation) are registered with each graph, as torch's global one is, so that every
+    replay draws from, and advances, them as an eager step would. Without a CUDA device the same buffers and steps
+    run eagerly: the path tests/test_cuda_graphs.py compares with training without graphs."""
 
     WARMUP = 3
 
@@ -328,6 +330,8 @@ class StepGraph:
         self.ctx, self.objective, self.opt, self.after_backward = loop.ctx, objective, opt, after_backward
         self.trained = list({id(p): p for p in (*params_of(opt), *loop.method.parameters())}.values())
         self.capture = self.ctx.device.type == "cuda"
+        # the generators a captured step may draw from (torch's global one is registered by torch itself)
+        self.generators = list({id(g): g for g in (self.ctx.generator, self.ctx.augment_generator)}.values())
         self.total, self.first_bad = loop.sums()
         self.step_index = torch.zeros((), dtype=torch.long, device=self.ctx.device)
         self.static: Batch | None = None  # the buffers the graph reads its batch from
@@ -401,6 +405,9 @@ class StepGraph:
         for p in self.trained:  # the graph's backward allocates the gradients it then rewrites (an existing one
             p.grad = None  # would be accumulated into, on every replay)
         graph = torch.cuda.CUDAGraph()
+        for generator in self.generators:
+            if generator.device.type == "cuda":
+                graph.register_generator_state(generator)
         with torch.cuda.graph(graph):
             self._body(self.static, self.step_index)
         self.graph, self.grads = graph, [(p, p.grad) for p in self.trained if p.grad is not None]
