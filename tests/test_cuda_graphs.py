@@ -24,16 +24,19 @@ REPLAYING = ("er", "der", "derpp", "er_ace")
 EXTRA = {"cpg": ("method.goal_source=independent",)}
 # Two tasks, two epochs with the lr cut after the first (a recapture), and batches of 48, which leave each epoch a
 # smaller last batch (an eager step between replays).
-CUT = ("backbone=mlp", "backbone.hidden_sizes=[32]", "dataset.num_tasks=2", "logger=none",
-       "checkpoint.enabled=false", "method.epochs=2", "method.lr_milestones=[1]", "method.batch_size=48")
+CUT = ("dataset.num_tasks=2", "logger=none", "checkpoint.enabled=false", "method.epochs=2", "method.lr_milestones=[1]",
+       "method.batch_size=48")
+# A small MLP, or a small conv net for the methods that gate convs
+BACKBONE = ("backbone=mlp", "backbone.hidden_sizes=[32]")
+CONV = {"gated": ("backbone=convnet", "backbone.channels=[4,8]")}
 
 
 def composed(name: str, *overrides: str):
     """CUT for method name, in the task scenario where it has one, its extra phases cut short."""
     cls = METHODS[name]
     scenario = "task" if "task" in cls.scenarios else "class"
-    return api.compose(f"method={name}", f"scenario={scenario}", *CUT, *cls.short_schedule, *EXTRA.get(name, ()),
-                       *overrides)
+    return api.compose(f"method={name}", f"scenario={scenario}", *CONV.get(name, BACKBONE), *CUT, *cls.short_schedule,
+                       *EXTRA.get(name, ()), *overrides)
 
 
 def trained(name: str, *overrides: str):
@@ -81,6 +84,16 @@ def test_a_graphed_run_trains_as_the_eager_loop_bit_for_bit_and_every_replay_rep
     assert audit.replays > 0 and audit.calls and not audit.problems, audit.problems[:5]
     if name in REPLAYING:  # the replay draws are in the captured step, from the generators the graph registers
         assert any("generator" in repr(call) for call in audit.calls)
+
+
+def test_a_step_is_captured_afresh_when_what_its_branches_read_of_the_step_index_changes(graphs, monkeypatch):
+    """Gated's sparsity term starts after a warm-up epoch, within a phase whose learning rate stays: its graph_key
+    turns, and the step is captured again, as the eager loop branches."""
+    warm = ("method.sparsity_warmup_epochs=1", "method.lr_milestones=[]")
+    eager = trained("gated", *warm).method.state_dict()
+    graphed, audit = audited("gated", monkeypatch, *warm)
+    assert all(torch.equal(eager[k], v) for k, v in graphed.method.state_dict().items())
+    assert all(g.captures == 2 for g in graphs) and audit.replays > 0 and not audit.problems, audit.problems[:5]
 
 
 def test_a_step_graph_copies_each_batch_into_its_buffers_and_sums_the_epoch_in_place(graphs):
