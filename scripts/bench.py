@@ -1278,14 +1278,15 @@ GRAPHS_NOTE = [
     "step). With `hardware.cuda_graphs=true`, each training phase's full-size steps (forward, loss, backward, the "
     "hooks after it and the optimiser's step) are captured once as a CUDA graph after three eager warm-up steps and"
     " replayed: one launch a step. The graph reads each batch from buffers the step copies it into; an epoch's "
-    "smaller last batch runs eagerly; a new learning rate (a milestone) is captured afresh; Adam and AdamW are "
-    "built `capturable`, so that their step counts stay on the device. Methods whose steps read nothing that "
-    "changes between steps, other than tensors updated in place, declare themselves capture-safe "
-    "(`Traits.graph_safe`, the `cuda_graphs` column of `cl-bench list`): finetune, joint, independent, LwF, EWC, "
-    "MAS, SI, PackNet, BiC, iCaRL and LUCIR; CPG (and PAE) in its goal models' phases only. The others say why not "
-    "(replay draws from the run's generator, CPG's ramp and picking, HAT's annealed scale, the online methods' own "
-    "loop) and run eagerly; metrics.json's `ran_on.cuda_graphs` says which, and why, as it does for a run without a"
-    " CUDA device.",
+    "smaller last batch runs eagerly; a new learning rate (a milestone), or a warm-up's end a step branches on "
+    "(`LoopOptions.graph_key`), is captured afresh; Adam and AdamW are built `capturable`, so that their step counts "
+    "stay on the device; the run's generators are registered with each graph, so that replay draws inside a "
+    "captured step advance them as eager steps do. Methods whose steps read nothing that changes between steps, "
+    "other than tensors updated in place, declare themselves capture-safe (`Traits.graph_safe`, the `cuda_graphs` "
+    "column of `cl-bench list`): finetune, joint, independent, LwF, EWC, MAS, SI, PackNet, BiC, iCaRL, LUCIR, ER, "
+    "DER, DER++, ER-ACE and gated; CPG (and PAE) in its goal models' phases only. The others say why not (GDumb's "
+    "in-loss learning rate, CPG's ramp and picking, HAT's annealed scale, the online methods' own loop) and run "
+    "eagerly; metrics.json's `ran_on.cuda_graphs` says which, and why, as it does for a run without a CUDA device.",
     "",
     "What the CPU shows (tests/test_cuda_graphs.py): without a device the StepGraph runs the same buffers, warm-up,"
     " capture points and recaptures eagerly, and trains every capture-safe method to the same weights, bit for bit,"

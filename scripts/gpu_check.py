@@ -13,8 +13,8 @@ depend on them), for each paper setting in SETTINGS, in one process:
     precision and memory format) timed the same way: the method's step over it is its overhead (a method with
     glances or phases does more work a step; the table says how many samples each step saw).
 Then CUDA graphs (hardware.cuda_graphs, methods/loop.py StepGraph): each GRAPHS setting's steps measured as above
-eagerly and captured, and the default job (seed 0, fp32) trained captured against two eager runs, its weights' largest
-difference flagged where it exceeds ten times the eager runs' own. Then the jobs a GPU holds side by side: 1, 4
+eagerly and captured, and the AGREEMENT jobs (seed 0, fp32) trained captured against two eager runs, their weights'
+largest difference flagged where it exceeds ten times the eager runs' own. Then the jobs a GPU holds side by side: 1, 4
 and 8 processes of one setting (JOBS_SETTING), each timing its steps once every process is warm (a file barrier), and
 their summed samples/s. Then precision against the CPU on the
 embedded digits: the default job (method=finetune dataset=split_digits, whole) for DIGITS_SEEDS on the device in
@@ -63,13 +63,18 @@ SETTINGS = {
     "derpp split_cifar10": ("cifar10", ["method=derpp", "dataset=split_cifar10"]),
 }
 # hardware.cuda_graphs (methods/loop.py StepGraph): settings whose first steps are capture-safe, timed eagerly and
-# captured: finetune (batches of 32, as derpp's, so that a task's epoch holds the window's steps), and PAE's paper
-# setting, whose first steps are task 0's goal model (CPG captures its goal phases only).
+# captured: finetune (batches of 32, as derpp's, so that a task's epoch holds the window's steps), DER++ (its replay
+# draws from the run's generator, which each graph registers), and PAE's paper setting, whose first steps are task
+# 0's goal model (CPG captures its goal phases only).
 GRAPHS = {
     "finetune split_cifar10": ("cifar10", ["method=finetune", "dataset=split_cifar10", "method.batch_size=32"]),
+    "derpp split_cifar10": SETTINGS["derpp split_cifar10"],
     "pae cifar100_20 goal": SETTINGS["pae cifar100_20"],
 }
 GRAPHED = ["hardware.cuda_graphs=true"]
+# The jobs trained captured against eagerly (graph_agreement): the default one, and DER++ on the same data, whose
+# replay draws inside the captured step from a registered generator.
+AGREEMENT = {"default job": [], "derpp job": ["method=derpp"]}
 JOBS_SETTING = "derpp split_cifar10"
 BARRIER_S = 300  # how long a job side by side waits for the others to be warm
 # Each setting's phases in the order they run, by task and Loop.phase_name: its first TASKS tasks run, each phase
@@ -413,11 +418,12 @@ def graphs_section(data_root: Path, hardware: str, sizes: dict, labels: list[str
         out[label] = {"failed": failed[0]} if failed else {**row, "speedup": row["eager"]["step_ms"] /
                                                             row["graphed"]["step_ms"]}
         print(f"gpu_check: graphs {label}: {json.dumps(out[label].get('speedup', out[label]))}", file=sys.stderr)
-    out["default job"] = graph_agreement(hardware, cpu)
+    for label, extra in AGREEMENT.items():
+        out[label] = graph_agreement(hardware, cpu, extra)
     return out
 
 
-def graph_agreement(hardware: str, cpu: bool) -> dict:
+def graph_agreement(hardware: str, cpu: bool, extra_overrides: list[str] = ()) -> dict:
     """The default job (seed 0, fp32, DIGITS_CPU's cut on the rehearsal) trained twice eagerly and once captured:
     the largest difference of any weight between the captured run and the first eager run, against the two eager
     runs' own (a device's atomics may differ run to run). Flagged where the captured run is further off than ten
@@ -426,7 +432,7 @@ def graph_agreement(hardware: str, cpu: bool) -> dict:
 
     def weights(*extra: str) -> dict:
         exp = api.build(api.compose(*DIGITS, *(DIGITS_CPU if cpu else []), f"hardware={hardware}",
-                                    "hardware.precision=fp32", "seed=0", *extra))
+                                    "hardware.precision=fp32", "seed=0", *extra_overrides, *extra))
         for task in exp.tasks:
             exp.method.learn(task)
         record = exp.ctx.ran_on["cuda_graphs"]
@@ -586,7 +592,7 @@ def graphs_lines(r: dict) -> list[str]:
              "", "| setting | eager step ms | captured step ms | speedup | syncs eager / captured | GPU busy eager / "
              "captured | peak MiB eager / captured |", "|---|---|---|---|---|---|---|"]
     for label, row in r["graphs"].items():
-        if label == "default job":
+        if label in AGREEMENT:
             continue
         if "failed" in row:
             lines.append(f"| {label} | failed: {row['failed']} ||||||")
@@ -595,11 +601,16 @@ def graphs_lines(r: dict) -> list[str]:
         lines.append(f"| {label} | {e['step_ms']:.1f} | {g['step_ms']:.1f} | {row['speedup']:.2f}x | "
                      f"{fmt(e['syncs'], 'd')} / {fmt(g['syncs'], 'd')} | {fmt(e['gpu_busy'], '.0%')} / "
                      f"{fmt(g['gpu_busy'], '.0%')} | {fmt(e['peak_mem_mb'], '.0f')} / {fmt(g['peak_mem_mb'], '.0f')} |")
-    job = r["graphs"].get("default job", {})
-    lines += ["", "The default job (fp32, seed 0) trained captured against eagerly: " + (
-        f"failed: {job['failed']}" if "failed" in job else
-        f"largest weight difference {job['graphed_diff']:.2e}, two eager runs' {job['eager_spread']:.2e} "
-        f"(ran_on.cuda_graphs: {job['cuda_graphs']})")]
+    lines.append("")
+    for label in AGREEMENT:
+        job = r["graphs"].get(label)
+        if job is None:  # a record from before the job was added
+            continue
+        lines += [f"The {label} ({' '.join(AGREEMENT[label]) or 'method=finetune'}, fp32, seed 0) trained captured "
+                  "against eagerly: " + (
+                      f"failed: {job['failed']}" if "failed" in job else
+                      f"largest weight difference {job['graphed_diff']:.2e}, two eager runs' {job['eager_spread']:.2e} "
+                      f"(ran_on.cuda_graphs: {job['cuda_graphs']})")]
     return lines
 
 

@@ -18,20 +18,25 @@ from cl_bench.methods.loop import Loop, StepGraph, tensors
 pytestmark = pytest.mark.usefixtures("one_thread")
 SAFE = sorted(name for name, cls in METHODS.items() if cls.traits.graph_safe is True)
 PHASED = sorted(name for name, cls in METHODS.items() if cls.traits.graph_safe is not True and cls.traits.graph_phases)
+# The methods that draw a replay batch inside each step
+REPLAYING = ("er", "der", "derpp", "er_ace")
 # What makes a method run the phases it captures: CPG's goal models (its short schedule has none)
 EXTRA = {"cpg": ("method.goal_source=independent",)}
 # Two tasks, two epochs with the lr cut after the first (a recapture), and batches of 48, which leave each epoch a
 # smaller last batch (an eager step between replays).
-CUT = ("backbone=mlp", "backbone.hidden_sizes=[32]", "dataset.num_tasks=2", "logger=none",
-       "checkpoint.enabled=false", "method.epochs=2", "method.lr_milestones=[1]", "method.batch_size=48")
+CUT = ("dataset.num_tasks=2", "logger=none", "checkpoint.enabled=false", "method.epochs=2", "method.lr_milestones=[1]",
+       "method.batch_size=48")
+# A small MLP, or a small conv net for the methods that gate convs
+BACKBONE = ("backbone=mlp", "backbone.hidden_sizes=[32]")
+CONV = {"gated": ("backbone=convnet", "backbone.channels=[4,8]")}
 
 
 def composed(name: str, *overrides: str):
     """CUT for method name, in the task scenario where it has one, its extra phases cut short."""
     cls = METHODS[name]
     scenario = "task" if "task" in cls.traits.scenarios else "class"
-    return api.compose(f"method={name}", f"scenario={scenario}", *CUT, *cls.traits.short_schedule, *EXTRA.get(name, ()),
-                       *overrides)
+    return api.compose(f"method={name}", f"scenario={scenario}", *CONV.get(name, BACKBONE), *CUT,
+                       *cls.traits.short_schedule, *EXTRA.get(name, ()), *overrides)
 
 
 def trained(name: str, *overrides: str):
@@ -57,7 +62,8 @@ def graphs(monkeypatch) -> list[StepGraph]:
 
 
 def test_some_methods_declare_their_steps_capture_safe_and_the_rest_say_why_not():
-    assert {"finetune", "joint", "ewc", "lwf", "packnet", "icarl"} <= set(SAFE) and PHASED == ["cpg"]
+    assert {"finetune", "joint", "ewc", "lwf", "packnet", "icarl", "er", "der", "derpp", "er_ace"} <= set(SAFE)
+    assert PHASED == ["cpg"]
     assert all(isinstance(cls.traits.graph_safe, str) and cls.traits.graph_safe for name, cls in METHODS.items()
                if name not in SAFE)
 
@@ -76,6 +82,18 @@ def test_a_graphed_run_trains_as_the_eager_loop_bit_for_bit_and_every_replay_rep
     assert all(g.captures >= 1 and g.warm == StepGraph.WARMUP for g in graphs) and any(g.captures == 2 for g in graphs)
     assert all(g.graph is None for g in graphs)  # released with its phase
     assert audit.replays > 0 and audit.calls and not audit.problems, audit.problems[:5]
+    if name in REPLAYING:  # the replay draws are in the captured step, from the generators the graph registers
+        assert any("generator" in repr(call) for call in audit.calls)
+
+
+def test_a_step_is_captured_afresh_when_what_its_branches_read_of_the_step_index_changes(graphs, monkeypatch):
+    """Gated's sparsity term starts after a warm-up epoch, within a phase whose learning rate stays: its graph_key
+    turns, and the step is captured again, as the eager loop branches."""
+    warm = ("method.sparsity_warmup_epochs=1", "method.lr_milestones=[]")
+    eager = trained("gated", *warm).method.state_dict()
+    graphed, audit = audited("gated", monkeypatch, *warm)
+    assert all(torch.equal(eager[k], v) for k, v in graphed.method.state_dict().items())
+    assert all(g.captures == 2 for g in graphs) and audit.replays > 0 and not audit.problems, audit.problems[:5]
 
 
 def test_a_step_graph_copies_each_batch_into_its_buffers_and_sums_the_epoch_in_place(graphs):
@@ -93,17 +111,17 @@ def test_the_record_says_whether_steps_were_captured_and_why_not():
     assert hardware.graph_mode(False, METHODS["finetune"], hw) == (False, "off")
     granted, record = hardware.graph_mode(True, METHODS["finetune"], hw)
     assert granted and record.startswith("not captured: no CUDA device")
-    granted, record = hardware.graph_mode(True, METHODS["er"], hw)
-    why = METHODS["er"].traits.graph_safe
-    assert not granted and record == f"not captured: er's steps are not capture-safe ({why})"
+    granted, record = hardware.graph_mode(True, METHODS["gdumb"], hw)
+    why = METHODS["gdumb"].traits.graph_safe
+    assert not granted and record == f"not captured: gdumb's steps are not capture-safe ({why})"
     cuda = hardware.Hardware(torch.device("cuda"), torch.bfloat16, True)
     assert hardware.graph_mode(True, METHODS["finetune"], cuda) == (True, "captured")
     granted, record = hardware.graph_mode(True, METHODS["cpg"], cuda)
     assert granted and record.startswith("captured in its goal phases only")
     assert hardware.graph_mode(True, METHODS["finetune"], hardware.Hardware(torch.device("cuda"), None, True,
                                                                             world_size=2))[0] is False
-    exp = api.build(composed("er", "hardware.cuda_graphs=true"))
-    assert not exp.ctx.cuda_graphs and exp.ctx.ran_on["cuda_graphs"].startswith("not captured: er's")
+    exp = api.build(composed("gdumb", "hardware.cuda_graphs=true", "method.lr_milestones=[]"))
+    assert not exp.ctx.cuda_graphs and exp.ctx.ran_on["cuda_graphs"].startswith("not captured: gdumb's")
 
 
 def test_graphs_and_a_compiled_backbone_together_are_refused_in_one_line():
@@ -123,7 +141,8 @@ class ReplayAudit(TorchFunctionMode):
     tensors' shapes and dtypes, and the address of each persistent tensor it reads: a parameter, a buffer, optimiser
     state, the graph's own buffers) and compares every later replay's with them. A replay that calls otherwise
     (another Python number, a branch taken otherwise, a buffer replaced by a new tensor, another shape) is one a
-    graph would get wrong; so is a draw from a generator of the run's own, which a capture would not advance.
+    graph would get wrong; so is a draw from a generator the graph does not register (StepGraph.generators: the
+    run's), which its replays would not advance.
     torch.optim's own calls are left out: which optimisers capture is torch's (Adam and AdamW capturable, SGD)."""
 
     def __init__(self, method):
@@ -136,6 +155,7 @@ class ReplayAudit(TorchFunctionMode):
         persistent = [*self.method.parameters(), *self.method.buffers(), *state, *tensors(graph.static),
                       graph.total, graph.first_bad, graph.step_index]
         self.persistent = {t.data_ptr() for t in persistent if t.numel()}
+        self.registered = {id(g) for g in graph.generators}
         self.record, self.index, self.active = record, 0, True
         if record:
             self.calls = []
@@ -155,8 +175,9 @@ class ReplayAudit(TorchFunctionMode):
         if isinstance(x, dict):
             return tuple((k, self.describe(v)) for k, v in sorted(x.items()))
         if isinstance(x, torch.Generator):
-            self.problems.append("a step draws from a generator of its own")
-            return "generator"
+            if id(x) not in self.registered:
+                self.problems.append("a step draws from a generator the graph does not register")
+            return ("generator", id(x))
         if x is None or isinstance(x, (bool, int, float, str, torch.dtype, torch.device, torch.memory_format)):
             return x
         return type(x).__name__
@@ -235,8 +256,17 @@ def branched(loss):
     return scaled
 
 
+def unregistered(loss):
+    """Finetune's loss plus noise from a generator of its own, which no graph registers."""
+    def noisy(self, batch, task_id):
+        if not hasattr(self, "own_generator"):
+            self.own_generator = torch.Generator().manual_seed(1)
+        return loss(self, batch, task_id) + 1e-3 * torch.rand((), generator=self.own_generator)
+    return noisy
+
+
 @pytest.mark.parametrize(("name", "patch", "why"), [
-    ("er", None, "a step draws from a generator of its own"),  # its replay batch, from the run's generator
+    ("finetune", unregistered, "a step draws from a generator the graph does not register"),
     ("finetune", counted, "call "),
     ("finetune", replaced, "call "),
     ("finetune", branched, "call ")])

@@ -34,11 +34,11 @@ def test_the_cpu_rehearsal_times_a_settings_phases_graphs_jobs_side_by_side_and_
         assert phase["step_ms"] > 0 and phase["plain_step_ms"] > 0 and phase["batch"] == 8
         assert phase["syncs"] is None and phase["gpu_busy"] is None  # the device's counts: none on the CPU
     graphs = result["graphs"]
-    assert list(graphs) == ["finetune split_cifar10", "default job"]
+    assert list(graphs) == ["finetune split_cifar10", "default job", "derpp job"]
     assert all(graphs["finetune split_cifar10"][mode]["step_ms"] > 0 for mode in ("eager", "graphed"))
     # without CUDA the captured path runs its steps eagerly: the same weights, bit for bit
-    assert graphs["default job"]["graphed_diff"] == 0 and graphs["default job"]["cuda_graphs"].startswith(
-        "not captured: no CUDA device")
+    assert all(graphs[job]["graphed_diff"] == 0 and graphs[job]["cuda_graphs"].startswith(
+        "not captured: no CUDA device") for job in ("default job", "derpp job"))
     assert result["jobs_setting"] == "nccl split_cifar100" and list(result["jobs"]) == ["1", "2"]
     assert all(row["samples_per_s"] > 0 for row in result["jobs"].values())
     digits = result["digits"]

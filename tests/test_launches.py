@@ -205,3 +205,30 @@ def test_cpgs_goal_model_takes_the_runs_memory_format(monkeypatch, channels_last
     convs = [m.weight for m in trained["model"].modules() if isinstance(m, nn.Conv2d)]
     want = torch.channels_last if channels_last else torch.contiguous_format
     assert convs and all(masked.memory_format(w) == want for w in convs)
+
+
+@pytest.mark.parametrize(("optimizer", "extra"), [
+    ("sgd", ("method.momentum=0.9", "method.nesterov=true", "method.weight_decay=5e-4")),
+    ("sgd", ("method.momentum=0", "method.weight_decay=0")),
+    ("adam", ("method.weight_decay=1e-4",)),
+    ("adamw", ("method.weight_decay=1e-2",))])
+def test_the_foreach_optimisers_step_as_torchs_per_tensor_loops(optimizer, extra):
+    """Loop.make_optimizer builds foreach optimisers (one call for every parameter, where torch's CPU default loops
+    over them): the same parameters, bit for bit, as the per-tensor loop after steps of gradients of every scale."""
+    cfg = compose("method=finetune", f"method.optimizer={optimizer}", "method.lr=0.01", *extra)
+    method = methods.build(cfg.method, backbones.build(cfg.backbone, (1, 8, 8)), task_info(),
+                           methods.Context(CPU, None, torch.Generator().manual_seed(0), recorders.Recorder()))
+    params = [p for p in method.parameters() if p.requires_grad]
+    looped = [p.detach().clone().requires_grad_() for p in params]
+    fast = method.loop.make_optimizer(params)
+    assert all(group["foreach"] for group in fast.param_groups)
+    kept = {k: v for k, v in fast.defaults.items() if k != "decoupled_weight_decay"}  # AdamW sets it itself
+    slow = type(fast)(looped, **{**kept, "foreach": False})
+    g = torch.Generator().manual_seed(1)
+    for step in range(20):
+        for p, q in zip(params, looped):
+            q.grad = torch.randn(p.shape, generator=g) * 10.0 ** (step % 5 - 2)
+            p.grad = q.grad.clone()
+        fast.step()
+        slow.step()
+    assert all(torch.equal(p, q) for p, q in zip(params, looped))

@@ -64,20 +64,21 @@ class DER(Rehearsal, Method):
     Config = DERConfig
     # Data-parallel: every rank stores the global batch with its logits (gathered) and draws the same replay rows.
     traits = Traits(scenarios=frozenset({"task", "class"}), distributed_scenarios=frozenset({"task", "class"}),
-                    graph_safe="a step draws its replay batch from the run's generator, which a captured step would "
-                               "not advance", health_checks=(MEMORY_CLASSES,))
+                    graph_safe=True,  # its replay draws come from the run's generators, which each graph registers
+                    health_checks=(MEMORY_CLASSES,))
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)
         check_memory_holds_every_class(cfg.memory_size, info)
         self.memory = Memory(cfg.memory_size, info.input_shape, info.num_outputs, ctx.device)
+        # The current batch's logits, from its loss to the memory update after the step: written in place, rows
+        # [0, batch), so that a captured step (StepGraph) writes them where the update reads them.
+        self.batch_logits = torch.zeros(cfg.batch_size, info.num_outputs, device=ctx.device)
 
     def train_task(self, task):
-        pending = {}  # the current batch's logits, from its loss to the memory update after the step
-
         def loss(batch: Batch):
             logits = self.dark_logits(batch.x, batch.t)
-            pending["logits"] = logits.detach()
+            self.batch_logits[: logits.shape[0]].copy_(logits.detach())
             total = self.ce(logits, batch.y)
             if task.id > 0 or batch.step > 0:  # the memory is empty only before the stream's first step
                 total = total + self.replay_loss()
@@ -85,7 +86,7 @@ class DER(Rehearsal, Method):
 
         def store(batch: Batch):
             whole = batch.unsharded()  # data-parallel: the global batch and its logits, gathered from the ranks
-            logits = self.loop.unshard(pending.pop("logits"), len(whole.y))
+            logits = self.loop.unshard(self.batch_logits[: len(batch.y)], len(whole.y))
             self.memory.add(whole.raw, whole.y, whole.t, logits=logits.masked_fill(logits.isinf(), 0),
                             generator=self.ctx.generator)
 

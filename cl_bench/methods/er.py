@@ -61,8 +61,8 @@ class ER(Rehearsal, Method):
     # Data-parallel: every rank stores the global batch and draws the same replay rows, so the memories stay
     # alike; each rank trains on its shard of both.
     traits = Traits(scenarios=frozenset({"task", "class"}), distributed_scenarios=frozenset({"task", "class"}),
-                    graph_safe="a step draws its replay batch from the run's generator, which a captured step would "
-                               "not advance", health_checks=(MEMORY_CLASSES,))
+                    graph_safe=True,  # its replay draws come from the run's generators, which each graph registers
+                    health_checks=(MEMORY_CLASSES,))
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

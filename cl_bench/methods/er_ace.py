@@ -78,8 +78,8 @@ class ERACE(Rehearsal, Method):
     Config = ERACEConfig
     traits = Traits(scenarios=frozenset({"class"}),
                     distributed_scenarios=frozenset({"class"}),  # the memory stores the global batch, alike per rank
-                    graph_safe="a step draws its replay batch from the run's generator, which a captured step would "
-                               "not advance", health_checks=(MEMORY_CLASSES,))
+                    graph_safe=True,  # its replay draws come from the run's generators, which each graph registers
+                    health_checks=(MEMORY_CLASSES,))
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -157,6 +157,8 @@ class Gated(Method):
         distributed_scenarios=frozenset({"task", "class"}),
         needs=frozenset({Capability.conv_bn}),  # a gate per conv and a batch norm per task behind it (nn/gated.py)
         backbone_use="gated",  # nn/gated.py
+        # its warm-ups end between captures (LoopOptions.graph_key); frozen rows are masked in place
+        graph_safe=True,
         health_checks=(path_closed, all_frozen, MEMORY_CLASSES))  # the memory's in the class scenario
 
     def __init__(self, cfg, backbone, info, ctx):
@@ -231,13 +233,19 @@ class Gated(Method):
             optimizer.add_param_group({"params": classifier, "lr": self._classifier_lr()})  # the path's decay
             params = params + classifier
 
+        def warmed_up(step: int) -> tuple[bool, bool]:
+            """Whether the sparsity term and the task loss are on at this step."""
+            return (step >= self.cfg.sparsity_warmup_epochs * steps,
+                    self._joint(task) and step >= self.cfg.task_loss_warmup_epochs * steps)
+
         def loss(batch):
+            sparse, task_loss = warmed_up(batch.step)
             gated.route(self.routed, [task.id])
             features = self.backbone(batch.x)
             total = F.cross_entropy(self.heads(features, task.id), batch.y - task.offset)
-            if batch.step >= self.cfg.sparsity_warmup_epochs * steps:
+            if sparse:
                 total = total + self.cfg.sparsity * self.gate_density()  # of this forward, before the rehearsal one
-            if self._joint(task) and batch.step >= self.cfg.task_loss_warmup_epochs * steps:
+            if task_loss:
                 total = total + self.task_loss(batch, task.id)
             return total
 
@@ -247,7 +255,7 @@ class Gated(Method):
                 torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
 
         self.loop.fit(task, loss, params=params, optimizer=optimizer, after_backward=after_backward,
-                      after_step=lambda _: self._restore_frozen())
+                      after_step=lambda _: self._restore_frozen(), graph_key=warmed_up)
 
     def _classifier_lr(self) -> float:
         return self.cfg.lr if self.cfg.task_classifier_lr is None else self.cfg.task_classifier_lr

@@ -112,8 +112,8 @@ class GDumb(Rehearsal, Method):
     name = "gdumb"
     Config = GDumbConfig
     traits = Traits(scenarios=frozenset({"task", "class"}), health_checks=(MEMORY_CLASSES,),
-                    graph_safe="a step draws its CutMix from the run's generator, which a captured step would not "
-                               "advance")
+                    graph_safe="its loss sets each epoch's learning rate (warm restarts), which a replayed step "
+                               "would not run")
 
     def __init__(self, cfg, backbone, info, ctx):
         super().__init__(cfg, backbone, info, ctx)

@@ -48,6 +48,9 @@ class LoopOptions:
     milestones: list | tuple | None = None  # epochs at which the lr is multiplied by lr_gamma (method.lr_milestones)
     after_epoch: Callable[[int], bool | None] | None = None  # returning True ends the phase (a stopping rule)
     glances: int = 1  # optimiser steps on each batch, loss_fn called afresh for each
+    # hardware.cuda_graphs: what the step's branches read of its index (say, whether a warm-up has ended), a value
+    # of batch.step; the step is captured afresh when it changes, as at a new learning rate
+    graph_key: Callable[[int], object] | None = None
 
 
 @dataclass
@@ -129,13 +132,16 @@ class Loop:
         wd = cfg.weight_decay if weight_decay is None else weight_decay
         if wd and cfg.weight_decay_on == "weights":
             params, wd = weights_decayed(params, wd), 0.0
+        # foreach: one op call for all the parameters, where torch's CPU default loops over them in Python (its CUDA
+        # default already is foreach); the same arithmetic, bit for bit (tests/test_launches.py)
         if cfg.optimizer == "sgd":
-            return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=wd)
+            return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=wd,
+                                   foreach=True)
         # capturable: Adam's step counts stay on the device, so that a captured step (StepGraph) advances them
         capturable = self.ctx.cuda_graphs and self.ctx.device.type == "cuda"
         if cfg.optimizer == "adam":
-            return torch.optim.Adam(params, lr=lr, weight_decay=wd, capturable=capturable)
-        return torch.optim.AdamW(params, lr=lr, weight_decay=wd, capturable=capturable)
+            return torch.optim.Adam(params, lr=lr, weight_decay=wd, capturable=capturable, foreach=True)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=wd, capturable=capturable, foreach=True)
 
     def fit(self, task: Task, loss_fn, **options) -> None:
         """One phase of the task through the epoch loop (_fit), trained when it returns; named by phase_named in
@@ -165,6 +171,8 @@ class Loop:
             self.resume_at = None
         objective = parallel.objective(self.method, loss_fn, params, options.model)
         graph = self.step_graph(objective, opt, glances, options.after_backward)
+        if graph is not None:
+            graph.key = options.graph_key
         for epoch in range(first_epoch, epochs):
             self.method.train()
             parallel.seed_shard_augmentation(self.ctx, task.id, phase, epoch)
@@ -319,8 +327,10 @@ class StepGraph:
     launches hundreds of kernels. The graph reads its batch from static buffers that each step copies into, and
     adds to the epoch's sums in place. WARMUP eager steps come first, so that the optimiser's state exists before
     capture. A batch of another size (an epoch's last) runs eagerly; a new learning rate, which the optimiser's step
-    holds as a number, is captured afresh. Without a CUDA device the same buffers and steps run eagerly: the path
-    tests/test_cuda_graphs.py compares with training without graphs."""
+    holds as a number, is captured afresh. The run's generators (ctx.generator, ctx.augment_generator: a replay
+    memory's draws and their augmentation) are registered with each graph, as torch's global one is, so that every
+    replay draws from, and advances, them as an eager step would. Without a CUDA device the same buffers and steps
+    run eagerly: the path tests/test_cuda_graphs.py compares with training without graphs."""
 
     WARMUP = 3
 
@@ -328,11 +338,14 @@ class StepGraph:
         self.ctx, self.objective, self.opt, self.after_backward = loop.ctx, objective, opt, after_backward
         self.trained = list({id(p): p for p in (*params_of(opt), *loop.method.parameters())}.values())
         self.capture = self.ctx.device.type == "cuda"
+        # the generators a captured step may draw from (torch's global one is registered by torch itself)
+        self.generators = list({id(g): g for g in (self.ctx.generator, self.ctx.augment_generator)}.values())
         self.total, self.first_bad = loop.sums()
         self.step_index = torch.zeros((), dtype=torch.long, device=self.ctx.device)
         self.static: Batch | None = None  # the buffers the graph reads its batch from
         self.graph = None  # the captured step: a CUDAGraph, or True where steps run eagerly; None: not yet
-        self.lrs: list[float] | None = None  # the learning rates it holds
+        self.lrs: list | None = None  # the learning rates it holds, with its key's value
+        self.key: Callable[[int], object] | None = None  # LoopOptions.graph_key
         self.grads: list | None = None  # (parameter, the gradient tensor the graph writes for it)
         self.warm = 0  # eager steps taken on full batches before the first capture
         self.captures = 0  # graphs captured (or, without CUDA, that would have been)
@@ -343,6 +356,8 @@ class StepGraph:
             return
         self._load(batch, step)
         lrs = [group["lr"] for group in self.opt.param_groups]
+        if self.key is not None:
+            lrs.append(self.key(batch.step))
         if lrs != self.lrs:
             self.graph, self.lrs = None, lrs
         if self.graph is None and self.warm < self.WARMUP:
@@ -401,6 +416,9 @@ class StepGraph:
         for p in self.trained:  # the graph's backward allocates the gradients it then rewrites (an existing one
             p.grad = None  # would be accumulated into, on every replay)
         graph = torch.cuda.CUDAGraph()
+        for generator in self.generators:
+            if generator.device.type == "cuda":
+                graph.register_generator_state(generator)
         with torch.cuda.graph(graph):
             self._body(self.static, self.step_index)
         self.graph, self.grads = graph, [(p, p.grad) for p in self.trained if p.grad is not None]

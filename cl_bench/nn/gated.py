@@ -39,13 +39,18 @@ class _StraightThrough(torch.autograd.Function):
 def logistic_noise(like: torch.Tensor) -> torch.Tensor:
     """The difference of two Gumbel(0, 1) draws, which is what a binary Gumbel-softmax adds to a logit."""
     u = torch.rand_like(like, dtype=torch.float32).clamp_(1e-6, 1 - 1e-6)
-    return (torch.log(u) - torch.log1p(-u)).to(like.dtype)
+    return in_dtype(torch.log(u) - torch.log1p(-u), like.dtype)
 
 
 def gumbel_noise(like: torch.Tensor) -> torch.Tensor:
     """One Gumbel(0, 1) draw per logit (mean +0.577: lit-leo/cgate's gates, more of them open at the start)."""
     u = torch.rand_like(like, dtype=torch.float32).clamp_(1e-6, 1 - 1e-6)
-    return (-torch.log(-torch.log(u))).to(like.dtype)
+    return in_dtype(-torch.log(-torch.log(u)), like.dtype)
+
+
+def in_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x as dtype, without a call where it already is (x.to would return x itself, after an op call)."""
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 GATE_NOISES = {"logistic": logistic_noise, "gumbel": gumbel_noise}
@@ -164,9 +169,11 @@ class GatedUnit(nn.Module):
 
     @torch.no_grad()
     def mask_frozen_grads(self) -> None:
+        """Zero the frozen kernels' gradient rows in place: a fill through the mask, with no host sync (a boolean
+        index would read how many rows it selects), so that a captured step (StepGraph) can hold it."""
         for p in self.kernel_params():
             if p.grad is not None:
-                p.grad[self.frozen] = 0
+                p.grad.masked_fill_(_rows(self.frozen, p), 0)
 
     @torch.no_grad()
     def restore_frozen(self) -> None:
