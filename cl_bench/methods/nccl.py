@@ -82,6 +82,8 @@ class NCCL(OnlineMethod):
     name = "nccl"
     backbone_use = "calibrated"  # nn/calibrated.py
     Config = NCCLConfig
+    graph_safe = ("each glance draws its memory batches from the run's generator, which a captured step would not "
+                  "advance")
     soft_targets = True
     calibration_inert = Check("nccl.calibration_inert", "the outer steps left every calibration parameter where "
                                                         "the task found it (within a millionth of its magnitude)",
