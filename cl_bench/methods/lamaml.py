@@ -133,8 +133,9 @@ class LaMAML(OnlineMethod):
         chunk = -(-n // self.cfg.trajectory_chunks) if self.cfg.trajectory_chunks else 1
         fast, steps = list(self.weights), self.steps()
         meta_losses = []
-        for i in range(0, n, chunk):  # La-MAML's inner trajectory over the batch
-            fast = self.inner_step(net, fast, x[i: i + chunk], y[i: i + chunk], t[i: i + chunk], steps)
+        # La-MAML's inner trajectory over the batch, a chunk a step (split: one call a tensor, not one a chunk)
+        for xi, yi, ti in zip(x.split(chunk), y.split(chunk), t.split(chunk), strict=True):
+            fast = self.inner_step(net, fast, xi, yi, ti, steps)
             with self.ctx.autocast():
                 logits = functional_call(net, dict(zip(self.weight_names, fast)), (meta_x, meta_t))
                 meta_losses.append(F.cross_entropy(logits, meta_y))
