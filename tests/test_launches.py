@@ -1,10 +1,15 @@
 """Fewer launches per step (issue 46), and the same numbers: the task heads' one matmul gives the per-task heads'
 logits and gradients, the online methods' foreach updates compute what their per-tensor loops did, the picking
-scores take no Adam step at lr 0, and CPG's growth and goal models keep a run's channels_last layout."""
+scores take no Adam step at lr 0, and CPG's growth and goal models keep a run's channels_last layout; La-MAML's
+and NCCL's aten calls per incoming batch, counted as scripts/bench.py's launches section counts them."""
+import collections
+
 import pytest
 import torch
 import torch.nn.functional as F
+from test_online import build
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from cl_bench import backbones, config, methods, recorders
 from cl_bench.data import scenarios
@@ -232,3 +237,63 @@ def test_the_foreach_optimisers_step_as_torchs_per_tensor_loops(optimizer, extra
         fast.step()
         slow.step()
     assert all(torch.equal(p, q) for p, q in zip(params, looped))
+
+
+# --- aten calls per incoming batch of the online methods, counted as scripts/bench.py's launches section counts ---
+# On observed()'s batch (an MLP 32x32, two glances, task 1): La-MAML made 5,164 before its rates were taken once a
+# glance (issue 73), NCCL 871.
+LAMAML_CALLS, NCCL_CALLS = 4356, 871
+def outermost_aten_calls(fn) -> collections.Counter:
+    """The aten ops fn runs, by name, outside any other aten op (as called from Python), as bench.py's launches."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    calls = collections.Counter()
+    for event in prof.events():
+        parent = event.cpu_parent
+        while parent is not None and not parent.name.startswith("aten::"):
+            parent = parent.cpu_parent
+        if event.name.startswith("aten::") and parent is None:
+            calls[event.name] += 1
+    return calls
+
+
+class ReluOf(TorchFunctionMode):
+    """Counts relu calls on the given tensors."""
+
+    def __init__(self, tensors):
+        super().__init__()
+        self.ids, self.count = {id(t) for t in tensors}, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (F.relu, torch.relu) and id(args[0]) in self.ids:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def observed(name: str, *overrides):
+    """A method after one batch of the second task (the memory holds the first's), and a call observing the next."""
+    method, tasks = build(f"method={name}", "scenario=task", *overrides)
+    method.learn(tasks[0])
+    method.heads.seen = method.info.seen_outputs(1)
+    batches = method.stream(tasks[1])
+    method.observe(next(batches), tasks[1], store=True)
+    batch = next(batches)
+    return method, lambda: method.observe(batch, tasks[1], store=True)
+
+
+def test_la_maml_takes_its_inner_rates_once_a_glance_and_no_per_tensor_negation():
+    """relu(α) once per glance, not once per inner step; and w + g·(-rate) negates α's gradient once per glance, in
+    the backward of -rate (w - g·rate negated each step's)."""
+    method, observe = observed("lamaml", "method.inner_steps=2")
+    with ReluOf(method.alpha) as relus:
+        observe()
+    assert relus.count == 2 * len(method.alpha)  # 2 glances over trajectories of 10 one-sample steps
+    calls = outermost_aten_calls(observe)
+    assert calls["aten::neg"] == 2 * len(method.alpha) and calls["aten::_foreach_neg"] == 2
+    assert sum(calls.values()) <= LAMAML_CALLS, sum(calls.values())
+
+
+def test_nccls_per_batch_aten_calls_stay_bounded():
+    _, observe = observed("nccl", "method.inner_steps=2")
+    calls = sum(outermost_aten_calls(observe).values())
+    assert calls <= NCCL_CALLS, calls

@@ -136,12 +136,12 @@ def test_lamaml_trajectory_in_chunks():
     method, tasks = build("method=lamaml", "method.trajectory_chunks=5", "method.batch_size=10")
     sizes = []
     inner_step = method.inner_step
-    method.inner_step = lambda net, fast, x, y, t: sizes.append(x.shape[0]) or inner_step(net, fast, x, y, t)
+    method.inner_step = lambda net, fast, x, *rest: sizes.append(x.shape[0]) or inner_step(net, fast, x, *rest)
     method.glance(first_batch(method, tasks[0]), tasks[0])
     assert sizes == [2] * 5
     per_sample, tasks = build("method=lamaml", "method.batch_size=10")
     sizes.clear()
-    per_sample.inner_step = lambda net, fast, x, y, t: sizes.append(x.shape[0]) or fast
+    per_sample.inner_step = lambda net, fast, x, *rest: sizes.append(x.shape[0]) or fast
     per_sample.glance(first_batch(per_sample, tasks[0]), tasks[0])
     assert sizes == [1] * 10  # the MNIST code: one sample a step
 

@@ -87,6 +87,8 @@ RATES_AT_ZERO = 0.5  # rates_at_zero trips when at least this share of the learn
 class LaMAML(OnlineMethod):
     name = "lamaml"
     Config = LaMAMLConfig
+    graph_safe = ("each glance draws its batch's order and its replay batch from the run's generator, which a captured "
+                  "step would not advance")
     rates_at_zero = Check("lamaml.rates_at_zero", "half or more of the learned learning rates are at or below zero, "
                                                   "which the relu clips to zero: those weights no longer learn",
                           "lower method.outer_lr (the learning rates' own lr) or raise method.alpha_init")
@@ -129,10 +131,11 @@ class LaMAML(OnlineMethod):
             memory, _ = self.replay()
             meta_x, meta_y, meta_t = (torch.cat(p) for p in ((x, memory.x), (y, memory.y), (t, memory.t)))
         chunk = -(-n // self.cfg.trajectory_chunks) if self.cfg.trajectory_chunks else 1
-        fast = list(self.weights)
+        fast, steps = list(self.weights), self.steps()
         meta_losses = []
-        for i in range(0, n, chunk):  # La-MAML's inner trajectory over the batch
-            fast = self.inner_step(net, fast, x[i: i + chunk], y[i: i + chunk], t[i: i + chunk])
+        # La-MAML's inner trajectory over the batch, a chunk a step (split: one call a tensor, not one a chunk)
+        for xi, yi, ti in zip(x.split(chunk), y.split(chunk), t.split(chunk), strict=True):
+            fast = self.inner_step(net, fast, xi, yi, ti, steps)
             with self.ctx.autocast():
                 logits = functional_call(net, dict(zip(self.weight_names, fast)), (meta_x, meta_t))
                 meta_losses.append(F.cross_entropy(logits, meta_y))
@@ -150,17 +153,26 @@ class LaMAML(OnlineMethod):
                 sgd_step(self.weights, torch._foreach_mul(weight_grads, rates), 1.0)
         return meta_loss.detach()
 
-    def inner_step(self, net, fast, x, y, t):
+    def steps(self) -> list[torch.Tensor]:
+        """-rate(α) per weight tensor, the inner steps' multipliers: α does not change within a glance, so they are
+        computed once per glance (one relu per tensor, not one per tensor and inner step). The relu stays per tensor:
+        α's gradient flows through it, and relu's backward is one op where clamp_min's takes several."""
+        rates = [F.relu(a) for a in self.alpha] if self.cfg.inner_relu else list(self.alpha)
+        return torch._foreach_neg(rates)
+
+    def inner_step(self, net, fast, x, y, t, steps=None):
+        """One SGD step of the fast weights on (x, y, t): w + g·steps, steps = -rate(α) (self.steps())."""
+        steps = self.steps() if steps is None else steps
         with self.ctx.autocast():
             loss = F.cross_entropy(functional_call(net, dict(zip(self.weight_names, fast)), (x, t)), y)
         grads = torch.autograd.grad(loss, fast, create_graph=self.cfg.second_order, allow_unused=True,
                                     materialize_grads=True)
         if self.cfg.inner_clip > 0:
             grads = clamped(grads, self.cfg.inner_clip)
-        # w - g·rate(α) in foreach ops, which autograd differentiates as the per-tensor ones. The relu stays per
-        # tensor: α's gradient flows through it, and relu's backward is one op where clamp_min's takes several.
-        rates = [F.relu(a) for a in self.alpha] if self.cfg.inner_relu else list(self.alpha)
-        return torch._foreach_sub(list(fast), torch._foreach_mul(list(grads), rates))
+        # w - g·rate(α) as w + g·(-rate(α)), to the bit (IEEE negation is exact), in foreach ops, which autograd
+        # differentiates as the per-tensor ones: the backward negates α's summed gradient once per glance, not each
+        # step's
+        return torch._foreach_add(list(fast), torch._foreach_mul(list(grads), steps))
 
     def health(self, task):
         found = super().health(task)

@@ -81,6 +81,8 @@ INERT_CHANGE = 1e-6  # calibration_inert: no calibration entry moved by more tha
 class NCCL(OnlineMethod):
     name = "nccl"
     Config = NCCLConfig
+    graph_safe = ("each glance draws its memory batches from the run's generator, which a captured step would not "
+                  "advance")
     soft_targets = True
     calibration_inert = Check("nccl.calibration_inert", "the outer steps left every calibration parameter where "
                                                         "the task found it (within a millionth of its magnitude)",
