@@ -12,11 +12,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import whole_runs
 
 # One torch thread per process, here and in the CLI runs the tests start: `make test` runs two pytest workers on
 # two cores, and small ops on shared cores run fastest so. Set before torch is imported anywhere.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
+
+# Whole runs counted as they start, here and in every interpreter the tests start (tests/whole_runs.py): into the
+# log scripts/count_runs.py names, else into this session's own.
+os.environ.setdefault(whole_runs.LOG, os.path.join(tempfile.mkdtemp(prefix="cl-bench-runs-"), "runs.log"))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "run_hook"), str(ROOT),
+                                            *filter(None, [os.environ.get("PYTHONPATH")])])
+whole_runs.install()
 
 
 def real_data(*parts: str) -> Path:
