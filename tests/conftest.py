@@ -228,6 +228,16 @@ def dataset_cache(tmp_path_factory):
     return Path(os.environ["CL_BENCH_CACHE"])
 
 
+@pytest.fixture(autouse=True)
+def whole_runs_are_marked_slow(request):
+    """`make test-fast` (-m "not shape and not slow") starts no whole run: a test that starts one unmarked fails."""
+    yield
+    marked = {m.name for m in request.node.iter_markers()} & {"slow", "shape"}
+    started = whole_runs.started(os.environ[whole_runs.LOG], request.node.nodeid)
+    if started and not marked:
+        pytest.fail(f"{started} whole run(s) started by a test not marked slow: mark it @pytest.mark.slow")
+
+
 @pytest.fixture
 def run_dir(tmp_path):
     return tmp_path / "run"

@@ -62,20 +62,8 @@ def test_some_methods_declare_their_steps_capture_safe_and_the_rest_say_why_not(
                if name not in SAFE)
 
 
-@pytest.mark.parametrize("name", SAFE + PHASED)
-def test_a_graphed_run_trains_as_the_eager_loop_bit_for_bit_and_every_replay_repeats_its_capture(name, graphs,
-                                                                                                  monkeypatch):
-    eager = trained(name).method.state_dict()
-    assert not graphs
-    graphed, audit = audited(name, monkeypatch)
-    assert graphed.ctx.cuda_graphs and graphs
-    assert eager.keys() == graphed.method.state_dict().keys()
-    assert all(torch.equal(eager[k], v) for k, v in graphed.method.state_dict().items())
-    # every phase captured after its warm-up, a phase of two epochs again at its new learning rate (PackNet's
-    # retraining, cut to one epoch, once)
-    assert all(g.captures >= 1 and g.warm == StepGraph.WARMUP for g in graphs) and any(g.captures == 2 for g in graphs)
-    assert all(g.graph is None for g in graphs)  # released with its phase
-    assert audit.replays > 0 and audit.calls and not audit.problems, audit.problems[:5]
+# Each method that captures trains graphed as eager, bit for bit, its replays audited: its trial's re-run
+# (test_method_contract.py).
 
 
 def test_a_step_graph_copies_each_batch_into_its_buffers_and_sums_the_epoch_in_place(graphs):
