@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Whole runs counted as they start, here and in every interpreter the tests start (tests/whole_runs.py): into the
 # log scripts/count_runs.py names, else into this session's own.
-os.environ.setdefault(whole_runs.LOG, os.path.join(tempfile.mkdtemp(prefix="cl-bench-runs-"), "runs.log"))
+RUN_LOG = os.environ.setdefault(whole_runs.LOG, os.path.join(tempfile.mkdtemp(prefix="cl-bench-runs-"), "runs.log"))
 os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "run_hook"), str(ROOT),
                                             *filter(None, [os.environ.get("PYTHONPATH")])])
 whole_runs.install()
@@ -233,7 +233,7 @@ def whole_runs_are_marked_slow(request):
     """`make test-fast` (-m "not shape and not slow") starts no whole run: a test that starts one unmarked fails."""
     yield
     marked = {m.name for m in request.node.iter_markers()} & {"slow", "shape"}
-    started = whole_runs.started(os.environ[whole_runs.LOG], request.node.nodeid)
+    started = whole_runs.started(RUN_LOG, request.node.nodeid)
     if started and not marked:
         pytest.fail(f"{started} whole run(s) started by a test not marked slow: mark it @pytest.mark.slow")
 
