@@ -17,12 +17,17 @@ MODULE = "cl_bench.recorders"
 def record() -> None:
     """One line for the run starting now, unless it is a DDP run's rank above 0 (rank 0 counts the run)."""
     if os.environ.get(LOG) and os.environ.get("RANK", "0") == "0":
-        test = os.environ.get("PYTEST_CURRENT_TEST", "outside a test").rsplit(" (", 1)[0]
+        test = current_test()
         fd = os.open(os.environ[LOG], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, f"{test}\n".encode())
         finally:
             os.close(fd)
+
+
+def current_test() -> str:
+    """The node id of the test running now (pytest's $PYTEST_CURRENT_TEST less its phase)."""
+    return os.environ.get("PYTEST_CURRENT_TEST", "outside a test").rsplit(" (", 1)[0]
 
 
 def patch(recorders) -> None:
