@@ -20,7 +20,7 @@ run: $(VENV_STAMP)  ## the embedded default: finetune on split_digits with a sma
 test: $(VENV_STAMP)  ## the suite, on two workers (one torch thread each); CL_BENCH_DATA=DIR adds the real-data tests
 	$(PY) -m pytest -q -n 2 --dist worksteal  # an idle worker takes queued tests from the busy one: 614 -> 594 s here
 
-test-fast: $(VENV_STAMP)  ## the contract and unit tests (no whole runs, marked slow): a few minutes
+test-fast: $(VENV_STAMP)  ## the contract and unit tests, no whole run (a test that starts one is marked slow): minutes
 	$(PY) -m pytest -q -n 2 -m "not shape and not slow"
 
 test-shape: $(VENV_STAMP)  ## every paper setting at its real shape under debug=shape (VGG16-BN and ResNet-18: hours on a CPU)

@@ -12,11 +12,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import whole_runs
 
 # One torch thread per process, here and in the CLI runs the tests start: `make test` runs two pytest workers on
 # two cores, and small ops on shared cores run fastest so. Set before torch is imported anywhere.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
+
+# Whole runs counted as they start, here and in every interpreter the tests start (tests/whole_runs.py): into the
+# log scripts/count_runs.py names, else into this session's own.
+RUN_LOG = os.environ.setdefault(whole_runs.LOG, os.path.join(tempfile.mkdtemp(prefix="cl-bench-runs-"), "runs.log"))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "run_hook"), str(ROOT),
+                                            *filter(None, [os.environ.get("PYTHONPATH")])])
+whole_runs.install()
 
 
 def real_data(*parts: str) -> Path:
@@ -219,6 +227,16 @@ def dataset_cache(tmp_path_factory):
     """Decoded datasets go to a cache of this session's own (inherited by the CLI runs), never to ~/.cache."""
     os.environ["CL_BENCH_CACHE"] = str(tmp_path_factory.mktemp("dataset-cache"))
     return Path(os.environ["CL_BENCH_CACHE"])
+
+
+@pytest.fixture(autouse=True)
+def whole_runs_are_marked_slow(request):
+    """`make test-fast` (-m "not shape and not slow") starts no whole run: a test that starts one unmarked fails."""
+    yield
+    marked = {m.name for m in request.node.iter_markers()} & {"slow", "shape"}
+    started = whole_runs.started(RUN_LOG, request.node.nodeid)
+    if started and not marked:
+        pytest.fail(f"{started} whole run(s) started by a test not marked slow: mark it @pytest.mark.slow")
 
 
 @pytest.fixture

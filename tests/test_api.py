@@ -14,7 +14,11 @@ def test_the_page_has_examples():
     assert len(BLOCKS) >= 4
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
+# An example that calls api.run trains a whole run: marked slow, as `make test-fast` leaves them out
+EXAMPLES = [pytest.param(i, marks=pytest.mark.slow if "api.run(" in block else ()) for i, block in enumerate(BLOCKS)]
+
+
+@pytest.mark.parametrize("index", EXAMPLES)
 def test_api_page_example_runs(index, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -18,8 +18,6 @@ from cl_bench.methods.loop import Loop, StepGraph, tensors
 pytestmark = pytest.mark.usefixtures("one_thread")
 SAFE = sorted(name for name, cls in METHODS.items() if cls.traits.graph_safe is True)
 PHASED = sorted(name for name, cls in METHODS.items() if cls.traits.graph_safe is not True and cls.traits.graph_phases)
-# The methods that draw a replay batch inside each step
-REPLAYING = ("er", "der", "derpp", "er_ace")
 # What makes a method run the phases it captures: CPG's goal models (its short schedule has none)
 EXTRA = {"cpg": ("method.goal_source=independent",)}
 # Two tasks, two epochs with the lr cut after the first (a recapture), and batches of 48, which leave each epoch a
@@ -68,22 +66,8 @@ def test_some_methods_declare_their_steps_capture_safe_and_the_rest_say_why_not(
                if name not in SAFE)
 
 
-@pytest.mark.parametrize("name", SAFE + PHASED)
-def test_a_graphed_run_trains_as_the_eager_loop_bit_for_bit_and_every_replay_repeats_its_capture(name, graphs,
-                                                                                                  monkeypatch):
-    eager = trained(name).method.state_dict()
-    assert not graphs
-    graphed, audit = audited(name, monkeypatch)
-    assert graphed.ctx.cuda_graphs and graphs
-    assert eager.keys() == graphed.method.state_dict().keys()
-    assert all(torch.equal(eager[k], v) for k, v in graphed.method.state_dict().items())
-    # every phase captured after its warm-up, a phase of two epochs again at its new learning rate (PackNet's
-    # retraining, cut to one epoch, once)
-    assert all(g.captures >= 1 and g.warm == StepGraph.WARMUP for g in graphs) and any(g.captures == 2 for g in graphs)
-    assert all(g.graph is None for g in graphs)  # released with its phase
-    assert audit.replays > 0 and audit.calls and not audit.problems, audit.problems[:5]
-    if name in REPLAYING:  # the replay draws are in the captured step, from the generators the graph registers
-        assert any("generator" in repr(call) for call in audit.calls)
+# Each method that captures trains graphed as eager, bit for bit, its replays audited: its trial's re-run
+# (test_method_contract.py).
 
 
 def test_a_step_is_captured_afresh_when_what_its_branches_read_of_the_step_index_changes(graphs, monkeypatch):

@@ -5,7 +5,6 @@ import copy
 
 import pytest
 import torch
-from conftest import contract_problems, train
 from test_online import build
 
 from cl_bench import methods
@@ -198,19 +197,8 @@ def test_er_ace_replays_in_the_first_task_only_task_free(task_free, replays):
     assert len(calls) == replays
 
 
-CASES = [("der", "task"), ("der", "class"), ("derpp", "task"), ("derpp", "class"), ("er_ace", "class")]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("method, scenario", CASES)
-def test_runs_through_the_cli(tmp_path, method, scenario):
-    run_dir = tmp_path / "run"
-    m = train(run_dir, f"method={method}", f"scenario={scenario}", "backbone=mlp", "backbone.hidden_sizes=[32]",
-              "dataset.num_tasks=2", "method.memory_size=60", "method.epochs=1", "method.lr=0.1")
-    assert contract_problems(run_dir) == []
-    assert (m["method"], m["scenario"], m["complete"]) == (method, scenario, True)
-    assert m["acc"][0][0] > 0.8
-    assert m["capacity"]["memory_size"] == 60
+# Their runs in each scenario, the contract, the memory recorded and learning above chance: their trials
+# (test_method_contract.py)
 
 
 def test_er_ace_refuses_the_task_scenario_and_a_memory_below_the_classes():

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import cl_bench, contract_problems, train
+from conftest import cl_bench
+from test_method_contract import trial
 
 from cl_bench import backbones, config, methods, recorders
 from cl_bench.data import scenarios
@@ -249,10 +250,10 @@ def test_config_checks():
     assert hat_method.HAT.traits.scenarios == frozenset({"task"})
 
 
-@pytest.mark.slow
-def test_cli_task_scenario_and_class_refused(run_dir, tmp_path):
-    m = train(run_dir, "method=hat", "dataset.num_tasks=3", *CONV, "method.epochs=1")
-    assert contract_problems(run_dir) == []
+@pytest.mark.slow  # its trial's run (test_method_contract.py), and a process
+def test_its_trial_forgets_nothing_and_reports_its_units_and_the_cli_refuses_the_class_scenario(tmp_path_factory,
+                                                                                                worker_id, tmp_path):
+    m = trial(tmp_path_factory, worker_id, "hat", "task")["metrics"]
     assert m["forgetting"] == 0.0 and m["bwt"] == 0.0
     assert set(m["capacity"]) >= {"units_used_fraction", "units_used_per_task", "weights_used_fraction"}
     proc = cl_bench("train", f"hydra.run.dir={tmp_path / 'class'}", "logger=none", "method=hat", "scenario=class")

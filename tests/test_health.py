@@ -102,6 +102,7 @@ def test_the_memory_check_reads_the_classes_stored():
 
 
 # --- each check tripped by a run built to degenerate ---------------------------------------------------------
+@pytest.mark.slow  # a whole run
 def test_cpg_whose_phases_never_top_the_bar_is_said_to_hoard_and_leave_later_tasks_nothing(tmp_path):
     run = tmp_path / "run"
     metrics = train(run, *CPG_BAR, "checkpoint.enabled=true")

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import cl_bench, contract_problems, train
+from conftest import cl_bench
 from test_online import build
 from torch import nn
 
@@ -229,18 +229,7 @@ def test_lucir_checks_its_options_and_the_dataset():
         build(*TINY, "method.memory_size=5")
 
 
-@pytest.mark.slow
-def test_runs_through_the_cli(tmp_path):
-    run_dir = tmp_path / "run"
-    m = train(run_dir, "method=lucir", "scenario=class", "backbone=mlp", "backbone.hidden_sizes=[16]",
-              "method.epochs=1", "method.memory_size=100", "dataset.num_tasks=3")
-    assert contract_problems(run_dir) == []
-    assert (m["method"], m["scenario"], m["num_tasks"], m["complete"]) == ("lucir", "class", 3, True)
-    assert m["capacity"]["memory_size"] == 100
-    assert m["acc"][0][0] > 0.5 and not math.isnan(m["avg_acc"])
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # a process; its run in the class scenario is its trial's (test_method_contract.py)
 def test_the_task_scenario_is_refused_in_one_line(tmp_path):
     proc = cl_bench("train", "method=lucir", "scenario=task", f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2

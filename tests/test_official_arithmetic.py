@@ -90,6 +90,7 @@ def test_on_a_gpu_the_official_protocol_turns_tf32_off():
     assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
 
 
+@pytest.mark.slow  # whole runs
 @pytest.mark.parametrize("name", ["packnet", "independent", "finetune"])
 def test_cpgs_baselines_run_under_the_official_protocol_and_say_so(tmp_path, name):
     """Every published row of ivclab/CPG's table gets a like-for-like row: its baselines run officially too, and

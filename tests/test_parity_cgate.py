@@ -384,6 +384,7 @@ def test_the_reference_phases_read_the_kernels_cgate_froze(tmp_path):
     assert cgate.reference_phases(copy) == [{"task": 0, "frozen": sum(OPEN)}]
 
 
+@pytest.mark.slow  # a whole run
 def test_the_clbench_phases_are_the_kernels_each_task_left_frozen(tmp_path):
     """clbench_phases reads a cl-bench gated run's kernels frozen after each task: non-decreasing (a frozen kernel
     stays frozen), the last the run's final capacity; a folder without events gives none."""

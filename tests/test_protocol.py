@@ -13,6 +13,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 config.register()
 
 
+@pytest.mark.slow  # a whole run
 def test_gated_task_aware_accuracy_is_its_accuracy_with_the_task_id(tmp_path, monkeypatch):
     args = ["experiment=gated_split_digits", "scenario=class", "dataset.num_tasks=3", "method.epochs=1",
             "logger=none", "checkpoint.enabled=false"]

@@ -4,6 +4,7 @@ import shutil
 
 import pytest
 from conftest import cl_bench, contract_problems, train
+from test_method_contract import trial
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
@@ -25,10 +26,12 @@ def without_timings(metrics):
 
 
 @pytest.mark.parametrize("method", ["er", "independent", "joint"])
-def test_resumed_run_equals_uninterrupted_run(tmp_path, method):
-    whole = train(tmp_path / "whole", f"method={method}", "method.epochs=2", "scenario=task")
-    shutil.copytree(tmp_path / "whole", tmp_path / "cut")
-    stop_after(tmp_path / "cut", 1)
+def test_resumed_run_equals_uninterrupted_run(tmp_path_factory, worker_id, tmp_path, method):
+    """The uninterrupted run is the method's trial (test_method_contract.py), cut after its first task."""
+    run = trial(tmp_path_factory, worker_id, method, "task")
+    whole = run["metrics"]
+    shutil.copytree(run["run_dir"], tmp_path / "cut")
+    stop_after(tmp_path / "cut", 0)
     proc = cl_bench("train", f"resume={tmp_path / 'cut'}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     resumed = json.loads((tmp_path / "cut" / "metrics.json").read_text())

@@ -5,7 +5,6 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import contract_problems, train
 from test_online import build
 from torch.func import functional_call
 
@@ -215,16 +214,5 @@ def test_si_and_mas_state_survives_a_checkpoint():
         assert not any("_grad_" in k or "_before_" in k for k in keys), "per-step scratch is not state"
 
 
-# --- the real CLI --------------------------------------------------------------------------------------------------
-
-@pytest.mark.slow
-@pytest.mark.parametrize("method", ["si", "mas"])
-@pytest.mark.parametrize("scenario", ["task", "class"])
-def test_runs_through_the_cli(tmp_path, method, scenario):
-    run_dir = tmp_path / "run"
-    epochs = 5 if method == "mas" else 2  # MAS's lr is the authors' 0.001: its default 5 epochs get it there
-    m = train(run_dir, f"method={method}", f"scenario={scenario}", f"method.epochs={epochs}")
-    assert contract_problems(run_dir) == []
-    assert (m["method"], m["dataset"], m["scenario"], m["num_tasks"], m["complete"]) == (
-        method, "split_digits", scenario, 5, True)
-    assert m["acc"][0][0] > 0.9  # two digit classes after a few epochs: far above chance
+# Their runs in each scenario through train.run, the contract and learning above chance: their trials
+# (test_method_contract.py)

@@ -1,8 +1,9 @@
 """checkpoint.every_epochs: checkpoints written within a task, and resumes that continue from them.
 
 Each case stops a run right after one of its within-task checkpoints (the last thing a killed run would
-have left), resumes it, and requires exactly the metrics of the run never stopped, which in turn equal those
-of a run that wrote no within-task checkpoint at all."""
+have left), resumes it, and requires exactly the metrics and final state of a run that wrote no within-task
+checkpoint at all: neither the stop nor the checkpoints written before and after it changed anything (a run
+never stopped that wrote them is not run besides, issue 74: it would only show the second again)."""
 import json
 import shutil
 
@@ -72,9 +73,6 @@ def test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path, monke
     args = [*BASE, *extra]
     plain = run(tmp_path, "plain", args)
     args.append("checkpoint.every_epochs=1")
-    whole = run(tmp_path, "whole", args)
-    assert metrics(whole) == metrics(plain)
-    assert not any(p.name.endswith("_within") for p in (whole / "checkpoints").iterdir()), "spent ones removed"
 
     save = checkpoint.save
 
@@ -93,9 +91,10 @@ def test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path, monke
     last = (stopped / "checkpoints" / "last")
     assert last.read_text() == f"task_{task - 1:03d}" if task else not last.exists(), "last names whole tasks"
     train_module.run(config.compose([*args, f"resume={stopped}"]), stopped)
-    assert metrics(stopped) == metrics(whole)
+    assert metrics(stopped) == metrics(plain)
+    assert not any(p.name.endswith("_within") for p in (stopped / "checkpoints").iterdir()), "spent ones removed"
     final = f"task_{TASKS - 1:03d}"
-    assert same_state(whole / "checkpoints" / final, stopped / "checkpoints" / final), "every tensor, bit for bit"
+    assert same_state(plain / "checkpoints" / final, stopped / "checkpoints" / final), "every tensor, bit for bit"
 
 
 def same_state(a, b) -> bool:
