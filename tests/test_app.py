@@ -56,10 +56,10 @@ def test_a_crashed_sweep_job_leaves_its_traceback_in_its_train_log(tmp_path):
         import sys
         from cl_bench import cli, train
         learn = train.run
-        def run(cfg, run_dir):
+        def run(cfg, run_dir, *rest):
             if cfg.seed == 1:
                 raise RuntimeError("failing on purpose")
-            return learn(cfg, run_dir)
+            return learn(cfg, run_dir, *rest)
         train.run = run
         sys.exit(cli.main(["train", "-m", "seed=0,1", "method.epochs=1", "dataset.num_tasks=2", "logger=none",
                            "hydra.sweep.dir={sweep}"]))

@@ -188,6 +188,7 @@ def test_build_takes_the_backbones_dataclass_and_resnet_takes_imagenets_stem():
         backbones.build({"name": "resnet18", "stem": "vit"}, (3, 32, 32))
 
 
+@pytest.mark.slow
 def test_metrics_json_records_the_backbone_variant_chosen(tmp_path):
     """backbone=gated_convnet, a YAML variant of convnet, is recorded by its own name beside the registered
     backbone it configures (it was once recorded as convnet alone), by a CLI run and by api.run alike."""

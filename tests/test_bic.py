@@ -228,6 +228,7 @@ def test_checks_and_refusals():
         BiC(method.cfg, method.backbone, shared, method.ctx)
 
 
+@pytest.mark.slow
 def test_a_run_stopped_after_stage_1_resumes_to_the_same_metrics(tmp_path, monkeypatch):
     # stopped after stage 1's last epoch of the second task: the resume fits the correction and herds as before
     case = (["method=bic", "scenario=class", "backbone=mlp", "backbone.hidden_sizes=[16]", "method.memory_size=100",

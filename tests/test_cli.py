@@ -53,7 +53,7 @@ def test_list_names_methods_with_scenarios_datasets_and_backbones():
     # agreement runs to): gated in both, CPG in the task scenario, the online methods in none
     cells = [[cell.strip() for cell in line.split("│")] for line in proc.stdout.splitlines() if "│" in line]
     rows = {row[0]: row[1:4] for row in cells if row[0] in ("gated", "cpg", "nccl", "ewc")}
-    assert rows["gated"] == ["class,task", "class,task", "-"] and rows["cpg"] == ["task", "task", "goal"]
+    assert rows["gated"] == ["class,task", "class,task", "yes"] and rows["cpg"] == ["task", "task", "goal"]
     assert rows["nccl"] == ["class,task", "-", "-"]
     assert rows["ewc"][2] == "yes"  # hardware.cuda_graphs captures the steps of methods that declare them safe
 

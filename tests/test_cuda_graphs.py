@@ -3,6 +3,7 @@
 buffers, with the same warm-up, capture points and recaptures: these tests hold that path to training without it,
 bit for bit, for every method that declares its steps capture-safe, and check what a run records. The capture
 itself is timed and checked against eager steps on a GPU (scripts/gpu_check.py, its graphs section)."""
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -257,6 +258,6 @@ def unregistered(loss):
 def test_the_replay_audit_finds_steps_a_graph_would_get_wrong(name, patch, why, monkeypatch):
     if patch is not None:
         monkeypatch.setattr(METHODS[name], "loss", patch(METHODS[name].loss))
-    monkeypatch.setattr(METHODS[name], "graph_safe", True)
+    monkeypatch.setattr(METHODS[name], "traits", dataclasses.replace(METHODS[name].traits, graph_safe=True))
     _, audit = audited(name, monkeypatch)
     assert audit.replays > 0 and any(problem.startswith(why) for problem in audit.problems), audit.problems[:5]

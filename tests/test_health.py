@@ -48,6 +48,7 @@ def test_chance_level_is_the_upper_end_of_guessings_95_percent_band():
     assert chance(0, 0.0, 0, 2) is None  # no test data, nothing to say
 
 
+@pytest.mark.slow
 def test_metrics_json_lists_the_checks_that_ran_and_no_other(tmp_path, monkeypatch):
     """A shared check is registered once, with its evaluation, and metrics.json lists it because it ran after
     every task: a check once listed in health.SHARED without being evaluated was claimed as run all the same."""

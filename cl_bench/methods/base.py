@@ -100,10 +100,9 @@ class Traits:
     """Whether a task can be resumed from a checkpoint written within it (checkpoint.every_epochs, else refused): true
     where every phase of train_task is a fit() and nothing between phases depends on how training went; else why not."""
     graph_safe: bool | str = "its steps have not been checked for capture"
-    """Whether hardware.cuda_graphs captures its fit() steps (loop.py StepGraph): true where a step's loss and
-    after_backward read only the batch and tensors updated in place, draw from no generator but the run's (which each
-    graph registers) and read no Python value that changes from step to step (batch.step, a counter); else why not,
-    and its steps run eagerly."""
+    """Whether hardware.cuda_graphs captures its fit() steps (loop.py StepGraph): true where a step reads only the batch
+    and tensors updated in place, draws only from the run's generators (each graph registers them) and reads no Python
+    value that changes between steps (batch.step, a counter); else why not, and its steps run eagerly."""
     graph_phases: tuple[str, ...] = ()
     """Where graph_safe is not True: the phases (Loop.phase_named's names) captured all the same (CPG's goal models)."""
     health_checks: tuple[Check, ...] = ()
