@@ -357,6 +357,11 @@ DIAGNOSTICS = {
     "learn_norms": Diagnostic("gated_learn", "cl-bench", "cl-bench with cgate's per-task batch norms alone, eps "
                               "and momentum 1, and the paper's binary Gumbel-softmax noise", (0, 1, 2),
                               NORM_QUIRKS),
+    # Fixed on 2026-12-07, before any of its runs (issue 72): the plan's seeds with cgate's sampler on cl-bench's
+    # side, against the same cgate runs, so the table shows the paper's sampler (the row) and cgate's (this).
+    "plan_gate_noise": Diagnostic("gated_learn", "cl-bench", "the plan's seeds with cgate's gate noise alone, one "
+                                  "Gumbel draw per gate logit (method.gate_noise=gumbel)",
+                                  tuple(range(100, 106)), GATE_NOISE_QUIRK),
     "learn_own_pools": Diagnostic("gated_learn", "cl-bench", "cl-bench's gated_convnet as it is, all at its "
                                   "defaults: a third max-pool (7x7 to 3x3) before the global average, which cgate's "
                                   "SimpleCNN does not have", (0, 1, 2), ("backbone.pools=null",)),
