@@ -188,11 +188,8 @@ def by_optimiser() -> bool:
     return frame.f_code.co_filename.startswith(TORCH_OPTIM)
 
 
-def audited(name: str, monkeypatch, *overrides: str):
-    """A graphed run of method name on the CPU, its replays audited: (the experiment, its ReplayAudit)."""
-    torch.manual_seed(0)
-    exp = api.build(composed(name, "hardware.cuda_graphs=true", *overrides))
-    audit = ReplayAudit(exp.method)
+def audit_replays(patch, audit: ReplayAudit) -> None:
+    """Marks each capture, so that audit holds each replay's calls to what the capture's were."""
     capture, replay = StepGraph._capture, StepGraph._replay
 
     def captured(graph):
@@ -204,8 +201,16 @@ def audited(name: str, monkeypatch, *overrides: str):
         graph.fresh = False
         replay(graph)
         audit.end()
-    monkeypatch.setattr(StepGraph, "_capture", captured)
-    monkeypatch.setattr(StepGraph, "_replay", replayed)
+    patch.setattr(StepGraph, "_capture", captured)
+    patch.setattr(StepGraph, "_replay", replayed)
+
+
+def audited(name: str, monkeypatch, *overrides: str):
+    """A graphed run of method name on the CPU, its replays audited: (the experiment, its ReplayAudit)."""
+    torch.manual_seed(0)
+    exp = api.build(composed(name, "hardware.cuda_graphs=true", *overrides))
+    audit = ReplayAudit(exp.method)
+    audit_replays(monkeypatch, audit)
     with audit:
         for task in exp.tasks:
             exp.method.learn(task)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import contract_problems, once_per_session, quick_args
-from test_cuda_graphs import ReplayAudit
+from test_cuda_graphs import ReplayAudit, audit_replays
 from test_sync_audit import ALLOWED, SyncAudit
 
 from cl_bench import app, config, methods
@@ -163,26 +163,15 @@ def run_trial(name: str, scenario: str, folder: Path, again: bool = False) -> di
 def keep_graphs(patch, graphs: list, replay: ReplayAudit) -> None:
     """Keeps the StepGraphs the phases make and marks each capture, so that replay audits what its replays call
     against what the capture did (test_cuda_graphs.audited's patches, in a whole run)."""
-    make, capture, replayed = Loop.step_graph, StepGraph._capture, StepGraph._replay
+    make = Loop.step_graph
 
     def step_graph(self, *a):
         graph = make(self, *a)
         if graph is not None:
             graphs.append(graph)
         return graph
-
-    def captured(graph):
-        capture(graph)
-        graph.fresh = True
-
-    def replaying(graph):
-        replay.begin(graph, record=getattr(graph, "fresh", False))
-        graph.fresh = False
-        replayed(graph)
-        replay.end()
     patch.setattr(Loop, "step_graph", step_graph)
-    patch.setattr(StepGraph, "_capture", captured)
-    patch.setattr(StepGraph, "_replay", replaying)
+    audit_replays(patch, replay)
 
 
 _computed: dict[str, dict] = {}  # within this process (once_per_session computes afresh without xdist)
