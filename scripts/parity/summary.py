@@ -418,9 +418,11 @@ def overview_line(module, name: str, row, records: list[dict]) -> str:
     on, figures = basis(records, plan)
     p = figures["paired"]
     verdict = "not run" if not p.n else f"**{verdict_text(p)}**" if on == "plan" else verdict_text(p)
+    used = [r for r in records if r["seed"] in set(figures["reference"]) & set(figures["cl-bench"])]
     return (f"| [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}) | {row.method} "
             f"| [{module.REPO}]({PAGES}/{module.NAME}.md) | {CODE[row_source(module, row)]} | {p.n} "
-            f"| {fmt_paired(p)} | {verdict} | {', '.join(marks(key, plan, on)) or '–'} |")
+            f"| {fmt_paired(p)} | {verdict} | {fmt_cpus(used) if used else '–'} "
+            f"| {', '.join(marks(key, plan, on)) or '–'} |")
 
 
 def ordered(modules: list) -> list[tuple]:
@@ -445,17 +447,23 @@ def shown_lines(module, name: str, row, records: list[dict]) -> list[str]:
     for label, diag in getattr(module, "DIAGNOSTICS", {}).items():
         if diag.row != name or not diag.shown_as:
             continue
-        _, p = diagnostic_paired(module, label, diag, records)
+        runs, p = diagnostic_paired(module, label, diag, records)
         done = f"{p.n} of {len(diag.seeds)} seeds" if p.n < len(diag.seeds) else "the plan's seeds"
+        changed = set(by_seed(runs, diag.side))
+        other = "reference" if diag.side == "cl-bench" else "cl-bench"
+        used = [r for r in runs if r["seed"] in changed] + [
+            r for r in row_records(records, module, diag.row) if r["side"] == other and r["seed"] in changed]
         lines.append(f"| [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}), {diag.shown_as} | {row.method} "
                      f"| [{module.REPO}]({PAGES}/{module.NAME}.md) | {CODE[row_source(module, row)]} | {p.n} "
-                     f"| {fmt_paired(p)} | {verdict_text(p) if p.n else 'not run'} | diagnostic `{label}`, {done} |")
+                     f"| {fmt_paired(p)} | {verdict_text(p) if p.n else 'not run'} "
+                     f"| {fmt_cpus(used) if used else '–'} | diagnostic `{label}`, {done} |")
     return lines
 
 
 def overview(modules: list, records: list[dict]) -> list[str]:
-    return ["| Row | Method | Reference | Code | n | cl-bench − reference [95% CI] | Verdict (±1 point) | Marks |",
-            "|---|---|---|---|---|---|---|---|",
+    return ["| Row | Method | Reference | Code | n | cl-bench − reference [95% CI] | Verdict (±1 point) "
+            "| CPU (ref / cl-bench) | Marks |",
+            "|---|---|---|---|---|---|---|---|---|",
             *(line for m, n, r in ordered(modules)
               for line in (overview_line(m, n, r, row_records(records, m, n)), *shown_lines(m, n, r, records)))]
 
@@ -577,6 +585,7 @@ def document(modules: list, records: list[dict]) -> str:
              f"Each row trains one method on the same samples through a reference implementation and through "
              f"cl-bench: n pairs of seeds, cl-bench's RA minus the reference's in points, paired by seed, with its 95% "
              f"interval, and TOST's verdict at ±{plans.MARGIN:g} point (bold: the plan's seeds, run in full). "
+             "CPU: the model each side ran on (?: a record from before provenance), pairs across models flagged. "
              "A row's name links its page.", "",
              *overview(modules, records), "",
              f"![cl-bench − reference per row, 95% intervals, the ±{plans.MARGIN:g} band shaded]({PLOT})", "",
