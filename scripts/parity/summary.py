@@ -43,8 +43,7 @@ def key(record: dict) -> tuple:
 
 
 def load(json_path: Path) -> list[dict]:
-    """Every record in a docs/parity.json, runs and diagnostics together (a record's diagnostic tells them apart);
-    a file from before the sections existed is a plain list of runs."""
+    """Every record in a docs/parity.json, runs and diagnostics together."""
     if not json_path.is_file():
         return []
     data = json.loads(json_path.read_text())
@@ -80,8 +79,7 @@ def compare(records: list[dict], seeds) -> dict:
 
 
 def basis(records: list[dict], plan: plans.Plan | None) -> tuple[str, dict]:
-    """What a row's verdict rests on: its plan's seeds when all of them have run on both sides, else its pilot's
-    (plans.PILOT_SEEDS for a row whose plan waits on its pilot)."""
+    """What a row's verdict rests on: its plan's seeds, else its pilot's."""
     if plan is None:
         return "pilot", compare(records, set(plans.PILOT_SEEDS))
     planned = compare(records, set(plan.seeds))
@@ -165,8 +163,7 @@ def fmt_seconds(records: list[dict]) -> str:
 
 
 def fmt_cpus(records: list[dict]) -> str:
-    """The CPUs each side ran on (with counts where several), and the seeds whose two sides ran on different
-    models: their seconds do not compare, and a CPU's floating point may differ."""
+    """The CPUs each side ran on, and the pairs across CPUs (README: summary.py)."""
     sides = [[cpu_name(r) for r in records if r["side"] == side] for side in SIDES]
     cell = " / ".join(tally(names) if names else "–" for names in sides)
     cpus = {side: {r["seed"]: cpu_name(r) for r in records if r["side"] == side} for side in SIDES}
@@ -214,7 +211,7 @@ def pilot_line(module, name: str, records: list[dict]) -> str:
 
 
 def tally(values: list) -> str:
-    """Seeds' values of one decision: the value where all agree, else each value with its count (0.6 ×2, 0.9 ×1)."""
+    """Seeds' values of one decision (0.6 ×2, 0.9 ×1; one value where all agree)."""
     if not values:
         return "–"
     counts = {v: values.count(v) for v in sorted(set(values), key=str)}
@@ -228,17 +225,14 @@ def phase_values(runs: list[dict], task: int, field: str) -> list:
 
 
 def phase_cell(runs: list[dict], task: int, field: str, mean: str | None) -> str:
-    """One side's value of one decision for one task over its seeds: their mean in the format `mean` where the
-    column has one (a goal, a count), else tallied."""
+    """One side's value of one decision for one task over its seeds."""
     values = phase_values(runs, task, field)
     known = [v for v in values if v is not None]
     return mean.format(sum(known) / len(known)) if mean and known else tally(values)
 
 
 def permutation_p(a: list, b: list) -> float:
-    """Two-sided exact permutation test that two sides' seeds draw a decision from one distribution: the share of
-    every relabelling of the pooled seeds whose two groups' value distributions lie at least as far apart (total
-    variation distance) as the observed ones. Exact over all relabellings (the plans' seed counts keep them few)."""
+    """Two-sided exact permutation test (README: summary.py)."""
     pooled = [str(v) for v in (*a, *b)]
 
     def distance(group: tuple[int, ...]) -> float:
@@ -251,8 +245,7 @@ def permutation_p(a: list, b: list) -> float:
 
 
 def sign_p(k: int, n: int) -> float:
-    """Two-sided sign test: the chance of a split at least as uneven as k of n when each pair falls either way
-    with probability one half."""
+    """Two-sided sign test of k of n (README: summary.py)."""
     tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2 ** n
     return min(1.0, 2 * tail)
 
@@ -274,9 +267,7 @@ def lower_cell(sides: dict, task: int) -> str:
 
 
 def phase_lines(module, records: list[dict]) -> list[str]:
-    """A row's per-task decisions on both sides (records' phases, where the runner reads them; the module's
-    PHASE_COLUMNS name them): each decision over the seeds as `reference / cl-bench`, with each task's final test
-    accuracy (mean over the seeds, points)."""
+    """A row's per-task decisions on both sides (README: summary.py)."""
     columns = getattr(module, "PHASE_COLUMNS", ())
     sides = {side: sorted((r for r in records if r["side"] == side and r.get("phases")), key=lambda r: r["seed"])
              for side in ("reference", "cl-bench")}
@@ -328,8 +319,7 @@ def rerun_lines(module) -> list[str]:
 
 
 def look_lines(module, name: str, records: list[dict]) -> list[str]:
-    """A reconfigured row's account: what changed after which gap, where the before-numbers are, and whether the
-    fresh seeds that alone confirm the change (its plan's, run after it) have decided the row."""
+    """A reconfigured row's account (README: summary.py)."""
     look = LOOKS.get(f"{module.NAME}/{name}")
     if look is None:
         return []
@@ -382,8 +372,7 @@ def wrapped(lines: list[str]) -> list[str]:
 
 
 def findings(module) -> dict[str, list[str]]:
-    """A reference's findings by row, "all" for every row's (scripts/parity/findings/<reference>.md; a module
-    without that file has none)."""
+    """A reference's findings by row, "all" for every row's."""
     if not (common.FINDINGS / f"{module.NAME}.md").is_file():
         return {}
     return {key: items for (kind, key), items in texts(module.NAME, common.FINDINGS).items() if kind == "findings"}
@@ -404,8 +393,7 @@ def row_key(module, name: str) -> tuple[str, str]:
 
 
 def marks(key: tuple, plan: plans.Plan | None, on: str) -> list[str]:
-    """What qualifies a row's verdict: no plan or a pilot's only, a pilot extended or a row reconfigured after a
-    look, a plan capped below the power it needs."""
+    """What qualifies a row's verdict (README: summary.py)."""
     out = ["no plan yet"] if plan is None else ["pilot only"] if on == "pilot" else []
     out += ["extended after a look"] * bool(on == "pilot" and plan and plan.after_look)
     out += ["reconfigured after a look"] * ("/".join(key) in LOOKS)
@@ -424,13 +412,12 @@ def overview_line(module, name: str, row, records: list[dict]) -> str:
 
 
 def ordered(modules: list) -> list[tuple]:
-    """Every (module, row name, row), by where the reference comes from (SOURCES), then as the modules list them."""
+    """Every (module, row name, row), by SOURCES, then as the modules list them."""
     return [(m, n, r) for source in SOURCES for m in modules for n, r in m.ROWS.items() if row_source(m, r) == source]
 
 
 def diagnostic_paired(module, label: str, diag, records: list[dict]) -> tuple[list[dict], stats.Paired]:
-    """A diagnostic's records and its paired difference, cl-bench − reference, against the row's other side over
-    the seeds both have."""
+    """A diagnostic's records and its paired difference against the row's other side."""
     runs = [r for r in records if r["reference"] == module.NAME and r.get("diagnostic") == label]
     changed = by_seed(runs, diag.side)
     other = "reference" if diag.side == "cl-bench" else "cl-bench"
@@ -439,8 +426,7 @@ def diagnostic_paired(module, label: str, diag, records: list[dict]) -> tuple[li
 
 
 def shown_lines(module, name: str, row, records: list[dict]) -> list[str]:
-    """The overview's lines for the row's variants (Diagnostic.shown_as): labelled, beside the row, their own
-    seeds' verdict (plain: a diagnostic is no plan of its own)."""
+    """The overview's lines for the row's variants (README: summary.py)."""
     lines = []
     for label, diag in getattr(module, "DIAGNOSTICS", {}).items():
         if diag.row != name or not diag.shown_as:
@@ -461,8 +447,7 @@ def overview(modules: list, records: list[dict]) -> list[str]:
 
 
 def figure_table(module, name: str, row, records: list[dict]) -> list[str]:
-    """The row's figures, a line each: both sides' RA, the paired difference, the verdict, the seeds run, the
-    seconds, the CPUs and what the records lack."""
+    """The row's figures, a line each (README: summary.py)."""
     key = row_key(module, name)
     plan = plans.PLANS.get(key)
     on, figures = basis(records, plan)
@@ -479,8 +464,7 @@ def figure_table(module, name: str, row, records: list[dict]) -> list[str]:
 
 
 def seed_lines(module, name: str, records: list[dict]) -> list[str]:
-    """Every seed both sides ran, a line each: which set it belongs to, both RAs, the difference, the seconds, the
-    CPUs and the cl-bench commit (dirty where its tree was)."""
+    """Every seed both sides ran, a line each (README: summary.py)."""
     plan = plans.PLANS.get(row_key(module, name))
     pilot = set(plan.pilot_seeds if plan else plans.PILOT_SEEDS)
     runs = {side: {r["seed"]: r for r in records if r["side"] == side} for side in SIDES}
@@ -509,7 +493,7 @@ def arguments_line(row) -> str:
 
 
 def figure_lines(module, name: str, records: list[dict]) -> list[str]:
-    """What a row's page renders from its records (its figures, pilot, diagnostics and seeds), before its prose."""
+    """What a row's page renders from its records, before its prose."""
     mine = row_records(records, module, name)
     return [*figure_table(module, name, module.ROWS[name], mine), "", pilot_line(module, name, mine), "",
             *diagnostic_lines(module, name, records), "", *seed_lines(module, name, mine)]
@@ -549,8 +533,7 @@ def reference_page(module, records: list[dict]) -> str:
 
 
 def finding_lines(modules: list) -> list[str]:
-    """docs/parity.md's findings: per reference, its every-row findings' titles, then each row's own (at most
-    TITLES of them), each linking the page that holds them in full."""
+    """docs/parity.md's findings in brief (README: summary.py)."""
     lines = ["## Findings by row", ""]
     for module in modules:
         found = findings(module)
@@ -566,7 +549,7 @@ def finding_lines(modules: list) -> list[str]:
 
 
 def document(modules: list, records: list[dict]) -> str:
-    """docs/parity.md: the overview table, the forest plot, each row's findings in brief, how the rows are made."""
+    """docs/parity.md (README: summary.py)."""
     split = sections(records)
     commits = {r["commit"] for r in records if r["side"] == "cl-bench"}
     how = (HERE / "parity_method.md").read_text().format(
@@ -585,8 +568,7 @@ def document(modules: list, records: list[dict]) -> str:
 
 
 def forest(modules: list, records: list[dict], path: Path) -> None:
-    """The forest plot: every row's paired difference with its 95% interval, the ±MARGIN band shaded; filled where
-    the plan decides, hollow where only the pilot does."""
+    """The forest plot (README: summary.py)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -624,8 +606,7 @@ def pages(modules: list, records: list[dict]) -> dict[str, str]:
 
 
 def write(modules: list, records: list[dict], doc: Path) -> None:
-    """docs/parity.md, its pages beside it in parity/ (any other page there removed: they are all generated) and
-    the forest plot in img/."""
+    """docs/parity.md, its pages in parity/ and the forest plot in img/."""
     pages_ = pages(modules, records)
     folder = doc.parent / PAGES
     folder.mkdir(parents=True, exist_ok=True)
