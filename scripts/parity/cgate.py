@@ -22,9 +22,8 @@ NAME = "cgate"
 REPO = "lit-leo/cgate"
 PINNED = "e2e8b474d1a3fa8c0d2893688033e28edd2e1d8a"
 SOURCE = "reimplementation"  # an unofficial re-implementation of Abati et al. (its README says so)
-TORCH = ("Written for torch 1.7.1 and pytorch_lightning 0.8.5 (its requirements.txt).")
-DATA = ("cifar-10-batches-py (CIFAR-10's python files) for gated_task and MNIST/raw (MNIST's four idx files, gzipped "
-        "or not) for gated_learn")
+WORDS = common.wording(NAME)  # wording.yaml: its torch and data lines, its rows' settings
+TORCH, DATA = WORDS["torch"], WORDS["data"]
 
 CIFAR = "cifar-10-batches-py"
 MNIST_RAW = "MNIST/raw"  # torchvision's MNIST(root) reads common.IDX's four files from <root>/MNIST/raw
@@ -86,10 +85,7 @@ def learn_row(cut: dict) -> Row:
     """The learning cut's row (README: cgate.py)."""
     return Row(
         method="gated",
-        setting=f"Split MNIST ({cut['tasks']} x 2), task scenario, the paper's Split MNIST conv net (3 gated units "
-                f"of 100 channels, pools after 2), {cut['train']} training / {cut['val']} validation / {cut['test']} "
-                f"test images a task, {cut['epochs']} epochs, Adam 1e-3, batch 64, sparsity 0.1 after 1 epoch, "
-                "gradient clip 1",
+        setting=WORDS["settings"]["gated_learn"].format(**cut),
         clbench=("method=gated", "dataset=split_mnist", "scenario=task", "backbone=gated_convnet",
                  "backbone.pools=2", f"dataset.num_tasks={cut['tasks']}", "dataset.classes_per_task=2",
                  f"dataset.samples_per_task={cut['train']}", f"dataset.val_samples_per_task={cut['val']}",
@@ -103,9 +99,7 @@ def learn_row(cut: dict) -> Row:
 ROWS = {
     "gated_task": Row(
         method="gated",
-        setting=f"Split CIFAR-10 (5 x 2), task scenario, {CUT['train']} training / {CUT['val']} validation / "
-                f"{CUT['test']} test images a task, {CUT['epochs']} epochs, Adam 1e-3, batch 64, sparsity 0.1 "
-                "after 1 epoch, gradient clip 1",
+        setting=WORDS["settings"]["gated_task"].format(**CUT),
         clbench=("method=gated", "dataset=split_cifar10", "scenario=task", "backbone=resnet18",
                  f"dataset.samples_per_task={CUT['train']}", f"dataset.val_samples_per_task={CUT['val']}",
                  f"dataset.test_samples_per_task={CUT['test']}", f"method.epochs={CUT['epochs']}", *MATCHED, *QUIRKS),
