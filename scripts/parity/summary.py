@@ -195,14 +195,14 @@ def pilot_line(module, name: str, records: list[dict]) -> str:
                                        reference=fmt_side(pilot["reference"]), clbench=fmt_side(pilot["cl-bench"]),
                                        paired=fmt_paired(pilot["paired"]))
     pilot = compare(records, set(plan.pilot_seeds))
-    look = " (extended after a look: not a 95% interval)" if plan.after_look else ""
-    return (f"Pilot, seeds 0-{plan.pilot - 1}{look}: reference {fmt_side(pilot['reference'])}, cl-bench "
-            f"{fmt_side(pilot['cl-bench'])}, paired {fmt_paired(pilot['paired'])}, sd {pilot['paired'].sd:.2f}; "
-            f"the plan: {plan.n} fresh seed{'s' * (plan.n != 1)} from {plans.FIRST_SEED}"
-            + (f", sized from the sd's {plans.SD_CONFIDENCE:.0%} upper bound "
-               f"({plans.sd_upper_bound(plan.pilot_sd, plan.pilot):.2f})" if plan.upper_sd else "")
-            + (f", capped at {plan.cpu_hours:.0f} CPU-hours (80% power needs {plan.needed})" if plan.capped else "")
-            + ".")
+    words = WORDS["pilot"]
+    upper = (words["upper"].format(level=plans.SD_CONFIDENCE, bound=plans.sd_upper_bound(plan.pilot_sd, plan.pilot))
+             if plan.upper_sd else "")
+    return (words["line"].format(last=plan.pilot - 1, look=words["look"] * plan.after_look,
+                                 reference=fmt_side(pilot["reference"]), clbench=fmt_side(pilot["cl-bench"]),
+                                 paired=fmt_paired(pilot["paired"]), sd=pilot["paired"].sd, n=plan.n,
+                                 s="s" * (plan.n != 1), first=plans.FIRST_SEED)
+            + upper + words["capped"].format(hours=plan.cpu_hours, needed=plan.needed) * plan.capped + ".")
 
 
 def tally(values: list) -> str:
@@ -273,8 +273,8 @@ def phase_lines(module, records: list[dict]) -> list[str]:
     tallied, words = any(not mean for *_, mean in columns), WORDS["legend"]
     legend = [words["tallied"]] * tallied + [f"{title}: the mean" for _, title, mean in columns if mean]
     legend += [words["permutation"]] * tallied + [words["lower"]]
-    lines = [f"Per task, `reference / cl-bench` over seeds {seeds['reference']} / {seeds['cl-bench']} "
-             f"({'; '.join(legend)}):", "",
+    lines = [WORDS["per_task"].format(reference=seeds["reference"], clbench=seeds["cl-bench"],
+                                      legend="; ".join(legend)), "",
              "| task | " + " | ".join(title for _, title, _ in columns) + " | final test acc % | cl-bench lower |",
              "|---" * (len(columns) + 3) + "|"]
     for task in range(max(len(r["phases"]) for runs in sides.values() for r in runs)):
@@ -475,9 +475,9 @@ def seed_lines(module, name: str, records: list[dict]) -> list[str]:
 
 
 def arguments_line(row) -> str:
-    return (f"Reference arguments `{' '.join(row.reference) or '(none)'}`; `cl-bench train {' '.join(row.clbench)} "
-            "seed=N`." + (f" {row.note}." if row.note else "")
-            + (f" **Not the same algorithm:** {row.differs}." if row.differs else ""))
+    words = WORDS["arguments"]
+    return (words["line"].format(reference=" ".join(row.reference) or "(none)", clbench=" ".join(row.clbench))
+            + (f" {row.note}." if row.note else "") + (words["differs"].format(row.differs) if row.differs else ""))
 
 
 def figure_lines(module, name: str, records: list[dict]) -> list[str]:
@@ -494,7 +494,7 @@ def page(module, name: str, records: list[dict]) -> str:
     table_end = figures.index("")
     own = findings(module).get(name, [])
     lines = [f"# {module.NAME}/{name}: {row.method}", "",
-             f"[All rows](../parity.md) · [{module.REPO}: rerun, patches, findings for every row]({module.NAME}.md)",
+             WORDS["row_links"].format(repo=module.REPO, name=module.NAME),
              "", *figures[:table_end], "", arguments_line(row), "", pilot_line(module, name, mine), "",
              *look_lines(module, name, mine), "## Findings", "",
              *([f"- {f}" for f in own] or ["- none for this row alone"]), ""]
