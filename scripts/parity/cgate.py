@@ -1,5 +1,4 @@
-"""Parity of cl-bench's gated method with lit-leo/cgate, the public re-implementation of conditional channel gated
-networks (Abati et al. 2020) that cl-bench's gated docs cite.
+"""Parity of cl-bench's gated method with lit-leo/cgate (a re-implementation of Abati et al. 2020).
 
 Its account: scripts/parity/README.md, section cgate.py.
 """

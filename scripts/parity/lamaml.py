@@ -1,5 +1,4 @@
-"""Parity of cl-bench with La-MAML's code (montrealrobotics/La-MAML): La-MAML itself, and the ER and A-GEM
-baselines of its MNIST table, on its 20-task MNIST rotations and permutations.
+"""Parity of cl-bench with La-MAML's code (montrealrobotics/La-MAML): La-MAML, ER and A-GEM on MNIST.
 
 Its account: scripts/parity/README.md, section lamaml.py.
 """

@@ -1,5 +1,4 @@
-"""Parity with Mammoth (aimagelab/mammoth) on the DER paper's S-MNIST: seq-mnist, 5 tasks of 2 digits, class-IL,
-the 2x100 MLP, one epoch, Mammoth's best arguments for seq-mnist at buffer 200 and 500.
+"""Parity with Mammoth (aimagelab/mammoth) on the DER paper's S-MNIST at buffer 200 and 500.
 
 Its account: scripts/parity/README.md, section mammoth.py.
 """

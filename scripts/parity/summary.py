@@ -295,10 +295,10 @@ def diagnostic_lines(module, name: str, records: list[dict]) -> list[str]:
         other = "reference" if diag.side == "cl-bench" else "cl-bench"
         base = by_seed(row_records(records, module, name), other, set(changed))
         verdict = verdict_text(p) if p.n else "not run"
-        lines.append(f"- Diagnostic `{label}` ({diag.what}; {diag.side} changed, seeds "
-                     f"{min(diag.seeds)}-{max(diag.seeds)}): {diag.side} {fmt_side(changed)} against the row's "
-                     f"{other} {fmt_side(base)}; cl-bench − reference {fmt_paired(p)}, {verdict}. "
-                     f"{fmt_provenance(runs) if runs else ''}".rstrip())
+        lines.append(WORDS["diagnostic"].format(
+            label=label, what=diag.what, side=diag.side, first=min(diag.seeds), last=max(diag.seeds),
+            changed=fmt_side(changed), other=other, base=fmt_side(base), paired=fmt_paired(p), verdict=verdict,
+            records=fmt_provenance(runs) if runs else "").rstrip())
     return lines
 
 
