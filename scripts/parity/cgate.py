@@ -128,19 +128,7 @@ DIAGNOSTICS = {
 }
 ROWS, DIAGNOSTICS = common.annotated(NAME, ROWS, DIAGNOSTICS)  # notes and causes from findings/cgate.md
 
-# Run src/train.py as `make train` does, after setting the row's cfg values and the seed (cfg.py seeds 0 at import).
-LAUNCHER = """\
-import ast, random, runpy, sys
-import numpy, torch
-from config import cfg
-seed, *settings = sys.argv[1:]
-for setting in settings:
-    key, value = setting.split('=', 1)
-    setattr(cfg, key, ast.literal_eval(value))
-torch.manual_seed(int(seed)); numpy.random.seed(int(seed)); random.seed(int(seed))
-sys.argv = ['src/train.py']
-runpy.run_path('src/train.py', run_name='__main__')
-"""
+LAUNCHER = Path(__file__).resolve().parent / "launchers" / "cgate_train.py"  # src/train.py with the row's cfg, seeded
 
 
 # --- the split in cgate's input format ---------------------------------------------------------------------
@@ -241,7 +229,7 @@ def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str) -> O
     link.symlink_to(Path(data).resolve(), target_is_directory=True)
     shutil.rmtree(copy / "results", ignore_errors=True)  # cgate refuses a results folder of another config
     env = {**common.one_thread_env(), "ROOT_DIR": str(copy), "PYTHONPATH": str(copy)}
-    command = [python, "-c", LAUNCHER, str(seed), *row.reference, task_pairs(data)]
+    command = [python, "-c", LAUNCHER.read_text(), str(seed), *row.reference, task_pairs(data)]
     text = common.run_logged(command, copy, Path(data) / "cgate.log", env)
     outcome = parse_accuracies(text)
     outcome.phases = reference_phases(copy)
