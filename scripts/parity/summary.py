@@ -396,9 +396,14 @@ def overview_line(module, name: str, row, records: list[dict]) -> str:
     on, figures = basis(records, plan)
     p = figures["paired"]
     verdict = "not run" if not p.n else f"**{verdict_text(p)}**" if on == "plan" else verdict_text(p)
-    return (f"| [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}) | {row.method} "
+    return table_line(module, name, row, "", p, verdict, ", ".join(marks(key, plan, on)) or "–")
+
+
+def table_line(module, name: str, row, variant: str, p: stats.Paired, verdict: str, marked: str) -> str:
+    """One line of the overview: a row, or a variant of it (`variant` follows its label)."""
+    return (f"| [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}){variant} | {row.method} "
             f"| [{module.REPO}]({PAGES}/{module.NAME}.md) | {CODE[row_source(module, row)]} | {p.n} "
-            f"| {fmt_paired(p)} | {verdict} | {', '.join(marks(key, plan, on)) or '–'} |")
+            f"| {fmt_paired(p)} | {verdict} | {marked} |")
 
 
 def ordered(modules: list) -> list[tuple]:
@@ -423,9 +428,8 @@ def shown_lines(module, name: str, row, records: list[dict]) -> list[str]:
             continue
         _, p = diagnostic_paired(module, label, diag, records)
         done = f"{p.n} of {len(diag.seeds)} seeds" if p.n < len(diag.seeds) else "the plan's seeds"
-        lines.append(f"| [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}), {diag.shown_as} | {row.method} "
-                     f"| [{module.REPO}]({PAGES}/{module.NAME}.md) | {CODE[row_source(module, row)]} | {p.n} "
-                     f"| {fmt_paired(p)} | {verdict_text(p) if p.n else 'not run'} | diagnostic `{label}`, {done} |")
+        lines.append(table_line(module, name, row, f", {diag.shown_as}", p, verdict_text(p) if p.n else "not run",
+                                f"diagnostic `{label}`, {done}"))
     return lines
 
 
