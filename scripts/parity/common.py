@@ -251,7 +251,8 @@ def patched_copy(ref: Path, pinned: str, patches: list[Patch], work: Path, allow
     if commit == "unknown":
         sys.exit(f"{ref} is not a git checkout: clone the reference and pass its folder with --ref")
     if commit != pinned and not allow_other_commit:
-        sys.exit(wording("common")["errors"]["pinned"].format(ref=ref, commit=commit[:12], pinned=pinned[:12]))
+        sys.exit(f"{ref} is at {commit[:12]}, the harness pins {pinned[:12]}: `git -C {ref} checkout {pinned[:12]}` "
+                 "(or --any-commit to try another)")
     copy, kept = work / "ref", work / "kept"
     shutil.rmtree(kept, ignore_errors=True)
     if keep is not None and (copy / keep).exists():
@@ -359,9 +360,12 @@ def main(reference) -> None:
 def refuse_resume(reference, args) -> None:
     """--resume where it cannot work, in one line (README: common.py)."""
     if args.resume and args.diagnostic:
-        sys.exit(wording("common")["errors"]["resume_diagnostic"])
+        sys.exit("--resume goes on with a row's sides, not a diagnostic's (whose copy is made afresh): drop "
+                 "--diagnostic or --resume")
     if args.resume and args.side != "cl-bench" and not hasattr(reference, "RESUMABLE"):
-        sys.exit(wording("common")["errors"]["resume_runner"].format(name=reference.NAME))
+        sys.exit(f"--resume: the {reference.NAME} runner cannot resume a reference run (only runners whose "
+                 "reference runs as a chain of processes can): rerun the seed without --resume, or resume "
+                 "cl-bench's side alone (--side cl-bench)")
 
 
 def only(planned: tuple[int, ...], chosen: list[int] | None, row: str) -> tuple[int, ...]:
@@ -370,8 +374,8 @@ def only(planned: tuple[int, ...], chosen: list[int] | None, row: str) -> tuple[
         return planned
     outside = sorted(set(chosen) - set(planned))
     if outside:
-        raise SystemExit(wording("common")["errors"]["seeds_outside"].format(
-            outside=" ".join(map(str, outside)), row=row, planned=" ".join(map(str, planned))))
+        raise SystemExit(f"--seeds {' '.join(map(str, outside))} is not among row {row}'s planned seeds "
+                         f"{' '.join(map(str, planned))}: choose from those (the plans: scripts/parity/plans.py)")
     return tuple(seed for seed in planned if seed in chosen)
 
 
@@ -430,7 +434,8 @@ def smoke(argv: list[str], rows: dict, small) -> list[str]:
         named = list(itertools.takewhile(lambda a: not a.startswith("--"), argv[argv.index("--rows") + 1:]))
         others = [name for name in named if name not in shrunk]
         if others:
-            sys.exit(wording("common")["errors"]["smoke_rows"].format(rows=" ".join(shrunk), others=" ".join(others)))
+            sys.exit(f"--smoke runs only the learning rows ({' '.join(shrunk)}), not {' '.join(others)}: drop "
+                     "--smoke to run those at their cut")
     else:
         argv += ["--rows", *shrunk]
     return [*argv, *([] if "--pilot" in argv else ["--pilot"]), *([] if "--seeds" in argv else ["--seeds", "0"])]
@@ -444,7 +449,8 @@ def hold(work: Path, name: str):
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        sys.exit(wording("common")["errors"]["locked"].format(name=name, work=work))
+        sys.exit(f"another parity run of {name} is using {work}: wait for it to end, or give this one its own "
+                 "--work DIR")
     return handle
 
 

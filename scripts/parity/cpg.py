@@ -340,7 +340,8 @@ class Runner:
             raise CutShort
         ended = self.ended.pop(0)
         if ended.command != command:
-            sys.exit(WORDS["errors"]["other_log"].format(log=self.log, logged=ended.command, command=command))
+            sys.exit(f"--resume: {self.log} ran `{ended.command}` where this run runs `{command}`: the log is another "
+                     "run's (another row or setting); run the seed afresh, without --resume")
         self.replayed, self.replayed_to = self.replayed + ended.seconds, ended.end
         return ended.code, ended.out
 
@@ -448,7 +449,9 @@ def scratch_goal(run: Runner, s: dict, state: dict, names: list, classes: list, 
 def saved(run: Runner, folder: str, what: str, bar: str) -> None:
     """Refuse a phase whose checkpoint the reference did not save (README: cpg.py)."""
     if not list((run.copy / folder).glob("*.pth.tar")):
-        sys.exit(WORDS["errors"]["no_checkpoint"].format(what=what, bar=bar, log=run.log))
+        sys.exit(f"the reference saved no checkpoint after {what} (its last epoch's training accuracy did not top "
+                 f"the bar {bar}), so the next phase would start from nothing: lower the row's train_acc_bar (on both "
+                 f"sides, where cl-bench has one) or train longer; its log: {run.log}")
 
 
 def cpg_finetune(run: Runner, s: dict, state: dict, names: list, classes: list, t: int) -> None:
@@ -466,8 +469,9 @@ def cpg_finetune(run: Runner, s: dict, state: dict, names: list, classes: list, 
             return
         if state["multiplier"] + 0.5 > float(s["max_multiplier"]) + 1e-9:
             # The script would grow on without end: past the maximum its main never sees the maximum width again.
-            sys.exit(WORDS["errors"]["past_max"].format(name=name, max=s["max_multiplier"], bar=s["train_acc_bar"],
-                                                        log=run.log))
+            sys.exit(f"the reference asks to grow {name} past max_multiplier {s['max_multiplier']} (its training "
+                     f"accuracy did not top the bar {s['train_acc_bar']} at full width; cl-bench stops growing "
+                     f"there): lower the row's train_acc_bar on both sides or train longer; its log: {run.log}")
         state["multiplier"] += 0.5
 
 

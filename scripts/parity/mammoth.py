@@ -97,7 +97,8 @@ def digits(task) -> list[int]:
     """The original digits of a task, checked to be the ones Mammoth's seq-mnist puts in the same task."""
     want = [2 * task.id, 2 * task.id + 1]
     if sorted(task.classes) != want or task.offset != 2 * task.id:
-        raise ValueError(WORDS["errors"]["digits"].format(task=task, want=want))
+        raise ValueError(f"task {task.id} holds digits {task.classes} at offset {task.offset}; seq-mnist's task "
+                         f"{task.id} is digits {want}: use dataset.class_order=natural with 5 tasks")
     return list(task.classes)
 
 
