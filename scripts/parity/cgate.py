@@ -81,7 +81,9 @@ LEARN_NET = common.patches(NAME)["learn_net"]
 
 
 def learn_row(cut: dict) -> Row:
-    """The learning cut's row (README: cgate.py)."""
+    """The learning cut's row: cgate's SimpleCNN on Split MNIST, patched to the network cl-bench's gated_convnet
+    with two pools builds, against cl-bench at its defaults (the paper's gate noise and batch norms) with cgate's
+    training."""
     return Row(
         method="gated",
         setting=WORDS["settings"]["gated_learn"].format(**cut),
@@ -143,13 +145,17 @@ def _union(parts) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _write_batch(path: Path, x: np.ndarray, y: np.ndarray) -> None:
-    """One batch file as CIFAR-10's own (README: cgate.py)."""
+    """One batch file as CIFAR-10's own: channel-major rows of 3072 bytes, labels a list; str keys, which is how
+    torchvision's latin-1 unpickling reads the published (Python 2) files' keys."""
     batch = {"data": np.ascontiguousarray(x.reshape(len(x), -1), dtype=np.uint8), "labels": y.tolist()}
     path.write_bytes(pickle.dumps(batch, protocol=2))
 
 
 def write_tasks(scenario, row: Row, folder: Path) -> None:
-    """The files cgate's dataset reader opens, task by task (README: cgate.py)."""
+    """The files torchvision's reader of the row's dataset opens (cgate's prepare_dataset): the training files hold
+    every task's training samples then every task's validation samples (heldout.npy lists the latter's rows), the
+    test files every task's test samples, all task by task in cl-bench's order, so that cgate's per-task evaluation
+    batches are cl-bench's. CIFAR-10: canonical cifar-10-batches-py; MNIST (one channel): its idx files."""
     folder = Path(folder)
     tasks = scenario.tasks
     train = _union((t.train.x.cpu().numpy(), _class_ids(t, t.train.y)) for t in tasks)
@@ -187,7 +193,8 @@ def _read_batches(folder: Path, names) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _read_split(folder: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """One written split, "train" or "test", as (uint8 NCHW, class ids)."""
+    """One of the written splits, "train" (training and held-out rows) or "test", as (uint8 N x C x H x W, class
+    ids), from whichever files write_tasks wrote."""
     raw = folder / MNIST_RAW
     if raw.is_dir():
         return (common.read_idx(raw / common.IDX[f"{split}_x"])[:, None],
@@ -197,7 +204,8 @@ def _read_split(folder: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def read_tasks(folder: Path) -> list[dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """The written split back, per task (README: cgate.py)."""
+    """The written split back, per task: {"train", "val", "test"} -> (uint8 N x C x H x W, cl-bench labels), in
+    the order cgate's TaskedDataset.set_task selects them."""
     folder = Path(folder)
     x, y = _read_split(folder, "train")
     held = np.zeros(len(y), dtype=bool)
@@ -237,7 +245,8 @@ def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str) -> O
 
 
 def parse_accuracies(text: str) -> Outcome:
-    """The matrix cgate prints last, as cl-bench's, and RA (README: cgate.py)."""
+    """The matrix cgate prints last (scores[i][j]: task i after tasks 0..j, zero before task i is learned) as
+    cl-bench's acc[j][i] for i <= j, and RA the mean of its last column."""
     at = text.rfind(RESULTS_HEADER)
     if at < 0:
         sys.exit(f"cgate printed no '{RESULTS_HEADER}': the end of its output:\n{text[-2000:]}")
@@ -260,7 +269,8 @@ FROZEN_MASK = "gated_conv.frozen_kernels_mask"  # SimpleCNN's gated units' buffe
 
 
 def reference_phases(copy: Path) -> list[dict]:
-    """cgate's kernels frozen after each task (README: cgate.py)."""
+    """cgate's kernels frozen after each task, from the state dicts src/train.py saves after it (a kernel whose
+    frozen_kernels_mask entry is above 0 is frozen); empty for a network without SimpleCNN's masks."""
     import torch
     saved = {int(f.stem.rsplit("_", 1)[1]): f for f in Path(copy).glob("results/*/checkpoints/after_task_*.ckpt")}
     phases = []
@@ -273,7 +283,8 @@ def reference_phases(copy: Path) -> list[dict]:
 
 
 def clbench_phases(run_dir: Path) -> list[dict]:
-    """cl-bench's kernels frozen after each task, from events.jsonl."""
+    """cl-bench's kernels frozen after each task (common.run_clbench_side calls this): the capacity its events.jsonl
+    records at each task's end."""
     from cl_bench.recorders import read_events
     return [{"task": e["task"], "frozen": e["capacity"]["kernels_frozen"]} for e in read_events(run_dir)
             if e.get("event") == "task_end" and "kernels_frozen" in e.get("capacity", {})]

@@ -78,7 +78,9 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """A run that tests a cause beside a row, one side changed (README: common.py)."""
+    """A run that tests a cause beside a row: one side changed (cl-bench overrides, or extra patches to the
+    reference), the other side's records of the same seeds the comparison. Its records go to the diagnostics
+    section of docs/parity.json and render under the row."""
 
     row: str
     side: str  # the side that changes: "cl-bench" or "reference"
@@ -122,14 +124,15 @@ def wording(section: str) -> dict:
 
 
 def patches(name: str) -> dict[str, tuple[Patch, ...]]:
-    """patches/<name>.yaml's patches by group (README: common.py)."""
+    """patches/<name>.yaml: each group's patches ("reference": every row's; the others a row's or a diagnostic's)."""
     import yaml
     groups = yaml.safe_load((PATCH_FILES / f"{name}.yaml").read_text())
     return {group: tuple(Patch(**fields) for fields in items) for group, items in groups.items()}
 
 
 def texts(name: str, folder: Path = FINDINGS) -> dict[tuple[str, str], list[str]]:
-    """findings/<name>.md by its `## KIND: NAMES` sections (README: common.py)."""
+    """findings/<name>.md by its `## KIND: NAMES` sections: (kind, row, diagnostic or "all") -> its bullets (findings,
+    of every section that names it) or its one paragraph (the others), each joined into one line."""
     found: dict[tuple[str, str], list[str]] = {}
     section: list[str] | None = None
     for line in (folder / f"{name}.md").read_text().splitlines():
@@ -214,7 +217,8 @@ VERSIONS = ("import sys, numpy, torch; print(sys.version.split()[0], numpy.__ver
 
 
 def versions(python: str) -> dict:
-    """Python, numpy and torch as the given interpreter has them."""
+    """Python, numpy and torch as the given interpreter has them (each side's own: the reference may run on
+    another environment than cl-bench)."""
     out = subprocess.run([python, "-c", VERSIONS], capture_output=True, text=True, env=one_thread_env())
     if out.returncode != 0:
         return {"python": "unknown", "numpy": "unknown", "torch": "unknown"}
@@ -232,7 +236,9 @@ def cpu_model() -> str:
 
 
 def provenance(ref: Path | None, python: str) -> dict:
-    """What one run was made with, read as it starts (README: common.py)."""
+    """What one run was made with, read as it starts (not once per runner: the tree may change between runs):
+    cl-bench's commit and whether its tree had uncommitted changes, the reference checkout's commit, the side's
+    interpreter's versions, the machine's CPU and the threads each side trains on, the date."""
     return {"clbench_commit": git_commit(ROOT), "clbench_dirty": git_dirty(ROOT),
             "reference_commit": git_commit(ref) if ref else "", **versions(python), "cpu": cpu_model(),
             "threads": int(one_thread_env()["OMP_NUM_THREADS"]), "host_cpus": os.cpu_count(),
@@ -246,7 +252,10 @@ PROVENANCE_KEYS = ("clbench_commit", "clbench_dirty", "reference_commit", "pytho
 
 def patched_copy(ref: Path, pinned: str, patches: list[Patch], work: Path, allow_other_commit: bool = False,
                  keep: Path | None = None) -> Path:
-    """The reference's committed tree, copied to work/ref and patched (README: common.py)."""
+    """The reference's committed tree at its checkout's HEAD, copied to work/ref and patched. The user's checkout
+    is never changed. A checkout at another commit than the pinned one is refused unless allowed, since the patches
+    (and the comparison) were made against that commit. `keep` (relative to the copy) survives from the copy
+    before: a resumed run's checkpoints."""
     commit = git_commit(ref)
     if commit == "unknown":
         sys.exit(f"{ref} is not a git checkout: clone the reference and pass its folder with --ref")
@@ -294,12 +303,14 @@ def run_logged(command: list[str], cwd: Path, log: Path, env: dict | None = None
 
 
 def one_thread_env() -> dict:
-    """Each side trains on one thread, as cl-bench with hardware.threads=1."""
+    """Each side trains on one thread, as cl-bench runs with hardware.threads=1: the seconds compare like for like."""
     return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def run_clbench(row: Row, seed: int, run_dir: Path, data_root: str | None = None, resume: bool = False) -> Outcome:
-    """The row's cl-bench run, checkpointed at each task's end (README: common.py)."""
+    """The row's cl-bench run, checkpointed at each task's end (the last checkpoint kept) so that --resume can go
+    on with one cut short: `cl-bench train resume=DIR` from its last checkpoint, or from its start where it wrote
+    none. A fresh run starts from an empty folder. Outcome.replayed: the seconds the resumed run had spent."""
     from cl_bench import checkpoint
     command = [sys.executable, "-m", "cl_bench", "train"]
     replayed = 0.0
@@ -334,7 +345,9 @@ def timed(fn, *args, **kwargs) -> tuple[Outcome, float]:
 
 
 def main(reference) -> None:
-    """Both sides over each row's seed plan (README: common.py)."""
+    """`python scripts/parity/<reference>.py --ref DIR [--rows R ...]`: both sides over each row's seed plan
+    (scripts/parity/plans.py); `--pilot` reruns the pilot's seeds instead, `--diagnostic NAME` one of the
+    reference's DIAGNOSTICS over its own seeds."""
     args = arguments(reference).parse_args()
     refuse_resume(reference, args)
     work = args.work / reference.NAME
@@ -358,7 +371,8 @@ def main(reference) -> None:
 
 
 def refuse_resume(reference, args) -> None:
-    """--resume where it cannot work, in one line (README: common.py)."""
+    """--resume where it cannot work, in one line: with a diagnostic (whose copy is made afresh), or on the
+    reference side of a reference whose runner does not chain processes it can replay."""
     if args.resume and args.diagnostic:
         sys.exit("--resume goes on with a row's sides, not a diagnostic's (whose copy is made afresh): drop "
                  "--diagnostic or --resume")
@@ -369,7 +383,8 @@ def refuse_resume(reference, args) -> None:
 
 
 def only(planned: tuple[int, ...], chosen: list[int] | None, row: str) -> tuple[int, ...]:
-    """--seeds: part of the planned seeds; one outside the plan refused."""
+    """--seeds: part of the planned seeds (a run cut short resumes at its next seed); a seed outside the plan is
+    refused, since rows are judged over the seeds fixed before they ran."""
     if chosen is None:
         return planned
     outside = sorted(set(chosen) - set(planned))
@@ -422,7 +437,11 @@ def run_diagnostic(reference, args, work: Path) -> None:
 
 
 def smoke(argv: list[str], rows: dict, small) -> list[str]:
-    """--smoke: the learning rows far below their cut, one seed (README: common.py)."""
+    """--smoke: a reference's learning rows at a size far below their cut (small(): name -> Row, put in rows), one
+    seed, to check that every phase of both sides runs and parses (seconds of training, no result); its records
+    would pass for the rows', so --out must lead elsewhere. Only those rows run (all of them unless --rows names
+    some), and only seed 0 of their pilot (unless --seeds says otherwise): without it a plan's seeds, or another row
+    at its full cut, would run."""
     if "--smoke" not in argv:
         return argv
     if "--out" not in argv:
@@ -442,7 +461,9 @@ def smoke(argv: list[str], rows: dict, small) -> list[str]:
 
 
 def hold(work: Path, name: str):
-    """One runner at a time in a reference's work folder (README: common.py)."""
+    """One runner at a time in a reference's work folder: a second one would copy the reference afresh and rewrite
+    the tasks under the first one's running reference. The lock goes when the returned file is closed or the
+    process ends, however it ends."""
     work.mkdir(parents=True, exist_ok=True)
     handle = open(work / ".lock", "w")
     try:
@@ -455,7 +476,7 @@ def hold(work: Path, name: str):
 
 
 def reference_arguments(reference, description: str) -> argparse.ArgumentParser:
-    """What running the reference needs."""
+    """What running the reference needs: its checkout, the seeds, the work folder, the data and the interpreter."""
     parser, words = argparse.ArgumentParser(description=description), wording("common")["help"]
     parser.add_argument("--ref", type=Path, help=words["ref"].format(repo=reference.REPO))
     parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "parity-work")
@@ -480,7 +501,8 @@ def arguments(reference) -> argparse.ArgumentParser:
 
 
 def reference_side(reference, copy: Path, name: str, seed: int, work: Path, args) -> tuple[Outcome, float, str]:
-    """The seed's split written in the reference's format, then the reference trained on it."""
+    """The split of this seed written in the reference's format, then the reference trained on it (a resumed run
+    keeps the split its cut-short run wrote)."""
     row = reference.ROWS[name]
     data = work / "data" / name / f"seed{seed}"
     resume = {"resume": True} if args.resume else {}

@@ -54,7 +54,7 @@ SETTING = WORDS["setting"].format(tasks=TASKS, classes=CLASSES, train=TRAIN, tes
 
 @dataclass(frozen=True)
 class Cut:
-    """A cut with growth on and measured goals, the same on both sides."""
+    """A cut with growth on and measured goals (the learning cut: scripts/parity/README.md), the same on both sides."""
 
     tasks: int
     train: int
@@ -170,7 +170,8 @@ def class_folder(label: int) -> str:
 
 
 def write_tasks(scenario, row: Row, folder: Path) -> None:
-    """Each task as PNG folders, stats.json and the goals file (README: cpg.py)."""
+    """Each task as <folder>/{train,test}/task<t>/c<label>/<index>.png (lossless, the index its place in the split,
+    the label within the task), its training split's per-channel mean/std in stats.json, and the goals file."""
     from PIL import Image
 
     from cl_bench.data.batches import channel_stats
@@ -210,7 +211,8 @@ ACCURACY = re.compile(r"accuracy[:=]\s*'?(\d+(?:\.\d+)?)")
 
 
 def parse_accuracy(text: str) -> float:
-    """The last accuracy an evaluation printed, in [0, 1] (README: cpg.py)."""
+    """The last accuracy an evaluation printed, in [0, 1]: CPG logs `In validate()-> ... accuracy: 93.50`, PackNet
+    only shows it in tqdm's postfix (`accuracy=93.50`), whose last refresh is the whole split's mean."""
     found = ACCURACY.findall(text)
     if not found:
         raise ValueError("no accuracy in the reference's output")
@@ -221,7 +223,8 @@ CHOSEN = re.compile(r"We choose pruning_ratio (\S+)")
 
 
 def parse_chosen_ratio(text: str) -> float:
-    """The sparsity the choosing tool kept (README: cpg.py)."""
+    """The sparsity tools/choose_appropriate_pruning_ratio_for_next_task.py kept, from its one log line
+    (`... - root - INFO - We choose pruning_ratio 0.4`; 0.0 when none met the goal: the unpruned model)."""
     found = CHOSEN.findall(text)
     if not found:
         raise ValueError("no chosen pruning ratio in the choosing tool's output")
@@ -229,7 +232,8 @@ def parse_chosen_ratio(text: str) -> float:
 
 
 def parse_record(text: str) -> dict[str, float]:
-    """gradual_prune/record.txt: selection accuracy by sparsity (README: cpg.py)."""
+    """gradual_prune/record.txt: the selection accuracy (in [0, 1]) at each sparsity recorded, '0.0' the
+    trained model's, as the main writes it (json.dump of {0.0: acc, target: acc, ...})."""
     return {str(float(k)): float(v) for k, v in json.loads(text).items()}
 
 
@@ -240,7 +244,9 @@ def parse_goal(text: str, name: str) -> float | None:
 
 
 def refit_outcome(retrain: Path) -> dict:
-    """What choose_retrain_or_not.py will do with the refit's folder (README: cpg.py)."""
+    """What tools/choose_retrain_or_not.py will do with the refit's folder: copy the first checkpoint os.listdir
+    names over the compacted model (kept; the refit saves one when an epoch beats the restarted mask, and its last
+    epoch when above the bar), or leave the compacted model (not kept)."""
     saved = [f for f in os.listdir(retrain) if ".pth.tar" in f] if retrain.is_dir() else []
     return {"refit": "kept", "refit_checkpoint": saved[0]} if saved else {"refit": "not kept"}
 
@@ -259,7 +265,8 @@ CLB_REFIT = re.compile(r"task (\d+): picking refit kept(?:, ([\d.]+)| nothing)")
 
 
 def parse_clbench_phases(log: str) -> list[dict]:
-    """Per task, cl-bench's decisions from its train.log (README: cpg.py)."""
+    """Per task, from cl-bench's train.log: its goal, the parameter multiplier it started at and ended at, the
+    sparsity target compacting kept (0.0: none, or nothing to prune) and the refit's outcome."""
     phases: dict[int, dict] = {}
     for t, goal, mult in CLB_START.findall(log):
         phases[int(t)] = {"task": int(t), "goal": None if goal == "none" else float(goal),
@@ -274,7 +281,8 @@ def parse_clbench_phases(log: str) -> list[dict]:
 
 
 def clbench_phases(run_dir: Path) -> list[dict]:
-    """The cl-bench side's per-task decisions, from train.log."""
+    """The cl-bench side's per-task decisions (common.run_clbench_side calls this when the module has it): the
+    growth and the refit from train.log, which metrics.json does not hold per task."""
     log = run_dir / "train.log"
     return parse_clbench_phases(log.read_text()) if log.is_file() else []
 
@@ -282,7 +290,8 @@ def clbench_phases(run_dir: Path) -> list[dict]:
 # --- running the reference --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Ended:
-    """One process of a run as the Runner logged it (README: cpg.py)."""
+    """One process of a run as the Runner logged it: its command line, output and exit, and where its entry ends
+    in the log (a resumed run that reruns a task cuts the log back to the task's start)."""
 
     command: str
     out: str
@@ -295,7 +304,8 @@ ENDED = re.compile(r"\n\[exit (-?\d+); ([\d.]+) s\]\n")
 
 
 def read_log(text: str) -> list[Ended]:
-    """The processes a Runner's log records as ended, in order (README: cpg.py)."""
+    """The processes a Runner's log records as ended, in order (each entry is written whole when its process
+    exits, as `$ COMMAND`, its output, `[exit CODE; SECONDS s]`); anything after the last whole entry is dropped."""
     ended, at = [], 0
     while text.startswith("$ ", at):
         line_end = text.find("\n", at)
@@ -313,7 +323,9 @@ class CutShort(Exception):
 
 
 class Runner:
-    """Runs the reference's processes as its scripts chain them, replaying a cut-short run's."""
+    """Runs the reference's processes in its copy, as its shell scripts chain them, into one log. Given the processes
+    a cut-short run's log records as ended, it replays them in order (their exit and output, their checkpoints as
+    that run left them) instead of running them, while the commands are the same."""
 
     def __init__(self, copy: Path, seed: int, python: str, log: Path, env: dict, ended: list[Ended] = ()):
         self.copy, self.seed, self.python, self.log, self.env = copy, seed, python, log, env
@@ -346,7 +358,8 @@ class Runner:
         return ended.code, ended.out
 
     def rerun_from(self, at: int, written: Path) -> None:
-        """Live from here: the log cut back to `at`, the task's folder gone."""
+        """Live from here: the log cut back to `at` (where the task began), the task's folder, which the cut-short
+        processes wrote, gone."""
         with open(self.log, "r+") as f:
             f.truncate(at)
         shutil.rmtree(written, ignore_errors=True)
@@ -358,7 +371,9 @@ def settings(row: Row) -> dict:
 
 
 def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str, resume: bool = False) -> Outcome:
-    """Train the reference on the written tasks, evaluating as it goes (README: cpg.py)."""
+    """Train the reference on the written tasks, evaluating every task learned after each one: the printed
+    accuracies as a lower-triangular matrix (row i: tasks 0..i after task i), RA the mean of its last row.
+    resume: go on from the run this seed's log records (see Runner; the copy kept its checkpoints)."""
     s = settings(row)
     link = copy / DATA_LINK
     if link.is_symlink() or link.exists():
@@ -389,7 +404,8 @@ def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str, resu
 
 
 def learned(run: Runner, s: dict, state: dict, names: list, classes: list, t: int, learn, evaluate) -> list[float]:
-    """Task t learned, then every task so far evaluated (README: cpg.py)."""
+    """Task t learned, then every task so far evaluated: that row of the accuracy matrix. A replay that has
+    nothing left at a task's start was cut short in it (its first process, or between tasks)."""
     if run.replaying and not run.ended:
         raise CutShort
     learn(run, s, state, names, classes, t)
@@ -408,7 +424,8 @@ def cpg_common(s: dict, state: dict, names: list, classes: list, t: int) -> list
 
 
 def cpg_task(run: Runner, s: dict, state: dict, names: list, classes: list, t: int) -> None:
-    """CPG_cifar100_scratch_mul_1.5.sh's body for one task (README: cpg.py)."""
+    """CPG_cifar100_scratch_mul_1.5.sh's body for one task (PAE's without the refit), after baseline_cifar100.sh's
+    scratch model for its goal where the row measures goals; the task's decisions go to state["phases"]."""
     name, main = names[t], "CPG_cifar100_main_normal.py"
     if s.get("goals") == "scratch":
         scratch_goal(run, s, state, names, classes, t)
@@ -439,7 +456,8 @@ def cpg_task(run: Runner, s: dict, state: dict, names: list, classes: list, t: i
 
 
 def scratch_goal(run: Runner, s: dict, state: dict, names: list, classes: list, t: int) -> None:
-    """baseline_cifar100.sh for one task: the goal's scratch model (README: cpg.py)."""
+    """baseline_cifar100.sh for one task: PackNet's main trains a fresh network on the task alone with the
+    row's schedule and writes its last epoch's validation accuracy into the goals file under the task's name."""
     run("packnet_cifar100_main_normal.py",
         ["--arch", "vgg16_bn_cifar100", "--dataset", names[t], "--num_classes", classes[t], "--lr", 1e-2,
          "--weight_decay", 4e-5, "--save_folder", ckpt(names[t], "baseline"), "--epochs", s["epochs"],
@@ -447,7 +465,8 @@ def scratch_goal(run: Runner, s: dict, state: dict, names: list, classes: list, 
 
 
 def saved(run: Runner, folder: str, what: str, bar: str) -> None:
-    """Refuse a phase whose checkpoint the reference did not save (README: cpg.py)."""
+    """The next phase loads this folder's checkpoint; without one the reference would start it from a fresh
+    network, silently (its main saves only above the training-accuracy bar): refused in one line."""
     if not list((run.copy / folder).glob("*.pth.tar")):
         sys.exit(f"the reference saved no checkpoint after {what} (its last epoch's training accuracy did not top "
                  f"the bar {bar}), so the next phase would start from nothing: lower the row's train_acc_bar (on both "

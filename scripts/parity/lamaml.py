@@ -113,7 +113,8 @@ def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str) -> O
 
 
 def parse_results(text: str) -> Outcome:
-    """results.txt (GEM's confusion_matrix) -> RA and matrix (README: lamaml.py)."""
+    """results.txt (GEM's confusion_matrix): the accuracies before training, '|', one row per finished task
+    (row i: every task's test accuracy after task i), a blank line, then the summary lines."""
     lines = text.splitlines()
     start = lines.index("|") + 1
     end = lines.index("", start)

@@ -37,7 +37,9 @@ REQUIRED = {"der": ("alpha",), "derpp": ("alpha", "beta")}
 
 
 def _best(model: str, memory: int, *extra: str) -> tuple[str, ...]:
-    """Mammoth's own best arguments for seq-mnist (README: mammoth.py)."""
+    """Mammoth's own best arguments for seq-mnist (utils/best_args.py), loaded by --load_best_args. Its parser
+    checks the command line for the required arguments before it appends the best ones, which then win (argparse
+    keeps the last): the zeros here only get past that check, every one of them is among the best arguments."""
     placeholders = [f"--{name}=0" for name in ("lr", *REQUIRED.get(model, ()))]
     return _mammoth_args(model, memory, "--load_best_args", *placeholders, *extra)
 
@@ -126,7 +128,7 @@ def write_tasks(scenario, row: Row, folder: Path) -> None:
 
 
 def read_tasks(folder: Path):
-    """What write_tasks wrote, read back by cl-bench's own MNIST reader."""
+    """What write_tasks wrote, read back by cl-bench's own MNIST reader (a Source: NxCxHxW uint8, digit labels)."""
     from cl_bench.data import sources
     return sources.load("mnist", Path(folder) / "MNIST", use_cache=False)
 
@@ -157,7 +159,8 @@ def numbers(listed: str) -> list[float]:
 
 
 def parse(text: str) -> Outcome:
-    """Mammoth's class-IL accuracies -> RA and matrix (README: mammoth.py)."""
+    """Class-IL accuracies Mammoth prints after each task (percent, seen tasks only) -> RA in [0, 1] and the
+    lower-triangular matrix. Each line may come twice (print and logging); the last of each length wins."""
     rows = {}
     for listed in RAW.findall(text):
         values = numbers(listed)

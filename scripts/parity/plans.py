@@ -44,14 +44,16 @@ class Plan:
 
 def planned(sd: float, pair_seconds: float, cpu_hours: float = CPU_HOURS,
             upper_from: int | None = None) -> tuple[int, int]:
-    """(needed, n) for a pilot's paired sd and seconds a seed (README: plans.py)."""
+    """(needed, n) for a pilot's paired sd and seconds a seed: the rule above; with upper_from (the pilot's seeds),
+    sized from the sd's upper confidence bound (sd_upper_bound)."""
     from cl_bench.stats import seeds_for_power
     needed = seeds_for_power(sd if upper_from is None else sd_upper_bound(sd, upper_from), MARGIN)
     return needed, min(max(needed, MIN_SEEDS), int(cpu_hours * 3600 // pair_seconds))
 
 
 def sd_upper_bound(sd: float, pilot: int, confidence: float = SD_CONFIDENCE) -> float:
-    """The one-sided upper confidence bound of a normal sd (README: plans.py)."""
+    """The one-sided upper confidence bound of a normal sd estimated from `pilot` paired seeds: sd sqrt((k - 1) /
+    chi2_{1 - confidence}(k - 1)). For three seeds at 0.8, 2.12 times the estimate."""
     from scipy.stats import chi2
     return sd * (((pilot - 1) / chi2.ppf(1 - confidence, pilot - 1)) ** 0.5)
 
@@ -111,7 +113,8 @@ PENDING: dict[tuple[str, str], str] = {}
 
 
 def seeds(reference: str, row: str, pilot: bool = False) -> tuple[int, ...]:
-    """The seeds `make parity-NAME` runs for a row (README: plans.py)."""
+    """The seeds `make parity-NAME` runs for a row: its plan's (or, with pilot, its pilot's); a pending row has
+    only its pilot, PILOT_SEEDS."""
     plan = PLANS.get((reference, row))
     if plan is None and (reference, row) in PENDING:
         if pilot:

@@ -38,7 +38,8 @@ def key(record: dict) -> tuple:
 
 
 def load(json_path: Path) -> list[dict]:
-    """Every record in a docs/parity.json, runs and diagnostics together."""
+    """Every record in a docs/parity.json, runs and diagnostics together (a record's diagnostic tells them apart);
+    a file from before the sections existed is a plain list of runs."""
     if not json_path.is_file():
         return []
     data = json.loads(json_path.read_text())
@@ -74,7 +75,8 @@ def compare(records: list[dict], seeds) -> dict:
 
 
 def basis(records: list[dict], plan: plans.Plan | None) -> tuple[str, dict]:
-    """What a row's verdict rests on: its plan's seeds, else its pilot's."""
+    """What a row's verdict rests on: its plan's seeds when all of them have run on both sides, else its pilot's
+    (plans.PILOT_SEEDS for a row whose plan waits on its pilot)."""
     if plan is None:
         return "pilot", compare(records, set(plans.PILOT_SEEDS))
     planned = compare(records, set(plan.seeds))
@@ -158,7 +160,8 @@ def fmt_seconds(records: list[dict]) -> str:
 
 
 def fmt_cpus(records: list[dict]) -> str:
-    """The CPUs each side ran on, and the pairs across CPUs (README: summary.py)."""
+    """The CPUs each side ran on (with counts where several), and the seeds whose two sides ran on different
+    models: their seconds do not compare, and a CPU's floating point may differ."""
     sides = [[cpu_name(r) for r in records if r["side"] == side] for side in SIDES]
     cell = " / ".join(tally(names) if names else "–" for names in sides)
     cpus = {side: {r["seed"]: cpu_name(r) for r in records if r["side"] == side} for side in SIDES}
@@ -206,7 +209,7 @@ def pilot_line(module, name: str, records: list[dict]) -> str:
 
 
 def tally(values: list) -> str:
-    """Seeds' values of one decision (0.6 ×2, 0.9 ×1; one value where all agree)."""
+    """Seeds' values of one decision: the value where all agree, else each value with its count (0.6 ×2, 0.9 ×1)."""
     if not values:
         return "–"
     counts = {v: values.count(v) for v in sorted(set(values), key=str)}
@@ -220,14 +223,17 @@ def phase_values(runs: list[dict], task: int, field: str) -> list:
 
 
 def phase_cell(runs: list[dict], task: int, field: str, mean: str | None) -> str:
-    """One side's value of one decision for one task over its seeds."""
+    """One side's value of one decision for one task over its seeds: their mean in the format `mean` where the
+    column has one (a goal, a count), else tallied."""
     values = phase_values(runs, task, field)
     known = [v for v in values if v is not None]
     return mean.format(sum(known) / len(known)) if mean and known else tally(values)
 
 
 def permutation_p(a: list, b: list) -> float:
-    """Two-sided exact permutation test (README: summary.py)."""
+    """Two-sided exact permutation test that two sides' seeds draw a decision from one distribution: the share of
+    every relabelling of the pooled seeds whose two groups' value distributions lie at least as far apart (total
+    variation distance) as the observed ones. Exact over all relabellings (the plans' seed counts keep them few)."""
     pooled = [str(v) for v in (*a, *b)]
 
     def distance(group: tuple[int, ...]) -> float:
@@ -240,7 +246,8 @@ def permutation_p(a: list, b: list) -> float:
 
 
 def sign_p(k: int, n: int) -> float:
-    """Two-sided sign test of k of n (README: summary.py)."""
+    """Two-sided sign test: the chance of a split at least as uneven as k of n when each pair falls either way
+    with probability one half."""
     tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2 ** n
     return min(1.0, 2 * tail)
 
@@ -262,7 +269,9 @@ def lower_cell(sides: dict, task: int) -> str:
 
 
 def phase_lines(module, records: list[dict]) -> list[str]:
-    """A row's per-task decisions on both sides (README: summary.py)."""
+    """A row's per-task decisions on both sides (records' phases, where the runner reads them; the module's
+    PHASE_COLUMNS name them): each decision over the seeds as `reference / cl-bench`, with each task's final test
+    accuracy (mean over the seeds, points)."""
     columns = getattr(module, "PHASE_COLUMNS", ())
     sides = {side: sorted((r for r in records if r["side"] == side and r.get("phases")), key=lambda r: r["seed"])
              for side in ("reference", "cl-bench")}
@@ -311,7 +320,8 @@ def rerun_lines(module) -> list[str]:
 
 
 def look_lines(module, name: str, records: list[dict]) -> list[str]:
-    """A reconfigured row's account (README: summary.py)."""
+    """A reconfigured row's account: what changed after which gap, where the before-numbers are, and whether the
+    fresh seeds that alone confirm the change (its plan's, run after it) have decided the row."""
     look = LOOKS.get(f"{module.NAME}/{name}")
     if look is None:
         return []
@@ -362,7 +372,8 @@ def wrapped(lines: list[str]) -> list[str]:
 
 
 def findings(module) -> dict[str, list[str]]:
-    """A reference's findings by row, "all" for every row's."""
+    """A reference's findings by row, "all" for every row's (scripts/parity/findings/<reference>.md; a module
+    without that file has none)."""
     if not (common.FINDINGS / f"{module.NAME}.md").is_file():
         return {}
     return {key: items for (kind, key), items in texts(module.NAME, common.FINDINGS).items() if kind == "findings"}
@@ -383,7 +394,8 @@ def row_key(module, name: str) -> tuple[str, str]:
 
 
 def marks(key: tuple, plan: plans.Plan | None, on: str) -> list[str]:
-    """What qualifies a row's verdict (README: summary.py)."""
+    """What qualifies a row's verdict: no plan or a pilot's only, a pilot extended or a row reconfigured after a
+    look, a plan capped below the power it needs."""
     out = ["no plan yet"] if plan is None else ["pilot only"] if on == "pilot" else []
     out += ["extended after a look"] * bool(on == "pilot" and plan and plan.after_look)
     out += ["reconfigured after a look"] * ("/".join(key) in LOOKS)
@@ -407,12 +419,13 @@ def table_line(module, name: str, row, variant: str, p: stats.Paired, verdict: s
 
 
 def ordered(modules: list) -> list[tuple]:
-    """Every (module, row name, row), by SOURCES, then as the modules list them."""
+    """Every (module, row name, row), by where the reference comes from (SOURCES), then as the modules list them."""
     return [(m, n, r) for source in SOURCES for m in modules for n, r in m.ROWS.items() if row_source(m, r) == source]
 
 
 def diagnostic_paired(module, label: str, diag, records: list[dict]) -> tuple[list[dict], stats.Paired]:
-    """A diagnostic's records and its paired difference against the row's other side."""
+    """A diagnostic's records and its paired difference, cl-bench − reference, against the row's other side over
+    the seeds both have."""
     runs = [r for r in records if r["reference"] == module.NAME and r.get("diagnostic") == label]
     changed = by_seed(runs, diag.side)
     other = "reference" if diag.side == "cl-bench" else "cl-bench"
@@ -421,7 +434,8 @@ def diagnostic_paired(module, label: str, diag, records: list[dict]) -> tuple[li
 
 
 def shown_lines(module, name: str, row, records: list[dict]) -> list[str]:
-    """The overview's lines for the row's variants (README: summary.py)."""
+    """The overview's lines for the row's variants (Diagnostic.shown_as): labelled, beside the row, their own
+    seeds' verdict (plain: a diagnostic is no plan of its own)."""
     lines = []
     for label, diag in getattr(module, "DIAGNOSTICS", {}).items():
         if diag.row != name or not diag.shown_as:
@@ -440,7 +454,8 @@ def overview(modules: list, records: list[dict]) -> list[str]:
 
 
 def figure_table(module, name: str, row, records: list[dict]) -> list[str]:
-    """The row's figures, a line each (README: summary.py)."""
+    """The row's figures, a line each: both sides' RA, the paired difference, the verdict, the seeds run, the
+    seconds, the CPUs and what the records lack."""
     key = row_key(module, name)
     plan = plans.PLANS.get(key)
     on, figures = basis(records, plan)
@@ -457,7 +472,8 @@ def figure_table(module, name: str, row, records: list[dict]) -> list[str]:
 
 
 def seed_lines(module, name: str, records: list[dict]) -> list[str]:
-    """Every seed both sides ran, a line each (README: summary.py)."""
+    """Every seed both sides ran, a line each: which set it belongs to, both RAs, the difference, the seconds, the
+    CPUs and the cl-bench commit (dirty where its tree was)."""
     plan = plans.PLANS.get(row_key(module, name))
     pilot = set(plan.pilot_seeds if plan else plans.PILOT_SEEDS)
     runs = {side: {r["seed"]: r for r in records if r["side"] == side} for side in SIDES}
@@ -485,7 +501,7 @@ def arguments_line(row) -> str:
 
 
 def figure_lines(module, name: str, records: list[dict]) -> list[str]:
-    """What a row's page renders from its records, before its prose."""
+    """What a row's page renders from its records (its figures, pilot, diagnostics and seeds), before its prose."""
     mine = row_records(records, module, name)
     return [*figure_table(module, name, module.ROWS[name], mine), "", pilot_line(module, name, mine), "",
             *diagnostic_lines(module, name, records), "", *seed_lines(module, name, mine)]
@@ -523,7 +539,8 @@ def reference_page(module, records: list[dict]) -> str:
 
 
 def finding_lines(modules: list) -> list[str]:
-    """docs/parity.md's findings in brief (README: summary.py)."""
+    """docs/parity.md's findings: per reference, its every-row findings' titles, then each row's own (at most
+    TITLES of them), each linking the page that holds them in full."""
     lines = ["## Findings by row", ""]
     for module in modules:
         found = findings(module)
@@ -539,7 +556,7 @@ def finding_lines(modules: list) -> list[str]:
 
 
 def document(modules: list, records: list[dict]) -> str:
-    """docs/parity.md (README: summary.py)."""
+    """docs/parity.md: the overview table, the forest plot, each row's findings in brief, how the rows are made."""
     split = sections(records)
     commits = {r["commit"] for r in records if r["side"] == "cl-bench"}
     how = (HERE / "parity_method.md").read_text().format(
@@ -554,7 +571,8 @@ def document(modules: list, records: list[dict]) -> str:
 
 
 def forest(modules: list, records: list[dict], path: Path) -> None:
-    """The forest plot (README: summary.py)."""
+    """The forest plot: every row's paired difference with its 95% interval, the ±MARGIN band shaded; filled where
+    the plan decides, hollow where only the pilot does."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -591,7 +609,8 @@ def pages(modules: list, records: list[dict]) -> dict[str, str]:
 
 
 def write(modules: list, records: list[dict], doc: Path) -> None:
-    """docs/parity.md, its pages in parity/ and the forest plot in img/."""
+    """docs/parity.md, its pages beside it in parity/ (any other page there removed: they are all generated) and
+    the forest plot in img/."""
     pages_ = pages(modules, records)
     folder = doc.parent / PAGES
     folder.mkdir(parents=True, exist_ok=True)
