@@ -487,9 +487,10 @@ def string_share(paths) -> tuple[int, int]:
 
 
 def test_prose_stays_out_of_the_harness_python():
-    """Findings, notes, patches and accounts live in scripts/parity/'s Markdown and YAML: no literal there runs to a
-    paragraph, and literals stay well under half the code (58% before they moved out; docstrings and messages stay)."""
+    """Findings, notes, patches, accounts and fixed wording live in scripts/parity/'s Markdown and YAML: no literal
+    there runs to a paragraph, and literals stay under a third of the code (58%, then 35.7%, before they moved out to
+    findings/, patches/ and wording.yaml: 32.3%; docstrings, messages, overrides and command lines stay)."""
     paths = sorted((ROOT / "scripts" / "parity").glob("*.py"))
     strings, total = string_share(paths)
-    assert strings / total < 0.4
+    assert strings / total < 0.33
     assert [(p.name, s[:60]) for p in paths for s in string_literals(p) if len(s) > 500] == []
