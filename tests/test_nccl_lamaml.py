@@ -15,6 +15,7 @@ from cl_bench.backbones.resnet import BasicBlock
 from cl_bench.data import scenarios
 from cl_bench.errors import UserError
 from cl_bench.methods.base import Batch
+from cl_bench.methods.nccl import penalty_psi_grads
 from cl_bench.methods.online import clip_norm, soft_kl
 from cl_bench.nn import calibrated
 
@@ -207,7 +208,27 @@ def old_observe(method, batch, task, store):
     return loss
 
 
+@pytest.mark.parametrize("scale", [1.0, 3.0])
+def test_the_seed_penalty_gradient_is_autograds_to_the_bit(scale):
+    """penalty_psi_grads against autograd's backward of the penalty, per layer as NCCL's step wrote it: a 3x3 conv,
+    a 1x1 conv (ψ as wide as θ) and a linear layer, ψ with zeros."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [((6, 4, 3, 3), (6, 4, 1, 1)), ((5, 6, 1, 1), (5, 6, 1, 1)), ((3, 7), (3, 1))]
+    weights = [torch.randn(w, generator=g) for w, _ in shapes]
+    psis = [(torch.rand(p, generator=g) + 0.5).masked_fill(torch.rand(p, generator=g) < 0.2, 0.0).requires_grad_()
+            for _, p in shapes]
+    before = [w * p.detach() + 0.01 * torch.randn(w.shape, generator=g) for w, p in zip(weights, psis)]
+    fisher = [torch.rand(w.shape, generator=g) for w in weights]
+    penalty = sum((f * (w * p - b).pow(2)).sum() for f, w, p, b in zip(fisher, weights, psis, before))
+    want = torch.autograd.grad(scale * penalty, psis)  # the old step: beta * reg * penalty
+    with torch.no_grad():
+        moved = [w * p - b for w, p, b in zip(weights, psis, before)]
+        got = penalty_psi_grads(fisher, moved, weights, psis, scale)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
 @pytest.mark.parametrize("overrides", [("method.outer_lr=1000",),  # seed objective, reg = β = 1: no scaling
+                                       ("method.outer_lr=1000", "method.beta=3.0"),
                                        ("method.outer_objective=paper", "method.reg=0.5", "method.beta=3.0")])
 def test_nccls_folded_step_ends_bit_equal_to_the_per_parameter_one(overrides):
     """Five incoming batches of task 1 (three glances each, the later ones reading task 1's memory once it holds

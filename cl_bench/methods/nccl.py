@@ -90,8 +90,6 @@ INERT_CHANGE = 1e-6  # calibration_inert: no calibration entry moved by more tha
 class NCCL(OnlineMethod):
     name = "nccl"
     Config = NCCLConfig
-    graph_safe = ("each glance draws its memory batches from the run's generator, which a captured step would not "
-                  "advance")
     soft_targets = True
     calibration_inert = Check("nccl.calibration_inert", "the outer steps left every calibration parameter where "
                                                         "the task found it (within a millionth of its magnitude)",
@@ -197,19 +195,21 @@ class NCCL(OnlineMethod):
         with self.ctx.autocast():
             logits = self.mixed_logits(memory.x, memory.t)
         kl = scaled(self.cfg.reg, soft_kl(logits, stored, self.cfg.temperature))
-        psis = [layer.psi for layer in self.layers]
-        weight_grads = torch.autograd.grad(kl, [layer.base.weight for layer in self.layers], retain_graph=True,
-                                           allow_unused=True, materialize_grads=True)
-        moved = torch._foreach_pow(torch._foreach_sub(calibrated.weights(self.layers), before), 2)
-        penalty = sum(term.sum() for term in torch._foreach_mul(fishers(weight_grads, psis), moved))
-        if self.cfg.outer_objective == "seed":
-            # The penalty reaches ψ alone (θ̃ = θ ⊙ ψ; the Fisher and θ̃_old are constants): the calibrated biases
-            # and λ would step by -lr·0, which leaves every value as it is, so they are left out.
-            objective, params = scaled(self.cfg.beta * self.cfg.reg, penalty), psis
-        else:
-            objective, params = 0.5 * penalty + self.cfg.beta * kl, self.calibration_params
-        grads = torch.autograd.grad(objective, params, allow_unused=True, materialize_grads=True)
-        sgd_step(params, grads, self.cfg.outer_lr)
+        paper = self.cfg.outer_objective == "paper"
+        weights, psis = [layer.base.weight for layer in self.layers], [layer.psi for layer in self.layers]
+        weight_grads = torch.autograd.grad(kl, weights, retain_graph=paper, allow_unused=True, materialize_grads=True)
+        fisher = fishers(weight_grads, psis)
+        if paper:
+            moved = torch._foreach_pow(torch._foreach_sub(calibrated.weights(self.layers), before), 2)
+            penalty = sum(term.sum() for term in torch._foreach_mul(fisher, moved))
+            grads = torch.autograd.grad(0.5 * penalty + self.cfg.beta * kl, self.calibration_params,
+                                        allow_unused=True, materialize_grads=True)
+            sgd_step(self.calibration_params, grads, self.cfg.outer_lr)
+        else:  # the penalty reaches ψ alone: the calibrated biases and λ would step by -lr·0, leaving every value
+            with torch.no_grad():
+                moved = torch._foreach_sub(calibrated.weights(self.layers), before)
+                grads = penalty_psi_grads(fisher, moved, weights, psis, self.cfg.beta * self.cfg.reg)
+            sgd_step(psis, grads, self.cfg.outer_lr)
 
     def variant(self):
         """Runs of the paper's Eq. 5 outer objective are listed apart from the seed code's."""
@@ -226,6 +226,15 @@ def fishers(weight_grads: list[torch.Tensor], psis: list[torch.Tensor]) -> list[
     θ̃ does not depend on θ."""
     quotients = torch._foreach_div(list(weight_grads), psis)
     return torch._foreach_pow([torch.where(psi != 0, q, 0.0) for q, psi in zip(quotients, psis)], 2)
+
+
+def penalty_psi_grads(fisher, moved, weights, psis, scale: float) -> list[torch.Tensor]:
+    """∂/∂ψ of scale·Σ F ⊙ (θ ⊙ ψ - θ̃_old)², moved being θ ⊙ ψ - θ̃_old: scale·F·(2·moved)·θ summed over the
+    kernel, as foreach ops (autograd's backward of that sum is a handful of calls per layer) and in the order autograd
+    computes it (the scale, F, the square's 2·moved, the product's θ, then the sum to ψ's shape): the same bits."""
+    grads = fisher if scale == 1 else torch._foreach_mul(fisher, scale)
+    grads = torch._foreach_mul(torch._foreach_mul(grads, torch._foreach_mul(moved, 2.0)), weights)
+    return [g.sum_to_size(psi.shape) for g, psi in zip(grads, psis)]
 
 
 def scaled(factor: float, x: torch.Tensor) -> torch.Tensor:
