@@ -7,7 +7,7 @@ import collections
 import pytest
 import torch
 import torch.nn.functional as F
-from test_online import build
+from test_online import SMALL, build
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
@@ -109,6 +109,17 @@ def test_the_foreach_updates_compute_what_the_per_tensor_loops_did():
     assert all(torch.equal(a, g - coef * r) for a, g, r in zip(project(grads, ref), grads, ref))
 
 
+class PerTaskNet(nn.Module):
+    """La-MAML's net as it was before issue 73: each pass looks up its rows' task mask (Heads.mixed)."""
+
+    def __init__(self, backbone, heads):
+        super().__init__()
+        self.backbone, self.heads = backbone, heads
+
+    def forward(self, x, t):
+        return self.heads.mixed(self.backbone(x), t)
+
+
 @pytest.mark.parametrize("second_order", [False, True])
 def test_la_mamls_inner_step_differentiates_as_the_per_tensor_one(second_order):
     """w - g·relu(α) as foreach ops: the same fast weights, and the same gradients of α and w through them."""
@@ -123,9 +134,10 @@ def test_la_mamls_inner_step_differentiates_as_the_per_tensor_one(second_order):
         for a in method.alpha:
             a.view(-1)[::3] = 0.0
             a.view(-1)[1::5] = -0.1
-    fast = method.inner_step(net, list(method.weights), x, y, t)
+    fast = method.inner_step(net, list(method.weights), x, y, net.foreign_outputs(t))
     with torch.enable_grad():
-        logits = torch.func.functional_call(net, dict(zip(method.weight_names, method.weights)), (x, t))
+        logits = torch.func.functional_call(PerTaskNet(method.backbone, method.heads),
+                                            dict(zip(method.weight_names, method.weights)), (x, t))
         grads = torch.autograd.grad(F.cross_entropy(logits, y), method.weights, create_graph=second_order,
                                     allow_unused=True, materialize_grads=True)
     reference = [w - g.clamp(-0.5, 0.5) * F.relu(a) for w, g, a in zip(method.weights, grads, method.alpha)]
@@ -134,6 +146,73 @@ def test_la_mamls_inner_step_differentiates_as_the_per_tensor_one(second_order):
     for a, b in zip(torch.autograd.grad(sum((f ** 2).sum() for f in fast), wrt),
                     torch.autograd.grad(sum((f ** 2).sum() for f in reference), wrt), strict=True):
         assert torch.equal(a, b)
+
+
+def per_tensor_glance(method, batch, task):
+    """La-MAML's glance written out per tensor, as before issue 73's first_order: w - g·relu(α) a tensor at a time,
+    autograd through the whole trajectory, the clipping and the SGD steps each a loop over the tensors."""
+    cfg, net = method.cfg, PerTaskNet(method.backbone, method.heads)
+    order = torch.randperm(batch.y.shape[0], generator=method.ctx.generator)
+    x, y, t = batch.x[order], batch.y[order], batch.t[order]
+    meta_x, meta_y, meta_t = x, y, t
+    if method.replay_ready:
+        memory, _ = method.replay()
+        meta_x, meta_y, meta_t = torch.cat((x, memory.x)), torch.cat((y, memory.y)), torch.cat((t, memory.t))
+    chunk = -(-len(y) // cfg.trajectory_chunks) if cfg.trajectory_chunks else 1
+    rates = [F.relu(a) if cfg.inner_relu else a for a in method.alpha]
+
+    def loss(fast, x, y, t):
+        return F.cross_entropy(torch.func.functional_call(net, dict(zip(method.weight_names, fast)), (x, t)), y)
+
+    fast, meta_losses = list(method.weights), []
+    for k in range(0, len(y), chunk):
+        grads = torch.autograd.grad(loss(fast, x[k:k + chunk], y[k:k + chunk], t[k:k + chunk]), fast,
+                                    create_graph=cfg.second_order, allow_unused=True, materialize_grads=True)
+        if cfg.inner_clip > 0:
+            grads = [g.clamp(-cfg.inner_clip, cfg.inner_clip) for g in grads]
+        fast = [w - g * r for w, g, r in zip(fast, grads, rates)]
+        meta_losses.append(loss(fast, meta_x, meta_y, meta_t))
+    meta_loss = sum(meta_losses) / len(meta_losses)
+    learned = list(method.alpha) if cfg.learn_lr else []
+    grads = torch.autograd.grad(meta_loss, method.weights + learned, allow_unused=True, materialize_grads=True)
+
+    def clipped(grads):
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        return [g * torch.clamp(cfg.grad_clip_norm / (norm + 1e-6), max=1.0) for g in grads]
+
+    with torch.no_grad():
+        weight_grads = clipped(grads[:len(method.weights)])
+        for a, g in zip(learned, clipped(grads[len(method.weights):]) if learned else []):
+            a.sub_(g, alpha=cfg.outer_lr)
+        for w, g, a in zip(method.weights, weight_grads, method.alpha):
+            w.sub_(g, alpha=cfg.weight_lr) if cfg.sync_update else w.sub_(g * F.relu(a))
+    return meta_loss.detach()
+
+
+@pytest.mark.parametrize("overrides", [
+    (), ("scenario=class",), ("backbone=convnet",), ("method.second_order=true",),
+    ("method.trajectory_chunks=3", "method.inner_relu=false", "method.inner_clip=0.05"),
+    ("method.learn_lr=false", "method.sync_update=true"),
+    ("method.sync_update=true", "method.memory_write=after_glances")])
+def test_la_mamls_glances_end_with_the_weights_and_rates_of_the_per_tensor_glance(overrides):
+    """first_order's chain rule by hand (and the second order's autograd path) against the glance written out per
+    tensor: after two tasks the weights and α are bit-equal. Some rates start at and below 0, where relu cuts α's
+    gradient."""
+    learned = []
+    for reference in (False, True):
+        small = ("dataset.samples_per_task=30", "hardware=cpu") if "backbone=convnet" in overrides else SMALL
+        method, tasks = build("method=lamaml", "method.inner_steps=2", "dataset.num_tasks=2",
+                              *(o for o in overrides if o != "backbone=convnet"), small=small)
+        with torch.no_grad():
+            for a in method.alpha:
+                a.view(-1)[::7] = 0.0
+                a.view(-1)[1::11] = -0.05
+        if reference:
+            method.glance = lambda batch, task, method=method: per_tensor_glance(method, batch, task)
+        for task in tasks:
+            method.learn(task)
+        learned.append([p.detach().clone() for p in (*method.weights, *method.alpha)])
+    assert all(torch.equal(a, b) for a, b in zip(*learned, strict=True))
 
 
 PIGGYBACK = ["method=piggyback", "backbone=convnet", "backbone.channels=[4,8]", "method.epochs=2", "method.lr=0.05",
@@ -241,9 +320,12 @@ def test_the_foreach_optimisers_step_as_torchs_per_tensor_loops(optimizer, extra
 
 # --- aten calls per incoming batch of the online methods, counted as scripts/bench.py's launches section counts ---
 # On observed()'s batch (an MLP 32x32, two glances, task 1): La-MAML made 5,164 before its rates were taken once a
-# glance (issue 73); NCCL 871 before its memory weights were taken once a batch and its outer step folded (issue 73).
-LAMAML_CALLS = 4356
+# glance (issue 73), 4,356 before its first-order chain rule ran in foreach ops (issue 73 again); NCCL 871 before its
+# memory weights were taken once a batch and its outer step folded (issue 73).
+LAMAML_CALLS = 3494
 NCCL_CALLS = 704
+
+
 def outermost_aten_calls(fn) -> collections.Counter:
     """The aten ops fn runs, by name, outside any other aten op (as called from Python), as bench.py's launches."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -283,15 +365,28 @@ def observed(name: str, *overrides):
 
 
 def test_la_maml_takes_its_inner_rates_once_a_glance_and_no_per_tensor_negation():
-    """relu(α) once per glance, not once per inner step; and w + g·(-rate) negates α's gradient once per glance, in
-    the backward of -rate (w - g·rate negated each step's)."""
+    """First order (the default): the rates, their negation and α's gradient through them are foreach ops, once a
+    glance; the chain rule along the trajectory too, so no aten op runs once per tensor of α."""
     method, observe = observed("lamaml", "method.inner_steps=2")
+    with ReluOf(method.alpha) as relus:
+        observe()
+    assert relus.count == 0
+    calls = outermost_aten_calls(observe)
+    assert calls["aten::neg"] == calls["aten::relu"] == 0 and calls["aten::_foreach_neg"] == 2 * 2
+    assert calls["aten::threshold_backward"] == calls["aten::relu_"]  # the backbone's relus alone
+    assert sum(calls.values()) <= LAMAML_CALLS, sum(calls.values())
+
+
+def test_la_mamls_second_order_takes_its_inner_rates_once_a_glance():
+    """Second order runs autograd through the trajectory: relu(α) once per glance, not once per inner step; and
+    w + g·(-rate) negates α's gradient once per glance, in the backward of -rate (w - g·rate negated each step's)."""
+    method, observe = observed("lamaml", "method.inner_steps=2", "method.second_order=true")
     with ReluOf(method.alpha) as relus:
         observe()
     assert relus.count == 2 * len(method.alpha)  # 2 glances over trajectories of 10 one-sample steps
     calls = outermost_aten_calls(observe)
-    assert calls["aten::neg"] == 2 * len(method.alpha) and calls["aten::_foreach_neg"] == 2
-    assert sum(calls.values()) <= LAMAML_CALLS, sum(calls.values())
+    inner_steps = 2 * 10  # each differentiates its cross-entropy's backward, which negates once
+    assert calls["aten::neg"] == 2 * len(method.alpha) + inner_steps and calls["aten::_foreach_neg"] == 2
 
 
 def test_nccls_per_batch_aten_calls_stay_bounded():

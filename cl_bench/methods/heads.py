@@ -56,9 +56,14 @@ class Heads(nn.Module):
     def mixed(self, features: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Logits for a batch mixing tasks, over the whole label space (targets are the global labels):
         in the task scenario each row keeps only its own task's outputs, the rest set to -inf."""
+        return self.masked(features, self.foreign[t] if self.per_task else None)
+
+    def masked(self, features: torch.Tensor, foreign: torch.Tensor | None) -> torch.Tensor:
+        """mixed() with the rows' mask of other tasks' outputs (self.foreign[t]; None in the class scenario) looked
+        up by the caller: La-MAML looks it up once a glance, not once a pass of its inner trajectory."""
         if not self.per_task:
             return self.forward(features, None)
-        return self.every_head(features).masked_fill(self.foreign[t], float("-inf"))
+        return self.every_head(features).masked_fill(foreign, float("-inf"))
 
     def every_head(self, features: torch.Tensor) -> torch.Tensor:
         """Every task head's logits side by side, each head apart; when `fused`, plain linear heads reading the same

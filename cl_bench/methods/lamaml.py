@@ -71,14 +71,18 @@ class LaMAMLConfig(OnlineConfig):
 
 
 class MixedNet(nn.Module):
-    """The backbone and the heads' mixed-task logits as one forward, to call with fast weights."""
+    """The backbone and the heads' mixed-task logits as one forward, to call with fast weights. foreign: the rows'
+    mask of other tasks' outputs (foreign_outputs(t)), looked up once a glance rather than once a pass."""
 
     def __init__(self, backbone, heads):
         super().__init__()
         self.backbone, self.heads = backbone, heads
 
-    def forward(self, x, t):
-        return self.heads.mixed(self.backbone(x), t)
+    def foreign_outputs(self, t):
+        return self.heads.foreign[t] if self.heads.per_task else None
+
+    def forward(self, x, foreign):
+        return self.heads.masked(self.backbone(x), foreign)
 
 
 RATES_AT_ZERO = 0.5  # rates_at_zero trips when at least this share of the learned learning rates is at or below 0
@@ -131,27 +135,72 @@ class LaMAML(OnlineMethod):
             memory, _ = self.replay()
             meta_x, meta_y, meta_t = (torch.cat(p) for p in ((x, memory.x), (y, memory.y), (t, memory.t)))
         chunk = -(-n // self.cfg.trajectory_chunks) if self.cfg.trajectory_chunks else 1
-        fast, steps = list(self.weights), self.steps()
-        meta_losses = []
         # La-MAML's inner trajectory over the batch, a chunk a step (split: one call a tensor, not one a chunk)
-        for xi, yi, ti in zip(x.split(chunk), y.split(chunk), t.split(chunk), strict=True):
-            fast = self.inner_step(net, fast, xi, yi, ti, steps)
-            with self.ctx.autocast():
-                logits = functional_call(net, dict(zip(self.weight_names, fast)), (meta_x, meta_t))
-                meta_losses.append(F.cross_entropy(logits, meta_y))
-        meta_loss = sum(meta_losses) / len(meta_losses)
-        learned = list(self.alpha) if self.cfg.learn_lr else []
-        grads = torch.autograd.grad(meta_loss, self.weights + learned, allow_unused=True, materialize_grads=True)
-        weight_grads = clip_norm(grads[: len(self.weights)], self.cfg.grad_clip_norm)
-        if learned:
-            sgd_step(learned, clip_norm(grads[len(self.weights):], self.cfg.grad_clip_norm), self.cfg.outer_lr)
+        foreign = net.foreign_outputs(t)
+        xs, ys = x.split(chunk), y.split(chunk)
+        trajectory = list(zip(xs, ys, [None] * len(ys) if foreign is None else foreign.split(chunk), strict=True))
+        meta = (meta_x, meta_y, net.foreign_outputs(meta_t))
+        meta_gradients = self.differentiated if self.cfg.second_order else self.first_order
+        meta_loss, weight_grads, rate_grads = meta_gradients(net, trajectory, meta)
+        weight_grads = clip_norm(weight_grads, self.cfg.grad_clip_norm)
+        if self.cfg.learn_lr:
+            sgd_step(list(self.alpha), clip_norm(rate_grads, self.cfg.grad_clip_norm), self.cfg.outer_lr)
         if self.cfg.sync_update:
             sgd_step(self.weights, weight_grads, self.cfg.weight_lr)
         else:
             with torch.no_grad():  # relu(α) as clamp_min(α, 0), which is what relu computes
                 rates = torch._foreach_clamp_min(list(self.alpha), 0.0)
                 sgd_step(self.weights, torch._foreach_mul(weight_grads, rates), 1.0)
-        return meta_loss.detach()
+        return meta_loss
+
+    def differentiated(self, net, trajectory, meta):
+        """The mean meta loss (detached) and its gradients in the weights and in α (None unless learn_lr), by
+        autograd through the whole trajectory: second order differentiates the inner gradients too."""
+        fast, steps, meta_losses = list(self.weights), self.steps(), []
+        for x, y, foreign in trajectory:
+            fast = self.inner_step(net, fast, x, y, foreign, steps)
+            meta_losses.append(self.loss(net, fast, *meta))
+        meta_loss = sum(meta_losses) / len(meta_losses)
+        learned = list(self.alpha) if self.cfg.learn_lr else []
+        grads = torch.autograd.grad(meta_loss, self.weights + learned, allow_unused=True, materialize_grads=True)
+        return meta_loss.detach(), grads[: len(self.weights)], grads[len(self.weights):] or None
+
+    def first_order(self, net, trajectory, meta):
+        """differentiated() at first order, its chain rule along the trajectory written out in foreach ops. The
+        inner gradients g_k are constants there, so fast_k = fast_k-1 + g_k·s (s = -rate(α)) passes the meta
+        loss's gradient G_k = ∇L_k(fast_k) + G_k+1 back to fast_k-1 unchanged and G_k·g_k to s. Autograd runs
+        these as a few ops per tensor and step; here they are a few per step, each pass's backward autograd's
+        own, every sum in autograd's order (tests/test_launches.py checks the weights and α to the bit)."""
+        with torch.no_grad():
+            rates = torch._foreach_clamp_min(list(self.alpha), 0.0) if self.cfg.inner_relu else list(self.alpha)
+            steps = torch._foreach_neg(rates)
+        fast, inner, outer, losses, one = list(self.weights), [], [], [], None
+        for x, y, foreign in trajectory:
+            loss = self.loss(net, fast, x, y, foreign)
+            if one is None:  # the backwards' seeds, made once a glance: ones, and ∂(mean of the meta losses)/∂L_k
+                one = torch.ones_like(loss)
+                share = one / len(trajectory)  # as the mean's backward computes it
+            grads = self.inner_gradients(loss, fast, one)
+            with torch.no_grad():
+                fast = [f.requires_grad_() for f in torch._foreach_add(fast, torch._foreach_mul(grads, steps))]
+            loss = self.loss(net, fast, *meta)
+            outer.append(torch.autograd.grad(loss, fast, share, allow_unused=True, materialize_grads=True))
+            inner.append(grads)
+            losses.append(loss)  # backpropagated already: summed below without a graph
+        with torch.no_grad():
+            back, step_grads = outer[-1], None  # G_K, and ∂/∂s summed from the last step back, as autograd adds
+            for k in reversed(range(len(trajectory))):
+                back = back if k == len(trajectory) - 1 else torch._foreach_add(outer[k], back)
+                if self.cfg.learn_lr and step_grads is None:
+                    step_grads = torch._foreach_mul(back, inner[k])
+                elif self.cfg.learn_lr:
+                    torch._foreach_add_(step_grads, torch._foreach_mul(back, inner[k]))
+            rate_grads = None
+            if self.cfg.learn_lr:  # through s = -rate(α): relu passes α's gradient where α > 0 (sign 1), else 0
+                rate_grads = torch._foreach_neg(step_grads)
+                if self.cfg.inner_relu:
+                    torch._foreach_mul_(rate_grads, torch._foreach_sign(rates))
+            return sum(losses) / len(losses), back, rate_grads  # under no_grad: the mean loss, detached
 
     def steps(self) -> list[torch.Tensor]:
         """-rate(α) per weight tensor, the inner steps' multipliers: α does not change within a glance, so they are
@@ -160,15 +209,22 @@ class LaMAML(OnlineMethod):
         rates = [F.relu(a) for a in self.alpha] if self.cfg.inner_relu else list(self.alpha)
         return torch._foreach_neg(rates)
 
-    def inner_step(self, net, fast, x, y, t, steps=None):
-        """One SGD step of the fast weights on (x, y, t): w + g·steps, steps = -rate(α) (self.steps())."""
-        steps = self.steps() if steps is None else steps
+    def loss(self, net, fast, x, y, foreign):
+        """The cross-entropy of the net with the weights fast on (x, y); foreign: net.foreign_outputs of x's tasks."""
         with self.ctx.autocast():
-            loss = F.cross_entropy(functional_call(net, dict(zip(self.weight_names, fast)), (x, t)), y)
-        grads = torch.autograd.grad(loss, fast, create_graph=self.cfg.second_order, allow_unused=True,
+            return F.cross_entropy(functional_call(net, dict(zip(self.weight_names, fast)), (x, foreign)), y)
+
+    def inner_gradients(self, loss, fast, seed=None):
+        """The inner loss's gradients in the fast weights, clamped to ±inner_clip if set; seed: its backward's seed
+        (ones), if made already."""
+        grads = torch.autograd.grad(loss, fast, seed, create_graph=self.cfg.second_order, allow_unused=True,
                                     materialize_grads=True)
-        if self.cfg.inner_clip > 0:
-            grads = clamped(grads, self.cfg.inner_clip)
+        return clamped(grads, self.cfg.inner_clip) if self.cfg.inner_clip > 0 else grads
+
+    def inner_step(self, net, fast, x, y, foreign, steps=None):
+        """One SGD step of the fast weights on (x, y), differentiably: w + g·steps, steps = -rate(α) (self.steps())."""
+        steps = self.steps() if steps is None else steps
+        grads = self.inner_gradients(self.loss(net, fast, x, y, foreign), fast)
         # w - g·rate(α) as w + g·(-rate(α)), to the bit (IEEE negation is exact), in foreach ops, which autograd
         # differentiates as the per-tensor ones: the backward negates α's summed gradient once per glance, not each
         # step's
