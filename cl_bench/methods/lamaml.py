@@ -170,7 +170,8 @@ class LaMAML(OnlineMethod):
         inner gradients g_k are constants there, so fast_k = fast_k-1 + g_k·s (s = -rate(α)) passes the meta
         loss's gradient G_k = ∇L_k(fast_k) + G_k+1 back to fast_k-1 unchanged and G_k·g_k to s. Autograd runs
         these as a few ops per tensor and step; here they are a few per step, each pass's backward autograd's
-        own, every sum in autograd's order (tests/test_launches.py checks the weights and α to the bit)."""
+        own, every sum in autograd's order (tests/test_launches.py checks the weights and α to the bit). The sweep
+        back keeps each step's g_k and ∇L_k (autograd kept the g_k and every pass's activations instead)."""
         with torch.no_grad():
             rates = torch._foreach_clamp_min(list(self.alpha), 0.0) if self.cfg.inner_relu else list(self.alpha)
             steps = torch._foreach_neg(rates)
@@ -196,7 +197,9 @@ class LaMAML(OnlineMethod):
                 elif self.cfg.learn_lr:
                     torch._foreach_add_(step_grads, torch._foreach_mul(back, inner[k]))
             rate_grads = None
-            if self.cfg.learn_lr:  # through s = -rate(α): relu passes α's gradient where α > 0 (sign 1), else 0
+            # Through s = -rate(α): relu passes α's gradient where α > 0 (sign 1), else 0; the product differs from
+            # relu's backward only in a zero's sign (which moves no α) or where that gradient is not finite
+            if self.cfg.learn_lr:
                 rate_grads = torch._foreach_neg(step_grads)
                 if self.cfg.inner_relu:
                     torch._foreach_mul_(rate_grads, torch._foreach_sign(rates))
