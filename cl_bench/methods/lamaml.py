@@ -91,8 +91,6 @@ RATES_AT_ZERO = 0.5  # rates_at_zero trips when at least this share of the learn
 class LaMAML(OnlineMethod):
     name = "lamaml"
     Config = LaMAMLConfig
-    graph_safe = ("each glance draws its batch's order and its replay batch from the run's generator, which a captured "
-                  "step would not advance")
     rates_at_zero = Check("lamaml.rates_at_zero", "half or more of the learned learning rates are at or below zero, "
                                                   "which the relu clips to zero: those weights no longer learn",
                           "lower method.outer_lr (the learning rates' own lr) or raise method.alpha_init")
