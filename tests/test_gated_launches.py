@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 from test_gated import build
 
 from cl_bench import backbones
+from cl_bench.methods.gated import Gated
 from cl_bench.nn import gated
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -63,6 +64,14 @@ def old_normalise(bn, z, norm):
     return torch.nn.functional.batch_norm(z, *stats, bn.weight, bn.bias, norm == "batch", 0.0, bn.eps)
 
 
+def old_start_task(self):
+    self.anchor = [p.detach().clone() for p in self.kernel_params()]
+
+
+def old_gate_density(self):
+    return torch.stack([layer.last_gates.mean() for layer in self.layers]).mean()
+
+
 @torch.no_grad()
 def old_mask_frozen_grads(self):
     for p in self.kernel_params():
@@ -81,7 +90,9 @@ OLD = {"task_norm_forward": gated.TaskNorm.forward}
 
 def the_old_step(monkeypatch):
     monkeypatch.setattr(gated.GatedUnit, "forward", old_forward)
+    monkeypatch.setattr(gated.GatedUnit, "start_task", old_start_task)
     monkeypatch.setattr(gated.GatedUnit, "mask_frozen_grads", old_mask_frozen_grads)
+    monkeypatch.setattr(Gated, "gate_density", old_gate_density)
     monkeypatch.setattr(gated.GatedUnit, "restore_frozen", old_restore_frozen)
     monkeypatch.setattr(gated.Gate, "forward", old_gate_forward)
     monkeypatch.setattr(gated.TaskNorm, "forward", old_task_norm_forward)
@@ -130,28 +141,32 @@ def test_noise_is_drawn_in_the_order_the_units_compute_their_gates():
     assert all(units.index(inner) > units.index(outer) for outer, inner in nested)  # registration: the other way
 
 
-def task_1_calls():
-    """The outermost aten calls (as scripts/bench.py's launches section counts them) of task 1's learning, by name,
-    and its steps."""
+def learning_calls() -> tuple[list, int]:
+    """The outermost aten calls (as scripts/bench.py's launches section counts them) of tasks 0 and 1's learning,
+    by name, and their steps (the same in each)."""
     from test_launches import outermost_aten_calls
     method, stream = build("task", epochs=1, batch_size=32)
-    method.learn(stream[0])
-    return outermost_aten_calls(lambda: method.learn(stream[1])), method.loop.steps_per_epoch(stream[1].train)
+    calls = [outermost_aten_calls(lambda task=task: method.learn(task)) for task in stream[:2]]
+    return calls, method.loop.steps_per_epoch(stream[1].train)
 
 
 def test_the_gate_noise_ops_and_the_batch_counts_run_once_a_step(monkeypatch):
-    new, steps = task_1_calls()
+    (first, new), steps = learning_calls()
     with monkeypatch.context() as patch:
         the_old_step(patch)
-        old, _ = task_1_calls()
+        (old_first, old), _ = learning_calls()
     units = 2
     assert new["aten::rand"] == new["aten::log1p"] == steps and old["aten::rand_like"] == units * steps
     assert new["aten::round"] == units * steps and new["aten::gt"] == old["aten::gt"] - units * steps
     # each unit's two batch norms added to their counts in turn, now all in one op a step
-    assert old["aten::add_"] - new["aten::add_"] == 2 * units * steps
+    # (and the sparsity term's gradient now joins the gates' as an add: the old one was added in place)
+    assert old["aten::add_"] - new["aten::add_"] == 3 * units * steps and new["aten::add"] > old["aten::add"]
     assert new["aten::_foreach_add_"] - old["aten::_foreach_add_"] == steps
     # the gates viewed onto the maps (evaluation's too): no unsqueeze twice, nor its backward's squeeze twice
     assert old["aten::unsqueeze"] - new["aten::unsqueeze"] >= 2 * units * steps
     assert old["aten::squeeze"] == 2 * units * steps and new["aten::squeeze"] == 0
     assert old["aten::copy_"] - new["aten::copy_"] == units * steps  # the frozen rows restored by the select
-    assert sum(old.values()) - sum(new.values()) >= 18 * steps  # of its per-step calls
+    assert old["aten::select"] - new["aten::select"] == units * steps  # the sparsity term's backward
+    assert sum(old.values()) - sum(new.values()) >= 18 * steps
+    # the first task has no frozen kernel to guard
+    assert old_first["aten::masked_fill_"] == units * steps and first["aten::masked_fill_"] == 0

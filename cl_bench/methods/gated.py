@@ -292,7 +292,7 @@ class Gated(Method):
 
     def gate_density(self) -> torch.Tensor:
         """1/L Σ_l ‖G^l‖₁ / c_out^l over the gated units, of the last forward, averaged over its samples."""
-        return torch.stack([layer.last_gates.mean() for layer in self.layers]).mean()
+        return gated.density(self.layers)
 
     def _path_params(self, task_id: int) -> list[nn.Parameter]:
         """The shared kernels (their frozen rows are guarded step by step), task_id's gates, batch norms and head,
