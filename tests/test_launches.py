@@ -241,8 +241,9 @@ def test_the_foreach_optimisers_step_as_torchs_per_tensor_loops(optimizer, extra
 
 # --- aten calls per incoming batch of the online methods, counted as scripts/bench.py's launches section counts ---
 # On observed()'s batch (an MLP 32x32, two glances, task 1): La-MAML made 5,164 before its rates were taken once a
-# glance (issue 73), NCCL 871.
-LAMAML_CALLS, NCCL_CALLS = 4356, 871
+# glance (issue 73); NCCL 871 before its memory weights were taken once a batch and its outer step folded (issue 73).
+LAMAML_CALLS = 4356
+NCCL_CALLS = 704
 def outermost_aten_calls(fn) -> collections.Counter:
     """The aten ops fn runs, by name, outside any other aten op (as called from Python), as bench.py's launches."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

@@ -1,6 +1,9 @@
 """NCCL as the seed's code and La-MAML as its official code (montrealrobotics/La-MAML), point by point: the
 penalty's reference, the outer objective, the glances, the separate forwards, the seed's residual block; La-MAML's
 batch norm, trajectory, C-MAML and Sync; La-MAML's A-GEM and ER; GEM's rotations; the pc_cnn."""
+import copy
+from functools import partial
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,10 +15,12 @@ from cl_bench.backbones.resnet import BasicBlock
 from cl_bench.data import scenarios
 from cl_bench.errors import UserError
 from cl_bench.methods.base import Batch
+from cl_bench.methods.nccl import penalty_psi_grads
 from cl_bench.methods.online import clip_norm, soft_kl
 from cl_bench.nn import calibrated
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+CONVNET = ("backbone=convnet", "backbone.channels=[4,8]", "dataset.samples_per_task=80", "hardware=cpu")
 RESNET = ("backbone=resnet18_reduced", "backbone.nf=4", "dataset.samples_per_task=40", "hardware=cpu")
 
 
@@ -35,14 +40,14 @@ def test_penalty_reference_is_the_calibrated_weights_one_inner_step_old():
     method.learn(tasks[0])
     method.train()
     at_start, seen = [], {}
-    glance = method.glance
+    inner_step = method.inner_step
 
-    def recording_glance(batch, task):
+    def recording_inner_step(batch, task, pool):
         at_start.append(calibrated_weights(method))
-        return glance(batch, task)
+        return inner_step(batch, task, pool)
 
-    method.glance = recording_glance
-    method.outer_step = lambda task, before: seen.update(before=before)
+    method.inner_step = recording_inner_step
+    method.outer_step = lambda task, before, pool: seen.update(before=before)
     method.observe(first_batch(method, tasks[1]), tasks[1], store=False)
     assert len(at_start) == 3
     assert all(torch.equal(a, b) for a, b in zip(seen["before"], at_start[-1]))  # the start of the last step
@@ -62,7 +67,8 @@ def test_outer_step_descends_the_penalty_alone_in_the_seed_and_adds_beta_kl_in_t
     kl_grads = torch.autograd.grad(kl, method.calibration_params, allow_unused=True, materialize_grads=True)
     method.ctx.generator.set_state(state)
     calib0 = snapshot(method.calibration_params)
-    method.outer_step(task, calibrated_weights(method))  # θ̃ = θ̃_old: the penalty and its gradient are 0
+    # θ̃ = θ̃_old: the penalty and its gradient are 0
+    method.outer_step(task, calibrated_weights(method), method.pool(task))
     moved = [b - a for a, b in zip(calib0, method.calibration_params)]
     if objective == "seed":  # the seed's ewc_loss.backward(): nothing but the penalty reaches the calibration
         assert all(torch.equal(d, torch.zeros_like(d)) for d in moved)
@@ -77,16 +83,16 @@ def test_glances_after_the_first_read_current_task_memory_once_enough_is_stored(
     task = tasks[1]
     batch = first_batch(method, task)
     for step in (1, 2):  # no sample of task 1 stored yet: the incoming batch again
-        assert torch.equal(method.glance_batch(batch, task, step).raw, batch.raw)
-    assert method.glance_batch(batch, task, 0) is batch
+        assert torch.equal(method.glance_batch(batch, task, step, method.pool(task)).raw, batch.raw)
+    assert method.glance_batch(batch, task, 0, method.pool(task)) is batch
     stored = task.train.x[10:35]  # 25 other samples of task 1, with task 0's before them
     method.memory.add(tasks[0].train.x, tasks[0].train.y, tasks[0].train.t)
     method.memory.add(stored, task.train.y[10:35], task.train.t[10:35])
     for step in (1, 2):  # 25 >= 10 and >= 20
-        drawn = method.glance_batch(batch, task, step)
+        drawn = method.glance_batch(batch, task, step, method.pool(task))
         assert drawn.raw.shape == batch.raw.shape and (drawn.t == task.id).all()
         assert all((row == stored).flatten(1).all(1).any() for row in drawn.raw)  # rows of task 1's memory
-    assert torch.equal(method.glance_batch(batch, task, 3).raw, batch.raw)  # 25 < 30: not enough yet
+    assert torch.equal(method.glance_batch(batch, task, 3, method.pool(task)).raw, batch.raw)  # 25 < 30: not enough yet
 
 
 def test_batch_and_memory_go_through_separate_forwards():
@@ -94,7 +100,7 @@ def test_batch_and_memory_go_through_separate_forwards():
     method.learn(tasks[0])
     sizes = []
     method.backbone.register_forward_pre_hook(lambda module, args: sizes.append(args[0].shape[0]))
-    method.inner_loss(first_batch(method, tasks[1]), tasks[1])
+    method.inner_loss(first_batch(method, tasks[1]), tasks[1], method.pool(tasks[1]))
     assert sorted(sizes) == [7, 10]
 
 
@@ -116,6 +122,141 @@ def test_the_seeds_residual_block_adds_the_shortcut_after_the_activation_uncalib
     inner = block.bn2(block.conv2(F.relu(block.bn1(block.conv1(x)))))
     expected = F.relu(inner) + block.shortcut(x) if form == "seed" else F.relu(inner + block.shortcut(x))
     torch.testing.assert_close(block(x), expected)
+
+
+
+# NCCL's step before issue 73 ("fewer launches"), written out: the memory's draw weights taken at each draw, a
+# per-layer Fisher and penalty, per-tensor clamps and SGD steps, every calibration parameter in the outer step.
+def old_soft_kl(logits, stored, temperature):
+    logits, stored = logits.float(), stored[:, : logits.shape[1]]
+    own = torch.isfinite(stored) & torch.isfinite(logits)
+    p = F.softmax(stored.masked_fill(~own, float("-inf")) / temperature, dim=1)
+    log_q = F.log_softmax(logits.masked_fill(~own, float("-inf")) / temperature, dim=1)
+    return (torch.xlogy(p, p) - p * log_q.masked_fill(~own, 0)).sum(1).mean()
+
+
+def old_replay(method, task):
+    mem, g = method.memory, method.ctx.generator
+    valid = mem.valid()
+    past = valid & (mem.t < task.id)
+    idx = torch.multinomial(torch.where(past.any(), past, valid).float(), method.cfg.replay_batch_size,
+                            replacement=True, generator=g)
+    raw, t = mem.x[idx], mem.t[idx]
+    return Batch(raw, method.info.view.train(raw, g, t), mem.y[idx], t), mem.logits[idx]
+
+
+def old_glance_batch(method, batch, task, step):
+    if step == 0:
+        return batch
+    mem, g = method.memory, method.ctx.generator
+    own = mem.valid() & (mem.t == task.id)
+    count = own.sum()
+    weights = own.float()
+    weights[mem.size] += (count == 0).float()
+    idx = torch.multinomial(weights, batch.y.shape[0], replacement=True, generator=g)
+    use = count >= step * method.cfg.batch_size
+    raw, y, t = (torch.where(use.view(-1, *[1] * (a.dim() - 1)), a[idx], b)
+                 for a, b in ((mem.x, batch.raw), (mem.y, batch.y), (mem.t, batch.t)))
+    return Batch(raw, method.info.view.train(raw, g, t), y, t)
+
+
+def old_sgd(params, grads, lr):
+    with torch.no_grad():
+        for p, grad in zip(params, grads):
+            p.sub_(grad, alpha=lr)
+
+
+def old_glance(method, batch, task):
+    cfg = method.cfg
+    loss = method.loss(batch, task.id)
+    if task.id > 0:
+        memory, stored = old_replay(method, task)
+        z = method.mixed_logits(memory.x, memory.t)
+        old = F.cross_entropy(z, memory.y) + cfg.reg * old_soft_kl(z, stored, cfg.temperature)
+        loss = loss + cfg.gamma * old
+    grads = torch.autograd.grad(loss, method.base_params, allow_unused=True, materialize_grads=True)
+    old_sgd(method.base_params, [g.clamp(-cfg.inner_clip, cfg.inner_clip) for g in grads], cfg.inner_lr)
+    return loss.detach()
+
+
+def old_outer_step(method, task, before):
+    cfg = method.cfg
+    memory, stored = old_replay(method, task)
+    kl = cfg.reg * old_soft_kl(method.mixed_logits(memory.x, memory.t), stored, cfg.temperature)
+    weights = [layer.base.weight for layer in method.layers]
+    weight_grads = torch.autograd.grad(kl, weights, retain_graph=True, allow_unused=True, materialize_grads=True)
+    penalty = 0
+    for layer, g, old in zip(method.layers, weight_grads, before):
+        fisher = torch.where(layer.psi != 0, g / layer.psi, torch.zeros_like(g)).detach().pow(2)
+        penalty = penalty + (fisher * (layer.calibrated_weight() - old).pow(2)).sum()
+    objective = cfg.beta * cfg.reg * penalty if cfg.outer_objective == "seed" else 0.5 * penalty + cfg.beta * kl
+    grads = torch.autograd.grad(objective, method.calibration_params, allow_unused=True, materialize_grads=True)
+    old_sgd(method.calibration_params, grads, cfg.outer_lr)
+
+
+def old_observe(method, batch, task, store):
+    before = None
+    for step in range(method.cfg.inner_steps):
+        if task.id > 0 and step == method.cfg.inner_steps - 1:
+            with torch.no_grad():
+                before = [layer.calibrated_weight() for layer in method.layers]
+        loss = old_glance(method, old_glance_batch(method, batch, task, step), task)
+    if before is not None:
+        old_outer_step(method, task, before)
+    if store:
+        method.remember(batch)
+    return loss
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0])
+def test_the_seed_penalty_gradient_is_autograds_to_the_bit(scale):
+    """penalty_psi_grads against autograd's backward of the penalty, per layer as NCCL's step wrote it: a 3x3 conv,
+    a 1x1 conv (ψ as wide as θ) and a linear layer, ψ with zeros."""
+    g = torch.Generator().manual_seed(0)
+    shapes = [((6, 4, 3, 3), (6, 4, 1, 1)), ((5, 6, 1, 1), (5, 6, 1, 1)), ((3, 7), (3, 1))]
+    weights = [torch.randn(w, generator=g) for w, _ in shapes]
+    psis = [(torch.rand(p, generator=g) + 0.5).masked_fill(torch.rand(p, generator=g) < 0.2, 0.0).requires_grad_()
+            for _, p in shapes]
+    before = [w * p.detach() + 0.01 * torch.randn(w.shape, generator=g) for w, p in zip(weights, psis)]
+    fisher = [torch.rand(w.shape, generator=g) for w in weights]
+    penalty = sum((f * (w * p - b).pow(2)).sum() for f, w, p, b in zip(fisher, weights, psis, before))
+    want = torch.autograd.grad(scale * penalty, psis)  # the old step: beta * reg * penalty
+    with torch.no_grad():
+        moved = [w * p - b for w, p, b in zip(weights, psis, before)]
+        got = penalty_psi_grads(fisher, moved, weights, psis, scale)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("overrides", [("method.outer_lr=1000",),  # seed objective, reg = β = 1: no scaling
+                                       ("method.outer_lr=1000", "method.beta=3.0"),
+                                       ("method.outer_objective=paper", "method.reg=0.5", "method.beta=3.0")])
+def test_nccls_folded_step_ends_bit_equal_to_the_per_parameter_one(overrides):
+    """Five incoming batches of task 1 (three glances each, the later ones reading task 1's memory once it holds
+    enough), from one state: the same losses, weights, calibration, batch-norm statistics, memory and generator."""
+    method, tasks = build("method=nccl", "method.inner_steps=3", *overrides, small=CONVNET)
+    method.learn(tasks[0])
+    method.train()
+    with torch.no_grad():  # a ψ of 0, where the Fisher is 0
+        method.layers[1].psi.view(-1)[::5] = 0.0
+    start, generator = copy.deepcopy(method.state_dict()), method.ctx.generator.get_state()
+    batches = [Batch(raw, method.info.view.train(raw), y, t) for raw, y, t in tasks[1].train.batches(10)][:5]
+    runs = []
+    for observe in (method.observe, partial(old_observe, method)):
+        method.load_state_dict(start)
+        method.ctx.generator.set_state(generator)
+        losses = []
+        for batch in batches:
+            method.train()  # as learn_pass: remember() leaves the method in eval mode
+            losses.append(observe(batch, tasks[1], store=True))
+        runs.append((losses, copy.deepcopy(method.state_dict()), method.ctx.generator.get_state()))
+    (new, new_state, new_gen), (old, old_state, old_gen) = runs
+    assert all(torch.equal(a, b) for a, b in zip(new, old, strict=True))
+    assert new_state.keys() == old_state.keys() and all(torch.equal(new_state[k], old_state[k]) for k in new_state)
+    assert torch.equal(new_gen, old_gen)
+    assert (method.memory.t == 1).sum() >= 20  # the later glances read task 1's memory
+    psis = [k for k in new_state if k.startswith("backbone") and k.endswith(".psi")]
+    moved = [not torch.equal(new_state[k], start[k]) for k in psis]
+    assert moved and all(moved)  # the outer steps moved every ψ of the backbone
 
 
 # --- La-MAML --------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from cl_bench.data import scenarios
 from cl_bench.data.scenarios import Split, Task
 from cl_bench.methods.base import Batch, Context
 from cl_bench.methods.memory import Memory
-from cl_bench.methods.nccl import fisher
+from cl_bench.methods.nccl import fishers
 from cl_bench.nn import calibrated
 
 SMALL = ("backbone=mlp", "backbone.hidden_sizes=[32,32]", "dataset.samples_per_task=40", "hardware=cpu")
@@ -97,7 +97,7 @@ def test_nccl_inner_step_moves_only_base_weights_and_outer_step_only_calibration
     assert any(not torch.equal(a, b) for a, b in zip(base0, base))
 
     base1, calib1 = snapshot(base), snapshot(calib)
-    method.outer_step(task, before)
+    method.outer_step(task, before, method.pool(task))
     assert all(torch.equal(a, b) for a, b in zip(base1, base))
     assert any(not torch.equal(a, b) for a, b in zip(calib1, calib))
     moved_psi = [not torch.equal(torch.ones_like(layer.psi), layer.psi) for layer in method.layers]
@@ -112,7 +112,7 @@ def test_fisher_is_the_calibrated_weights_squared_gradient():
     w_tilde = layer.calibrated_weight().detach().requires_grad_()
     torch.nn.functional.linear(x, w_tilde, layer.base.bias).pow(2).sum().backward()
     layer(x).pow(2).sum().backward()
-    torch.testing.assert_close(fisher(layer.base.weight.grad, layer.psi), w_tilde.grad.pow(2))
+    torch.testing.assert_close(fishers([layer.base.weight.grad], [layer.psi])[0], w_tilde.grad.pow(2))
 
 
 def test_stream_visits_every_sample_once_per_glance_cycle():

@@ -275,6 +275,8 @@ def test_cpus_per_side_pairs_across_models_and_seconds_per_cpu(toy):
     line = row_line(summary.page(toy, "m_1", records))
     assert "| Xeon / EPYC ×1, Xeon ×2; 1 pair across CPUs |" in line
     assert "| 20 / 50 (EPYC), 20 (Xeon) |" in line  # cl-bench: 10 and 30 s on the Xeon, 50 on the EPYC
+    overview = summary.document([toy], records)  # the overview's CPU column: the seeds its verdict rests on
+    assert "| Xeon / EPYC ×1, Xeon ×2; 1 pair across CPUs | pilot only, extended" in overview
     unrecorded = [record(side, 0, 0.8, provenance={}) for side in summary.SIDES]
     assert "| ? / ? | 2 without provenance |" in row_line(summary.page(toy, "m_1", unrecorded))
 
@@ -334,7 +336,7 @@ def test_patches_are_listed_by_class_and_sources_named(toy, monkeypatch):
     assert "- control flow/learning: `train.py`: saves below the bar" in text
     overview = summary.document([toy], [])
     assert ("| [toy/m_1](parity/toy_m_1.md) | M | [someone/toy](parity/toy.md) | authors | 0 | – | not run "
-            "| pilot only, extended after a look, capped |") in overview
+            "| – | pilot only, extended after a look, capped |") in overview
     monkeypatch.setattr(toy, "ROWS", {"m_1": Row("M", "toy setting", ("method=m",), differs="another memory")})
     assert "| not the same algorithm | 0 |" in summary.document([toy], [])
     line = row_line(summary.page(toy, "m_1", []))
@@ -485,9 +487,10 @@ def string_share(paths) -> tuple[int, int]:
 
 
 def test_prose_stays_out_of_the_harness_python():
-    """Findings, notes, patches and accounts live in scripts/parity/'s Markdown and YAML: no literal there runs to a
-    paragraph, and literals stay well under half the code (58% before they moved out; docstrings and messages stay)."""
+    """Findings, notes, patches, accounts and fixed wording live in scripts/parity/'s Markdown and YAML: no literal
+    there runs to a paragraph, and literals stay under a third of the code (58%, then 35.7%, before they moved out to
+    findings/, patches/ and wording.yaml: 32.3%; docstrings, messages, overrides and command lines stay)."""
     paths = sorted((ROOT / "scripts" / "parity").glob("*.py"))
     strings, total = string_share(paths)
-    assert strings / total < 0.4
+    assert strings / total < 0.33
     assert [(p.name, s[:60]) for p in paths for s in string_literals(p) if len(s) > 500] == []

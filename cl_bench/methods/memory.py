@@ -146,22 +146,31 @@ class Memory(nn.Module):
         if self.policy == "reservoir" and before_task is None:
             idx = (torch.rand(batch_size, device=self.y.device, generator=generator) * self.filled()).long()
         else:
-            valid = self.valid()
-            if before_task is not None:
-                past = valid & (self.t < before_task)
-                valid = torch.where(past.any(), past, valid)
-            idx = torch.multinomial(valid.float(), batch_size, replacement=True, generator=generator)
+            idx = self.draw(self.replay_weights(before_task), batch_size, generator)
         return self.x[idx], self.y[idx], self.t[idx], self.logits[idx]
 
-    def sample_task(self, batch_size: int, task: int, generator=None):
-        """A uniform batch (with replacement) of the stored samples of one task, and how many it has stored (a
-        tensor: no host sync). With none stored the batch is the cleared spare row, for the caller to discard."""
+    def replay_weights(self, before_task: int | None = None) -> torch.Tensor:
+        """The rows sample() draws from (a method drawing many batches between two writes computes them once):
+        the stored ones, those of tasks before before_task if given and any is stored."""
+        valid = self.valid()
+        if before_task is not None:
+            past = valid & (self.t < before_task)
+            valid = torch.where(past.any(), past, valid)
+        return valid.float()
+
+    def task_weights(self, task: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weights for draw() of a uniform batch of the stored samples of one task, and how many it has stored (a
+        tensor: no host sync); with none stored, the cleared spare row alone, for the caller to discard."""
         own = self.valid() & (self.t == task)
         count = own.sum()
         weights = own.float()
         weights[self.size] += (count == 0).float()
-        idx = torch.multinomial(weights, batch_size, replacement=True, generator=generator)
-        return self.x[idx], self.y[idx], self.t[idx], self.logits[idx], count
+        return weights, count
+
+    @staticmethod
+    def draw(weights: torch.Tensor, batch_size: int, generator=None) -> torch.Tensor:
+        """batch_size row indices drawn uniformly (with replacement) from the rows of nonzero weight."""
+        return torch.multinomial(weights, batch_size, replacement=True, generator=generator)
 
     def sample_uniform_tasks(self, batch_size: int, generator=None):
         """Balanced policy: a batch (with replacement) whose task labels are uniform over the stored tasks (each row

@@ -75,14 +75,21 @@ class NCCLConfig(OnlineConfig):
                 *((key, getattr(self, key) >= 0, "0 or more") for key in ("inner_clip", "gamma", "reg", "beta"))]
 
 
+@dataclass
+class Pool:
+    """What an incoming batch's draws read from the memory, which no glance writes: the draw weights of the
+    earlier tasks' samples (replay; None in task 0) and of the current task's, and how many the current task has."""
+    past: torch.Tensor | None
+    current: torch.Tensor
+    count: torch.Tensor
+
+
 INERT_CHANGE = 1e-6  # calibration_inert: no calibration entry moved by more than this share of its magnitude
 
 
 class NCCL(OnlineMethod):
     name = "nccl"
     Config = NCCLConfig
-    graph_safe = ("each glance draws its memory batches from the run's generator, which a captured step would not "
-                  "advance")
     soft_targets = True
     calibration_inert = Check("nccl.calibration_inert", "the outer steps left every calibration parameter where "
                                                         "the task found it (within a millionth of its magnitude)",
@@ -122,66 +129,87 @@ class NCCL(OnlineMethod):
         return found
 
     def observe(self, batch, task, store):
+        pool = self.pool(task)  # the memory changes only after the glances: its draw weights are taken once
         before = None
         for step in range(self.cfg.inner_steps):
             if task.id > 0 and step == self.cfg.inner_steps - 1:  # the last of the seed's per-step copies
                 with torch.no_grad():
-                    before = [layer.calibrated_weight() for layer in self.layers]
-            loss = self.glance(self.glance_batch(batch, task, step), task)
+                    before = calibrated.weights(self.layers)
+            loss = self.inner_step(self.glance_batch(batch, task, step, pool), task, pool)
         if before is not None:
-            self.outer_step(task, before)
+            self.outer_step(task, before, pool)
         if store:
             self.remember(batch)
-        return loss
+        return loss.detach()
 
-    def glance_batch(self, batch: Batch, task, step: int) -> Batch:
+    def pool(self, task) -> Pool:
+        """The memory's draw weights for one incoming batch's glances and outer step."""
+        current, count = self.memory.task_weights(task.id)
+        past = self.memory.replay_weights(before_task=task.id) if task.id > 0 else None
+        return Pool(past, current, count)
+
+    def glance_batch(self, batch: Batch, task, step: int, pool: Pool) -> Batch:
         """Glance 0: the incoming batch; glance k >= 1: current-task memory samples once k·batch_size of them
         are stored, else the incoming batch (decided on the device, without a host sync)."""
         if step == 0:
             return batch
-        n = batch.y.shape[0]
-        raw, y, t, _, count = self.memory.sample_task(n, task.id, self.ctx.generator)
-        use = count >= step * self.cfg.batch_size
-        raw, y, t = (torch.where(use.view(-1, *[1] * (a.dim() - 1)), a, b)
-                     for a, b in ((raw, batch.raw), (y, batch.y), (t, batch.t)))
+        mem = self.memory
+        idx = mem.draw(pool.current, batch.y.shape[0], self.ctx.generator)
+        use = pool.count >= step * self.cfg.batch_size  # 0-dim: torch.where broadcasts it over every row
+        raw, y, t = (torch.where(use, a[idx], b) for a, b in ((mem.x, batch.raw), (mem.y, batch.y), (mem.t, batch.t)))
         return Batch(raw, self.info.view.train(raw, self.ctx.generator, t), y, t)
 
     def glance(self, batch, task):
+        return self.inner_step(batch, task, self.pool(task)).detach()
+
+    def inner_step(self, batch: Batch, task, pool: Pool) -> torch.Tensor:
         """One inner step: the loss on the batch (and the memory), an SGD step on the base weights only."""
         with self.ctx.autocast():
-            loss = self.inner_loss(batch, task)
+            loss = self.inner_loss(batch, task, pool)
         grads = torch.autograd.grad(loss, self.base_params, allow_unused=True, materialize_grads=True)
         if self.cfg.inner_clip > 0:
             grads = clamped(grads, self.cfg.inner_clip)
         sgd_step(self.base_params, grads, self.cfg.inner_lr)
-        return loss.detach()
+        return loss
 
-    def inner_loss(self, batch: Batch, task) -> torch.Tensor:
+    def inner_loss(self, batch: Batch, task, pool: Pool) -> torch.Tensor:
         current = self.loss(batch, task.id)
         if task.id == 0:
             return current
-        memory, stored = self.replay(before_task=task.id)
+        memory, stored = self.replay_from(pool.past)
         z = self.mixed_logits(memory.x, memory.t)  # a forward of its own: batch norm sees the memory alone
-        old = F.cross_entropy(z, memory.y) + self.cfg.reg * soft_kl(z, stored, self.cfg.temperature)
+        old = F.cross_entropy(z, memory.y) + scaled(self.cfg.reg, soft_kl(z, stored, self.cfg.temperature))
         return current + self.cfg.gamma * old
 
-    def outer_step(self, task, before: list[torch.Tensor]) -> None:
+    def replay_from(self, weights: torch.Tensor) -> tuple[Batch, torch.Tensor]:
+        """replay(), drawn with the memory's weights taken beforehand (the same draw from the same generator)."""
+        mem = self.memory
+        idx = mem.draw(weights, self.cfg.replay_batch_size, self.ctx.generator)
+        raw, t = mem.x[idx], mem.t[idx]
+        return Batch(raw, self.info.view.train(raw, self.ctx.generator, t), mem.y[idx], t), mem.logits[idx]
+
+    def outer_step(self, task, before: list[torch.Tensor], pool: Pool) -> None:
         """Calibration parameters only: the Fisher-weighted penalty that keeps the calibrated weights where the
         last inner step found them (seed), or Eq. 5's half of it plus β times the KL (paper)."""
-        memory, stored = self.replay(before_task=task.id)
+        memory, stored = self.replay_from(pool.past)
         with self.ctx.autocast():
             logits = self.mixed_logits(memory.x, memory.t)
-        kl = self.cfg.reg * soft_kl(logits, stored, self.cfg.temperature)
-        weights = [layer.base.weight for layer in self.layers]
-        weight_grads = torch.autograd.grad(kl, weights, retain_graph=True, allow_unused=True, materialize_grads=True)
-        penalty = sum((fisher(g, layer.psi) * (layer.calibrated_weight() - old).pow(2)).sum()
-                      for layer, g, old in zip(self.layers, weight_grads, before))
-        if self.cfg.outer_objective == "seed":
-            objective = self.cfg.beta * self.cfg.reg * penalty
-        else:
-            objective = 0.5 * penalty + self.cfg.beta * kl
-        grads = torch.autograd.grad(objective, self.calibration_params, allow_unused=True, materialize_grads=True)
-        sgd_step(self.calibration_params, grads, self.cfg.outer_lr)
+        kl = scaled(self.cfg.reg, soft_kl(logits, stored, self.cfg.temperature))
+        paper = self.cfg.outer_objective == "paper"
+        weights, psis = [layer.base.weight for layer in self.layers], [layer.psi for layer in self.layers]
+        weight_grads = torch.autograd.grad(kl, weights, retain_graph=paper, allow_unused=True, materialize_grads=True)
+        fisher = fishers(weight_grads, psis)
+        if paper:
+            moved = torch._foreach_pow(torch._foreach_sub(calibrated.weights(self.layers), before), 2)
+            penalty = sum(term.sum() for term in torch._foreach_mul(fisher, moved))
+            grads = torch.autograd.grad(0.5 * penalty + self.cfg.beta * kl, self.calibration_params,
+                                        allow_unused=True, materialize_grads=True)
+            sgd_step(self.calibration_params, grads, self.cfg.outer_lr)
+        else:  # the penalty reaches ψ alone: the calibrated biases and λ would step by -lr·0, leaving every value
+            with torch.no_grad():
+                moved = torch._foreach_sub(calibrated.weights(self.layers), before)
+                grads = penalty_psi_grads(fisher, moved, weights, psis, self.cfg.beta * self.cfg.reg)
+            sgd_step(psis, grads, self.cfg.outer_lr)
 
     def variant(self):
         """Runs of the paper's Eq. 5 outer objective are listed apart from the seed code's."""
@@ -192,8 +220,25 @@ class NCCL(OnlineMethod):
                 "calibration_moved": self.calibration_moved.tolist()}
 
 
-def fisher(weight_grad: torch.Tensor, psi: torch.Tensor) -> torch.Tensor:
-    """Diagonal Fisher of θ̃ = θ ⊙ ψ from the gradient of θ: (∂L/∂θ ÷ ψ)² = (∂L/∂θ̃)²; 0 where ψ is 0, where
+@torch.no_grad()  # a constant of the penalty: no gradient reaches ψ through it
+def fishers(weight_grads: list[torch.Tensor], psis: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Diagonal Fisher of each θ̃ = θ ⊙ ψ from the gradient of θ: (∂L/∂θ ÷ ψ)² = (∂L/∂θ̃)²; 0 where ψ is 0, where
     θ̃ does not depend on θ."""
-    grad = torch.where(psi != 0, weight_grad / psi, torch.zeros_like(weight_grad))
-    return grad.detach().pow(2)
+    quotients = torch._foreach_div(list(weight_grads), psis)
+    return torch._foreach_pow([torch.where(psi != 0, q, 0.0) for q, psi in zip(quotients, psis)], 2)
+
+
+def penalty_psi_grads(fisher, moved, weights, psis, scale: float) -> list[torch.Tensor]:
+    """∂/∂ψ of scale·Σ F ⊙ (θ ⊙ ψ - θ̃_old)², moved being θ ⊙ ψ - θ̃_old: scale·F·(2·moved)·θ summed over the
+    kernel, as foreach ops (autograd's backward of that sum is a handful of calls per layer) and in the order autograd
+    computes it (the scale, F, the square's 2·moved, the product's θ, then the sum to ψ's shape): the same bits."""
+    grads = fisher if scale == 1 else torch._foreach_mul(fisher, scale)
+    grads = torch._foreach_mul(torch._foreach_mul(grads, torch._foreach_mul(moved, 2.0)), weights)
+    return [g.sum_to_size(psi.shape) for g, psi in zip(grads, psis)]
+
+
+def scaled(factor: float, x: torch.Tensor) -> torch.Tensor:
+    """factor·x, without the multiplication (a call, and one more in the backward) when factor is 1: x·1 is x to
+    the bit, and so is its gradient."""
+    return x if factor == 1 else factor * x
+

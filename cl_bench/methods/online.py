@@ -168,8 +168,11 @@ def clip_norm(grads, max_norm: float):
 def soft_kl(logits: torch.Tensor, stored: torch.Tensor, temperature: float) -> torch.Tensor:
     """KL(stored ‖ current) of the outputs softened by T, over the outputs both have (finite), batch mean:
     -inf marks outputs a row does not own (another task's head, or classes unseen when it was stored)."""
-    logits, stored = logits.float(), stored[:, : logits.shape[1]]
-    own = torch.isfinite(stored) & torch.isfinite(logits)
-    p = F.softmax(stored.masked_fill(~own, float("-inf")) / temperature, dim=1)
-    log_q = F.log_softmax(logits.masked_fill(~own, float("-inf")) / temperature, dim=1)
-    return (torch.xlogy(p, p) - p * log_q.masked_fill(~own, 0)).sum(1).mean()
+    if logits.dtype != torch.float32:  # autocast's half-precision logits (a cast of float32 would be a no-op call)
+        logits = logits.float()
+    if stored.shape[1] != logits.shape[1]:
+        stored = stored[:, : logits.shape[1]]
+    foreign = ~(torch.isfinite(stored) & torch.isfinite(logits))
+    p = F.softmax(stored.masked_fill(foreign, float("-inf")) / temperature, dim=1)
+    log_q = F.log_softmax(logits.masked_fill(foreign, float("-inf")) / temperature, dim=1)
+    return (torch.xlogy(p, p) - p * log_q.masked_fill(foreign, 0)).sum(1).mean()

@@ -80,6 +80,11 @@ def layers(module: nn.Module) -> list[Calibrated]:
     return [m for m in module.modules() if isinstance(m, Calibrated)]
 
 
+def weights(layers: list[Calibrated]) -> list[torch.Tensor]:
+    """Every layer's θ̃ = θ ⊙ tile(ψ) as one foreach op, what each calibrated_weight() gives to the bit."""
+    return torch._foreach_mul([layer.base.weight for layer in layers], [layer.psi for layer in layers])
+
+
 def split_parameters(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """(base parameters θ: weights, biases, batch norm, ..., calibration parameters ψ, λ, calibrated biases)."""
     base, calibration = [], []

@@ -1,5 +1,4 @@
-"""Parity of cl-bench's gated method with lit-leo/cgate, the public re-implementation of conditional channel gated
-networks (Abati et al. 2020) that cl-bench's gated docs cite.
+"""Parity of cl-bench's gated method with lit-leo/cgate (a re-implementation of Abati et al. 2020).
 
 Its account: scripts/parity/README.md, section cgate.py.
 """
@@ -22,9 +21,8 @@ NAME = "cgate"
 REPO = "lit-leo/cgate"
 PINNED = "e2e8b474d1a3fa8c0d2893688033e28edd2e1d8a"
 SOURCE = "reimplementation"  # an unofficial re-implementation of Abati et al. (its README says so)
-TORCH = ("Written for torch 1.7.1 and pytorch_lightning 0.8.5 (its requirements.txt).")
-DATA = ("cifar-10-batches-py (CIFAR-10's python files) for gated_task and MNIST/raw (MNIST's four idx files, gzipped "
-        "or not) for gated_learn")
+WORDS = common.wording(NAME)  # wording.yaml: its torch and data lines, its rows' settings
+TORCH, DATA = WORDS["torch"], WORDS["data"]
 
 CIFAR = "cifar-10-batches-py"
 MNIST_RAW = "MNIST/raw"  # torchvision's MNIST(root) reads common.IDX's four files from <root>/MNIST/raw
@@ -88,10 +86,7 @@ def learn_row(cut: dict) -> Row:
     training."""
     return Row(
         method="gated",
-        setting=f"Split MNIST ({cut['tasks']} x 2), task scenario, the paper's Split MNIST conv net (3 gated units "
-                f"of 100 channels, pools after 2), {cut['train']} training / {cut['val']} validation / {cut['test']} "
-                f"test images a task, {cut['epochs']} epochs, Adam 1e-3, batch 64, sparsity 0.1 after 1 epoch, "
-                "gradient clip 1",
+        setting=WORDS["settings"]["gated_learn"].format(**cut),
         clbench=("method=gated", "dataset=split_mnist", "scenario=task", "backbone=gated_convnet",
                  "backbone.pools=2", f"dataset.num_tasks={cut['tasks']}", "dataset.classes_per_task=2",
                  f"dataset.samples_per_task={cut['train']}", f"dataset.val_samples_per_task={cut['val']}",
@@ -105,9 +100,7 @@ def learn_row(cut: dict) -> Row:
 ROWS = {
     "gated_task": Row(
         method="gated",
-        setting=f"Split CIFAR-10 (5 x 2), task scenario, {CUT['train']} training / {CUT['val']} validation / "
-                f"{CUT['test']} test images a task, {CUT['epochs']} epochs, Adam 1e-3, batch 64, sparsity 0.1 "
-                "after 1 epoch, gradient clip 1",
+        setting=WORDS["settings"]["gated_task"].format(**CUT),
         clbench=("method=gated", "dataset=split_cifar10", "scenario=task", "backbone=resnet18",
                  f"dataset.samples_per_task={CUT['train']}", f"dataset.val_samples_per_task={CUT['val']}",
                  f"dataset.test_samples_per_task={CUT['test']}", f"method.epochs={CUT['epochs']}", *MATCHED, *QUIRKS),
@@ -137,19 +130,7 @@ DIAGNOSTICS = {
 }
 ROWS, DIAGNOSTICS = common.annotated(NAME, ROWS, DIAGNOSTICS)  # notes and causes from findings/cgate.md
 
-# Run src/train.py as `make train` does, after setting the row's cfg values and the seed (cfg.py seeds 0 at import).
-LAUNCHER = """\
-import ast, random, runpy, sys
-import numpy, torch
-from config import cfg
-seed, *settings = sys.argv[1:]
-for setting in settings:
-    key, value = setting.split('=', 1)
-    setattr(cfg, key, ast.literal_eval(value))
-torch.manual_seed(int(seed)); numpy.random.seed(int(seed)); random.seed(int(seed))
-sys.argv = ['src/train.py']
-runpy.run_path('src/train.py', run_name='__main__')
-"""
+LAUNCHER = Path(__file__).resolve().parent / "launchers" / "cgate_train.py"  # src/train.py with the row's cfg, seeded
 
 
 # --- the split in cgate's input format ---------------------------------------------------------------------
@@ -256,7 +237,7 @@ def run_reference(copy: Path, row: Row, seed: int, data: Path, python: str) -> O
     link.symlink_to(Path(data).resolve(), target_is_directory=True)
     shutil.rmtree(copy / "results", ignore_errors=True)  # cgate refuses a results folder of another config
     env = {**common.one_thread_env(), "ROOT_DIR": str(copy), "PYTHONPATH": str(copy)}
-    command = [python, "-c", LAUNCHER, str(seed), *row.reference, task_pairs(data)]
+    command = [python, "-c", LAUNCHER.read_text(), str(seed), *row.reference, task_pairs(data)]
     text = common.run_logged(command, copy, Path(data) / "cgate.log", env)
     outcome = parse_accuracies(text)
     outcome.phases = reference_phases(copy)

@@ -114,6 +114,13 @@ TEXT_KINDS = ("findings", "note", "differs", "diagnostic")
 
 
 PATCH_FILES = Path(__file__).resolve().parent / "patches"  # <reference>.yaml: its copy's patches, by group
+WORDING = Path(__file__).resolve().parent / "wording.yaml"  # settings in words, the pages' sentences, option help
+
+
+def wording(section: str) -> dict:
+    """wording.yaml's section: a reference's NAME, "summary" or "common"."""
+    import yaml
+    return yaml.safe_load(WORDING.read_text())[section]
 
 
 def patches(name: str) -> dict[str, tuple[Patch, ...]]:
@@ -470,28 +477,26 @@ def hold(work: Path, name: str):
 
 def reference_arguments(reference, description: str) -> argparse.ArgumentParser:
     """What running the reference needs: its checkout, the seeds, the work folder, the data and the interpreter."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--ref", type=Path, help=f"a checkout of {reference.REPO} (needed unless --side cl-bench)")
+    parser, words = argparse.ArgumentParser(description=description), wording("common")["help"]
+    parser.add_argument("--ref", type=Path, help=words["ref"].format(repo=reference.REPO))
     parser.add_argument("--work", type=Path, default=ROOT / "outputs" / "parity-work")
-    parser.add_argument("--data-root", help="cl-bench's data.root: where the datasets' canonical files are")
-    parser.add_argument("--python", default=sys.executable, help="the interpreter that runs the reference")
-    parser.add_argument("--any-commit", action="store_true", help="run a checkout at another commit than pinned")
+    parser.add_argument("--data-root", help=words["data_root"])
+    parser.add_argument("--python", default=sys.executable, help=words["python"])
+    parser.add_argument("--any-commit", action="store_true", help=words["any_commit"])
     return parser
 
 
 def arguments(reference) -> argparse.ArgumentParser:
     parser = reference_arguments(reference, f"parity of cl-bench with {reference.REPO}")
+    words = wording("common")["help"]
     parser.add_argument("--rows", nargs="+", choices=sorted(reference.ROWS), default=list(reference.ROWS))
     parser.add_argument("--side", choices=("both", "reference", "cl-bench"), default="both")
-    parser.add_argument("--pilot", action="store_true", help="rerun the pilot's seeds instead of the plan's")
-    parser.add_argument("--seeds", type=int, nargs="+", help="run only these of the planned (or pilot's) seeds")
+    parser.add_argument("--pilot", action="store_true", help=words["pilot"])
+    parser.add_argument("--seeds", type=int, nargs="+", help=words["seeds"])
     parser.add_argument("--diagnostic", choices=sorted(getattr(reference, "DIAGNOSTICS", {})),
-                        help="run one of the reference's diagnostics (its side, its seeds) instead of the rows")
-    parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")
-    parser.add_argument("--resume", action="store_true",
-                        help="go on with a run cut short (killed, the machine lost): on the reference's side what "
-                             "its log records as ended is replayed from it and the task it ended in is rerun from "
-                             "that task's start; on cl-bench's side the run resumes from its last checkpoint")
+                        help=words["diagnostic"])
+    parser.add_argument("--out", type=Path, default=RECORDS, help=words["out"])
+    parser.add_argument("--resume", action="store_true", help=words["resume"])
     return parser
 
 

@@ -25,8 +25,8 @@ NAME = "cpg"
 REPO = "ivclab/CPG"
 PINNED = "f1b20eaeb79c23acd4c900578c97c733e57e72b9"
 SOURCE = "authors"  # CPG and PAE are the authors' own; PackNet here is their baseline (its row says so)
-TORCH = ("Written for PyTorch >= 1.0 (its README).")
-DATA = "cifar-10-batches-py (CIFAR-10's python files)"
+WORDS = common.wording(NAME)  # wording.yaml: its torch and data lines, its rows' settings
+TORCH, DATA = WORDS["torch"], WORDS["data"]
 
 BAR_ENV = "PARITY_TRAIN_ACC_BAR"  # the train-accuracy bar the patched scripts read (theirs when unset)
 DATA_LINK = Path("data") / "cifar100_org"  # where the reference's loaders read each task's image folders
@@ -49,8 +49,7 @@ CPG_CUT = (f"method.epochs={EPOCHS}", f"method.prune_targets=[{','.join(map(str,
 CPG_REF = (f"epochs={EPOCHS}", f"prune_targets={','.join(map(str, PRUNE_TARGETS))}", f"prune_epochs={PRUNE_EPOCHS}",
            f"pruning_interval={RAMP}", f"pruning_frequency={FREQUENCY}", f"retrain_epochs={REFIT}",
            f"goal={GOAL}", f"train_acc_bar={BAR}", "max_multiplier=1.5")
-SETTING = (f"{TASKS} split CIFAR-10 tasks of {CLASSES} classes, {TRAIN} train / {TEST} test images each, "
-           "VGG16-BN, task scenario, CPU")
+SETTING = WORDS["setting"].format(tasks=TASKS, classes=CLASSES, train=TRAIN, test=TEST)
 
 
 @dataclass(frozen=True)
@@ -90,10 +89,7 @@ class Cut:
                 f"epochs={self.epochs}")
 
     def setting(self) -> str:
-        return (f"{self.tasks} split CIFAR-10 tasks of {CLASSES} classes, {self.train} train / {self.test} test "
-                f"images each, VGG16-BN at width x{self.width} (body {self.hidden}), task scenario, CPU; "
-                f"{self.epochs} epochs, growth on, goals measured by each side, training-accuracy bar {self.bar} "
-                f"(PackNet {self.packnet_bar}), chooser tolerance {self.allow_acc_loss}")
+        return WORDS["learn_setting"].format(**vars(self), classes=CLASSES)
 
 
 LEARN = Cut(tasks=5, train=2500, test=1000, width=0.25, hidden=1024, epochs=30, drops=(15, 24), mask_drop=15,

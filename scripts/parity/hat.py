@@ -19,8 +19,8 @@ NAME = "hat"
 REPO = "joansj/hat"
 PINNED = "6fd0b9d98e089bec1f9da6cc20550916ce196829"
 SOURCE = "authors"
-TORCH = ("Written for pytorch 0.2.0 (its requirements.txt, a conda list).")
-DATA = "MNIST/raw (MNIST's four idx files, gzipped or not)"
+WORDS = common.wording(NAME)  # wording.yaml: its torch and data lines, its rows' settings
+TORCH, DATA = WORDS["torch"], WORDS["data"]
 
 MEAN, STD = 0.1307, 0.3081  # HAT's transforms.Normalize for MNIST (dataloaders/mnist2.py:15-16, pmnist.py:23-24)
 SPLITS = {"train": "train", "valid": "val", "test": "test"}  # HAT's split name -> cl-bench's
@@ -42,11 +42,10 @@ DIAGNOSTICS = {
 
 
 ROWS = {
-    "hat_mnist2": Row("HAT", "MNIST in 2 tasks of 5 classes, task scenario, MLP 2x2000, dropout 0.2 / 0.5",
+    "hat_mnist2": Row("HAT", WORDS["settings"]["hat_mnist2"],
                       (*MLP, "dataset=split_mnist", "dataset.num_tasks=2"),
                       ("--experiment", "mnist2", "--approach", "hat", "--nepochs", str(EPOCHS))),
-    "hat_pmnist": Row("HAT", "permuted MNIST, 10 tasks of 10 classes (1,000 training samples each), task "
-                             "scenario, MLP 2x2000, dropout 0.2 / 0.5",
+    "hat_pmnist": Row("HAT", WORDS["settings"]["hat_pmnist"],
                       (*MLP, "dataset=permuted_mnist"),
                       ("--experiment", "pmnist", "--approach", "hat", "--nepochs", str(EPOCHS))),
 }

@@ -1,5 +1,4 @@
-"""Parity of cl-bench with La-MAML's code (montrealrobotics/La-MAML): La-MAML itself, and the ER and A-GEM
-baselines of its MNIST table, on its 20-task MNIST rotations and permutations.
+"""Parity of cl-bench with La-MAML's code (montrealrobotics/La-MAML): La-MAML, ER and A-GEM on MNIST.
 
 Its account: scripts/parity/README.md, section lamaml.py.
 """
@@ -18,8 +17,8 @@ NAME = "lamaml"
 REPO = "montrealrobotics/La-MAML"
 PINNED = "cff3524b0f23b932d574931c3a7495c42cbd8d9d"
 SOURCE = "authors"  # La-MAML is the authors' own; ER there is their baseline, A-GEM not the same algorithm
-TORCH = ("Written for pytorch 1.0.0 (its environment.yml).")
-DATA = "MNIST/raw (MNIST's four idx files, gzipped or not)"
+WORDS = common.wording(NAME)  # wording.yaml: its torch and data lines, its rows' settings
+TORCH, DATA = WORDS["torch"], WORDS["data"]
 
 PATCHES = list(common.patches(NAME)["reference"])  # patches/lamaml.yaml, as TASK0
 
@@ -41,11 +40,10 @@ AGEM = ("--model", "agem", "--lr", "0.1", "--n_memories", "10", "--memory_streng
 # CPU cut, the same on both sides: 2,000 of each task's 10,000 test images (evaluation after every one of the 20
 # tasks over every task's test split would otherwise take most of a run's time on either side).
 TEST_PER_TASK = 2000
-BENCHMARKS = {  # row suffix -> cl-bench dataset, La-MAML dataset, words
-    "rotations": ("rotated_mnist", "mnist_rotations", f"MNIST rotations, 20 tasks x 1000 samples, {TEST_PER_TASK} "
-                  "test images a task"),
-    "permutations": ("permuted_mnist", "mnist_permutations", f"MNIST permutations, 20 tasks x 1000 samples, "
-                     f"{TEST_PER_TASK} test images a task"),
+BENCHMARKS = {  # row suffix -> cl-bench dataset, La-MAML dataset, words (wording.yaml's settings)
+    bench: (dataset, ref_dataset, WORDS["settings"][bench].format(test=TEST_PER_TASK))
+    for bench, dataset, ref_dataset in (("rotations", "rotated_mnist", "mnist_rotations"),
+                                        ("permutations", "permuted_mnist", "mnist_permutations"))
 }
 METHODS = {  # row prefix -> docs name, cl-bench method, setting prefix, La-MAML arguments
     "lamaml": ("La-MAML", "lamaml", "lamaml", LAMAML),

@@ -1,5 +1,4 @@
-"""Parity with Mammoth (aimagelab/mammoth) on the DER paper's S-MNIST: seq-mnist, 5 tasks of 2 digits, class-IL,
-the 2x100 MLP, one epoch, Mammoth's best arguments for seq-mnist at buffer 200 and 500.
+"""Parity with Mammoth (aimagelab/mammoth) on the DER paper's S-MNIST at buffer 200 and 500.
 
 Its account: scripts/parity/README.md, section mammoth.py.
 """
@@ -19,14 +18,14 @@ NAME = "mammoth"
 REPO = "aimagelab/mammoth"
 PINNED = "e75a491c69fd729edeb01431afb753d9157d9a81"
 SOURCE = "baseline"  # Mammoth is DER's authors' framework: DER and DER++ are the authors' (their rows say so)
-TORCH = ("Written for torch >= 2.1.0 (its requirements.txt).")
-DATA = "MNIST/raw (MNIST's four idx files, gzipped or not)"
+WORDS = common.wording(NAME)  # wording.yaml: its torch and data lines, its rows' settings
+TORCH, DATA = WORDS["torch"], WORDS["data"]
 
 PATCHES = list(common.patches(NAME)["reference"])  # patches/mammoth.yaml
 
 # Mammoth passes torchvision's MNIST root=<base_path>/MNIST: it reads common.IDX's files from
 # <base_path>/MNIST/MNIST/raw.
-SETTING = "S-MNIST (seq-mnist), class-IL, 5 x 2 digits, MLP 2x100, 1 epoch, buffer {}"
+SETTING = WORDS["setting"]  # filled with the buffer's size
 
 
 def _mammoth_args(model: str, memory: int, *extra: str) -> tuple[str, ...]:
@@ -52,20 +51,20 @@ def _rows_at(memory: int) -> dict[str, Row]:
     # its best arguments; cl-bench's side replays as many, to train the same thing.
     same_replay = ("method.replay_batch_size=10",)
     return {
-        f"er_{memory}": Row("ER", SETTING.format(memory), ("method=er", *cl), _best("er", memory)),
-        f"agem_{memory}": Row("A-GEM", SETTING.format(memory), ("method=agem", *cl, *same_replay),
+        f"er_{memory}": Row("ER", SETTING.format(memory=memory), ("method=er", *cl), _best("er", memory)),
+        f"agem_{memory}": Row("A-GEM", SETTING.format(memory=memory), ("method=agem", *cl, *same_replay),
                               _best("agem", memory)),
-        f"der_{memory}": Row("DER", SETTING.format(memory), ("method=der", *cl, *same_replay),
+        f"der_{memory}": Row("DER", SETTING.format(memory=memory), ("method=der", *cl, *same_replay),
                              _best("der", memory), source="authors"),
-        f"derpp_{memory}": Row("DER++", SETTING.format(memory), ("method=derpp", *cl, *same_replay),
+        f"derpp_{memory}": Row("DER++", SETTING.format(memory=memory), ("method=derpp", *cl, *same_replay),
                                _best("derpp", memory), source="authors"),
-        f"er_ace_{memory}": Row("ER-ACE", SETTING.format(memory), ("method=er_ace", *cl),
+        f"er_ace_{memory}": Row("ER-ACE", SETTING.format(memory=memory), ("method=er_ace", *cl),
                                 _mammoth_args("er_ace", memory, "--lr=0.1", "--batch_size=10", "--minibatch_size=10",
                                               "--n_epochs=1", "--task_free=1")),
-        f"icarl_{memory}": Row("iCaRL", SETTING.format(memory),
+        f"icarl_{memory}": Row("iCaRL", SETTING.format(memory=memory),
                                ("method=icarl", *cl, "method.loss_outputs=all", "method.mean_flips=always"),
                                _best("icarl", memory, "--opt_wd=0")),
-        f"gdumb_{memory}": Row("GDumb", SETTING.format(memory),
+        f"gdumb_{memory}": Row("GDumb", SETTING.format(memory=memory),
                                ("method=gdumb", *cl, "method.regularization=cutmix", "method.clip_norm=1e9"),
                                _mammoth_args("gdumb", memory, "--lr=0", "--batch_size=16", "--n_epochs=1",
                                              "--fitting_epochs=128", "--maxlr=0.05", "--minlr=0.0005",

@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from parity import common, plans  # noqa: E402  (scripts/ is not a package: the path first)
-from parity.common import PATCH_KINDS, PROVENANCE_KEYS, RECORDS, ROOT, texts  # noqa: E402
+from parity.common import PATCH_KINDS, PROVENANCE_KEYS, RECORDS, ROOT, texts, wording  # noqa: E402
 
 from cl_bench import stats  # noqa: E402
 
@@ -28,13 +28,8 @@ from cl_bench import stats  # noqa: E402
 LOOKS = json.loads((HERE / "looks.json").read_text())
 REFERENCES = ("cpg", "mammoth", "hat", "lamaml", "cgate")  # the runner modules, in the doc's order
 SIDES = ("reference", "cl-bench")
-# Where a row's reference comes from, the doc's sections in order (a module's SOURCE, or a row's own `source`).
-SOURCES = {
-    "authors": "The method's authors' code",
-    "baseline": "A published implementation by others (the framework or paper that ran it as a baseline)",
-    "reimplementation": "An independent re-implementation (not the authors')",
-    "different": "Not the same algorithm: each side as its code has it, shown for what differs, not as parity",
-}
+WORDS = wording("summary")  # the pages' fixed sentences (wording.yaml)
+SOURCES = WORDS["sources"]  # where a row's reference comes from, the doc's sections in order
 
 
 # --- the records --------------------------------------------------------------------------------------------------
@@ -199,18 +194,18 @@ def pilot_line(module, name: str, records: list[dict]) -> str:
     plan = plans.PLANS.get((module.NAME, name))
     if plan is None:
         pilot = compare(records, set(plans.PILOT_SEEDS))
-        return (f"No seed plan yet: {plans.PENDING[(module.NAME, name)]}. Pilot, seeds 0-{len(plans.PILOT_SEEDS) - 1}"
-                f": reference {fmt_side(pilot['reference'])}, cl-bench {fmt_side(pilot['cl-bench'])}, paired "
-                f"{fmt_paired(pilot['paired'])}; its plan follows from its paired sd by the rule in plans.py.")
+        return WORDS["no_plan"].format(pending=plans.PENDING[(module.NAME, name)], last=len(plans.PILOT_SEEDS) - 1,
+                                       reference=fmt_side(pilot["reference"]), clbench=fmt_side(pilot["cl-bench"]),
+                                       paired=fmt_paired(pilot["paired"]))
     pilot = compare(records, set(plan.pilot_seeds))
-    look = " (extended after a look: not a 95% interval)" if plan.after_look else ""
-    return (f"Pilot, seeds 0-{plan.pilot - 1}{look}: reference {fmt_side(pilot['reference'])}, cl-bench "
-            f"{fmt_side(pilot['cl-bench'])}, paired {fmt_paired(pilot['paired'])}, sd {pilot['paired'].sd:.2f}; "
-            f"the plan: {plan.n} fresh seed{'s' * (plan.n != 1)} from {plans.FIRST_SEED}"
-            + (f", sized from the sd's {plans.SD_CONFIDENCE:.0%} upper bound "
-               f"({plans.sd_upper_bound(plan.pilot_sd, plan.pilot):.2f})" if plan.upper_sd else "")
-            + (f", capped at {plan.cpu_hours:.0f} CPU-hours (80% power needs {plan.needed})" if plan.capped else "")
-            + ".")
+    words = WORDS["pilot"]
+    upper = (words["upper"].format(level=plans.SD_CONFIDENCE, bound=plans.sd_upper_bound(plan.pilot_sd, plan.pilot))
+             if plan.upper_sd else "")
+    return (words["line"].format(last=plan.pilot - 1, look=words["look"] * plan.after_look,
+                                 reference=fmt_side(pilot["reference"]), clbench=fmt_side(pilot["cl-bench"]),
+                                 paired=fmt_paired(pilot["paired"]), sd=pilot["paired"].sd, n=plan.n,
+                                 s="s" * (plan.n != 1), first=plans.FIRST_SEED)
+            + upper + words["capped"].format(hours=plan.cpu_hours, needed=plan.needed) * plan.capped + ".")
 
 
 def tally(values: list) -> str:
@@ -284,13 +279,11 @@ def phase_lines(module, records: list[dict]) -> list[str]:
         return []
     seeds = {side: [r["seed"] for r in runs] for side, runs in sides.items()}
     # The legend names only what this table holds (phase_cell's test): a tallied column's ×n, each averaged one's mean.
-    legend = ["a value with ×n: n seeds chose it"] if any(not mean for *_, mean in columns) else []
-    legend += [f"{title}: the mean" for _, title, mean in columns if mean]
-    legend += ["(p): where the tallies differ, the exact permutation test's p that both sides draw alike"] * bool(
-        any(not mean for *_, mean in columns))
-    legend += ["cl-bench lower: pairs whose final test accuracy is lower on cl-bench's side, sign test p"]
-    lines = [f"Per task, `reference / cl-bench` over seeds {seeds['reference']} / {seeds['cl-bench']} "
-             f"({'; '.join(legend)}):", "",
+    tallied, words = any(not mean for *_, mean in columns), WORDS["legend"]
+    legend = [words["tallied"]] * tallied + [f"{title}: the mean" for _, title, mean in columns if mean]
+    legend += [words["permutation"]] * tallied + [words["lower"]]
+    lines = [WORDS["per_task"].format(reference=seeds["reference"], clbench=seeds["cl-bench"],
+                                      legend="; ".join(legend)), "",
              "| task | " + " | ".join(title for _, title, _ in columns) + " | final test acc % | cl-bench lower |",
              "|---" * (len(columns) + 3) + "|"]
     for task in range(max(len(r["phases"]) for runs in sides.values() for r in runs)):
@@ -311,18 +304,17 @@ def diagnostic_lines(module, name: str, records: list[dict]) -> list[str]:
         other = "reference" if diag.side == "cl-bench" else "cl-bench"
         base = by_seed(row_records(records, module, name), other, set(changed))
         verdict = verdict_text(p) if p.n else "not run"
-        lines.append(f"- Diagnostic `{label}` ({diag.what}; {diag.side} changed, seeds "
-                     f"{min(diag.seeds)}-{max(diag.seeds)}): {diag.side} {fmt_side(changed)} against the row's "
-                     f"{other} {fmt_side(base)}; cl-bench − reference {fmt_paired(p)}, {verdict}. "
-                     f"{fmt_provenance(runs) if runs else ''}".rstrip())
+        lines.append(WORDS["diagnostic"].format(
+            label=label, what=diag.what, side=diag.side, first=min(diag.seeds), last=max(diag.seeds),
+            changed=fmt_side(changed), other=other, base=fmt_side(base), paired=fmt_paired(p), verdict=verdict,
+            records=fmt_provenance(runs) if runs else "").rstrip())
     return lines
 
 
 def rerun_lines(module) -> list[str]:
     make = f"make parity-{module.NAME} REF=DIR DATA=DATA_ROOT"
-    resume = [f"{make} RESUME=1   # the same, going on with a run cut short (either side)"]
-    plan = "every row's plan; ROWS=... for some, PILOT=1 for the pilot's seeds, PARITY_SEEDS=... some of them"
-    return ["make parity-env", f"{make}   # {plan}",
+    resume = [f"{make} RESUME=1   # {WORDS['rerun_resume']}"]
+    return ["make parity-env", f"{make}   # {WORDS['rerun_plan']}",
             *(resume if hasattr(module, "RESUMABLE") else []),
             *[f"{make} DIAG={d}" for d in getattr(module, "DIAGNOSTICS", {})], "make parity-summary"]
 
@@ -335,15 +327,14 @@ def look_lines(module, name: str, records: list[dict]) -> list[str]:
         return []
     before = (f"diagnostic `{look['before']}`" if look.get("before") else "none recorded (no run completed)")
     on, _ = basis(records, plans.PLANS.get((module.NAME, name)))
-    confirmed = ("Its plan's fresh seeds, run after the change, decide the verdict." if on == "plan"
-                 else "Only its plan's fresh seeds can confirm the change; they have not all run.")
+    confirmed = WORDS["look_confirmed"] if on == "plan" else WORDS["look_unconfirmed"]
     return [f"Reconfigured after a look ({look['commit']}):", "",
             f"- changed: {look['changed']}", f"- after: {look['seen']}", f"- before-numbers: {before}",
             f"- {confirmed}", ""]
 
 
 def patch_lines(module) -> list[str]:
-    lines = ["Patches to the reference's copy, by what they touch (nothing else is changed):", ""]
+    lines = [WORDS["patches_lead"], ""]
     for kind in PATCH_KINDS:
         lines += [f"- {kind}: `{p.file}`: {p.why}" for p in module.PATCHES if p.kind == kind]
     rows = [(name, p) for name, row in module.ROWS.items() for p in row.patches]
@@ -362,8 +353,7 @@ DOCS = ROOT / "docs"
 PAGES = "parity"  # docs/parity/: a page per row (<reference>_<row>.md) and per reference (<reference>.md)
 PLOT = "img/parity_forest.png"  # relative to docs/
 WIDTH = 118  # generated prose wraps here: no line of any page runs long
-CODE = {"authors": "authors", "baseline": "baseline", "reimplementation": "re-implementation",
-        "different": "not the same algorithm"}  # the overview's Code column, SOURCES in a word or three
+CODE = WORDS["code"]  # the overview's Code column, SOURCES in a word or three
 TITLES = 3  # findings' titles a row shows in docs/parity.md (its page has them all)
 
 
@@ -418,9 +408,17 @@ def overview_line(module, name: str, row, records: list[dict]) -> str:
     on, figures = basis(records, plan)
     p = figures["paired"]
     verdict = "not run" if not p.n else f"**{verdict_text(p)}**" if on == "plan" else verdict_text(p)
-    return (f"| [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}) | {row.method} "
+    used = [r for r in records if r["seed"] in set(figures["reference"]) & set(figures["cl-bench"])]
+    return table_line(module, name, row, "", p, verdict, used, ", ".join(marks(key, plan, on)) or "–")
+
+
+def table_line(module, name: str, row, variant: str, p: stats.Paired, verdict: str, used: list[dict],
+               marked: str) -> str:
+    """One line of the overview: a row, or a variant of it (`variant` follows its label); `used`: the records its
+    verdict rests on, whose CPUs it names."""
+    return (f"| [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}){variant} | {row.method} "
             f"| [{module.REPO}]({PAGES}/{module.NAME}.md) | {CODE[row_source(module, row)]} | {p.n} "
-            f"| {fmt_paired(p)} | {verdict} | {', '.join(marks(key, plan, on)) or '–'} |")
+            f"| {fmt_paired(p)} | {verdict} | {fmt_cpus(used) if used else '–'} | {marked} |")
 
 
 def ordered(modules: list) -> list[tuple]:
@@ -445,17 +443,19 @@ def shown_lines(module, name: str, row, records: list[dict]) -> list[str]:
     for label, diag in getattr(module, "DIAGNOSTICS", {}).items():
         if diag.row != name or not diag.shown_as:
             continue
-        _, p = diagnostic_paired(module, label, diag, records)
+        runs, p = diagnostic_paired(module, label, diag, records)
         done = f"{p.n} of {len(diag.seeds)} seeds" if p.n < len(diag.seeds) else "the plan's seeds"
-        lines.append(f"| [{module.NAME}/{name}]({PAGES}/{page_name(module, name)}), {diag.shown_as} | {row.method} "
-                     f"| [{module.REPO}]({PAGES}/{module.NAME}.md) | {CODE[row_source(module, row)]} | {p.n} "
-                     f"| {fmt_paired(p)} | {verdict_text(p) if p.n else 'not run'} | diagnostic `{label}`, {done} |")
+        changed = set(by_seed(runs, diag.side))
+        other = "reference" if diag.side == "cl-bench" else "cl-bench"
+        used = [r for r in runs if r["seed"] in changed] + [
+            r for r in row_records(records, module, diag.row) if r["side"] == other and r["seed"] in changed]
+        lines.append(table_line(module, name, row, f", {diag.shown_as}", p, verdict_text(p) if p.n else "not run",
+                                used, f"diagnostic `{label}`, {done}"))
     return lines
 
 
 def overview(modules: list, records: list[dict]) -> list[str]:
-    return ["| Row | Method | Reference | Code | n | cl-bench − reference [95% CI] | Verdict (±1 point) | Marks |",
-            "|---|---|---|---|---|---|---|---|",
+    return [WORDS["overview_head"], "|---|---|---|---|---|---|---|---|---|",
             *(line for m, n, r in ordered(modules)
               for line in (overview_line(m, n, r, row_records(records, m, n)), *shown_lines(m, n, r, records)))]
 
@@ -487,8 +487,7 @@ def seed_lines(module, name: str, records: list[dict]) -> list[str]:
     seeds = sorted(set(runs["reference"]) | set(runs["cl-bench"]))
     if not seeds:
         return []
-    lines = ["| seed | set | reference RA | cl-bench RA | difference | s (ref / cl-bench) | CPU (ref / cl-bench) "
-             "| cl-bench commit |", "|---|---|---|---|---|---|---|---|"]
+    lines = [WORDS["seeds_head"], "|---|---|---|---|---|---|---|---|"]
     for seed in seeds:
         ref, ours = runs["reference"].get(seed), runs["cl-bench"].get(seed)
         part = "pilot" if seed in pilot else "plan" if plan and seed in plan.seeds else "outside the plan"
@@ -503,9 +502,9 @@ def seed_lines(module, name: str, records: list[dict]) -> list[str]:
 
 
 def arguments_line(row) -> str:
-    return (f"Reference arguments `{' '.join(row.reference) or '(none)'}`; `cl-bench train {' '.join(row.clbench)} "
-            "seed=N`." + (f" {row.note}." if row.note else "")
-            + (f" **Not the same algorithm:** {row.differs}." if row.differs else ""))
+    words = WORDS["arguments"]
+    return (words["line"].format(reference=" ".join(row.reference) or "(none)", clbench=" ".join(row.clbench))
+            + (f" {row.note}." if row.note else "") + (words["differs"].format(row.differs) if row.differs else ""))
 
 
 def figure_lines(module, name: str, records: list[dict]) -> list[str]:
@@ -522,7 +521,7 @@ def page(module, name: str, records: list[dict]) -> str:
     table_end = figures.index("")
     own = findings(module).get(name, [])
     lines = [f"# {module.NAME}/{name}: {row.method}", "",
-             f"[All rows](../parity.md) · [{module.REPO}: rerun, patches, findings for every row]({module.NAME}.md)",
+             WORDS["row_links"].format(repo=module.REPO, name=module.NAME),
              "", *figures[:table_end], "", arguments_line(row), "", pilot_line(module, name, mine), "",
              *look_lines(module, name, mine), "## Findings", "",
              *([f"- {f}" for f in own] or ["- none for this row alone"]), ""]
@@ -539,11 +538,9 @@ def reference_page(module, records: list[dict]) -> str:
     """docs/parity/<reference>.md: the reference, how to rerun it, its patches, the findings for every row."""
     rows = [f"- [{module.NAME}/{n}]({page_name(module, n)}): {r.method}, {r.setting}" for n, r in module.ROWS.items()]
     lines = [f"# {module.NAME}: {module.REPO}", "", "[All rows](../parity.md)", "",
-             f"{module.REPO} at `{module.PINNED}`. {module.TORCH} It runs here on this project's torch (each record "
-             "names the version), through the environment patches below.", "",
-             "Rerun (a checkout of the reference at that commit in DIR):", "", "```", *rerun_lines(module), "```", "",
-             f"DATA_ROOT holds {module.DATA}.", "", *patch_lines(module), "Findings for every row (fixed in cl-bench, "
-             "matched by the rows' overrides, or named); each row's own are on its page:", "",
+             WORDS["reference_intro"].format(repo=module.REPO, pinned=module.PINNED, torch=module.TORCH), "",
+             WORDS["rerun_lead"], "", "```", *rerun_lines(module), "```", "",
+             f"DATA_ROOT holds {module.DATA}.", "", *patch_lines(module), WORDS["every_row"], "",
              *([f"- {f}" for f in findings(module).get("all", [])] or ["- none"]), "", "Rows:", "", *rows]
     return "\n".join(wrapped(lines)).rstrip() + "\n"
 
@@ -574,12 +571,8 @@ def document(modules: list, records: list[dict]) -> str:
         sd_level=plans.SD_CONFIDENCE, runs=len(split["runs"]), diagnostics=len(split["diagnostics"]),
         commits=len(commits))
     lines = ["# Parity with reference implementations", "",
-             f"Each row trains one method on the same samples through a reference implementation and through "
-             f"cl-bench: n pairs of seeds, cl-bench's RA minus the reference's in points, paired by seed, with its 95% "
-             f"interval, and TOST's verdict at ±{plans.MARGIN:g} point (bold: the plan's seeds, run in full). "
-             "A row's name links its page.", "",
-             *overview(modules, records), "",
-             f"![cl-bench − reference per row, 95% intervals, the ±{plans.MARGIN:g} band shaded]({PLOT})", "",
+             WORDS["intro"].format(margin=plans.MARGIN), "", *overview(modules, records), "",
+             WORDS["plot_alt"].format(margin=plans.MARGIN, plot=PLOT), "",
              *finding_lines(modules), *how.splitlines()]
     return "\n".join(wrapped(lines)).rstrip() + "\n"
 
@@ -607,9 +600,8 @@ def forest(modules: list, records: list[dict], path: Path) -> None:
         ax.plot(p.mean, y, "o", color=colour, mfc=colour if on == "plan" else "white", ms=5)
     ax.set_yticks(range(len(rows)), [f"{m.NAME}/{n} ({r.method})" for m, n, r in rows], fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel("cl-bench − reference, RA points (95% interval; filled: plan, hollow: pilot only)")
-    ax.set_title(f"green: equivalent, red: different, grey: undetermined; the ±{plans.MARGIN:g} band shaded",
-                 fontsize=8)
+    ax.set_xlabel(WORDS["plot_xlabel"])
+    ax.set_title(WORDS["plot_title"].format(margin=plans.MARGIN), fontsize=8)
     ax.grid(axis="x", lw=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -640,10 +632,10 @@ def write(modules: list, records: list[dict], doc: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=Path, default=RECORDS,
-                        help="new records to merge (a missing folder: regenerate from --json alone)")
+                        help=WORDS["help"]["records"])
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "parity.json")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "parity.md",
-                        help="the document; its pages go to parity/ beside it, the plot to img/")
+                        help=WORDS["help"]["doc"])
     args = parser.parse_args()
     records = merged(args.records, args.json)
     args.json.write_text(json.dumps(sections(records), indent=1) + "\n")
