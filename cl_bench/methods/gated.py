@@ -192,10 +192,12 @@ class Gated(Method):
 
     @torch.no_grad()
     def _probe(self):
-        """One forward of a blank input, so that every layer knows its output size for FLOP counts."""
+        """One forward of a blank input, so that every layer knows its output size for FLOP counts, and the order in
+        which the units compute their gates is known."""
         self.eval()
         gated.route(self.routed, [0])
-        self.backbone(torch.zeros(1, *self.info.input_shape, device=self.ctx.device))
+        blank = torch.zeros(1, *self.info.input_shape, device=self.ctx.device)
+        self.sampling_order = gated.forward_order(self.layers, lambda: self.backbone(blank))  # see draw_noise
 
     # --- training -----------------------------------------------------------------------------------
     def train_task(self, task):
@@ -241,7 +243,9 @@ class Gated(Method):
         def loss(batch):
             sparse, task_loss = warmed_up(batch.step)
             gated.route(self.routed, [task.id])
+            gated.draw_noise(self.sampling_order, batch.x.shape[0], batch.x.device)
             features = self.backbone(batch.x)
+            gated.count_batches(self.routed)  # in this step: a captured one counts each replay's batch
             total = F.cross_entropy(self.heads(features, task.id), batch.y - task.offset)
             if sparse:
                 total = total + self.cfg.sparsity * self.gate_density()  # of this forward, before the rehearsal one
@@ -272,8 +276,10 @@ class Gated(Method):
         # were the current batch on its batch statistics and the memory not, the classifier could tell the tasks
         # apart by that alone, and at evaluation, where every sample is on running statistics, name no sample the
         # new task.
-        gated.route(self.routed, [task_id], norm=str(self.cfg.task_loss_norm),
-                    hard=self.cfg.task_loss_gates == "hard")
+        hard = self.cfg.task_loss_gates == "hard"
+        gated.route(self.routed, [task_id], norm=str(self.cfg.task_loss_norm), hard=hard)
+        if not hard:
+            gated.draw_noise(self.sampling_order, x.shape[0], x.device)
         current = self.backbone(x)
         self.backbone.eval()  # the earlier paths are settled: hard gates, their batch norms' running statistics
         with torch.no_grad():
@@ -286,7 +292,7 @@ class Gated(Method):
 
     def gate_density(self) -> torch.Tensor:
         """1/L Σ_l ‖G^l‖₁ / c_out^l over the gated units, of the last forward, averaged over its samples."""
-        return torch.stack([layer.last_gates.mean() for layer in self.layers]).mean()
+        return gated.density(self.layers)
 
     def _path_params(self, task_id: int) -> list[nn.Parameter]:
         """The shared kernels (their frozen rows are guarded step by step), task_id's gates, batch norms and head,

@@ -29,23 +29,38 @@ class _StraightThrough(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, soft):
-        return (soft > 0.5).to(soft.dtype)
+        # On a sigmoid's range [0, 1], rounding half to even is the threshold soft > 0.5, in one op, in soft's dtype
+        return torch.round(soft)
 
     @staticmethod
     def backward(ctx, grad):
         return grad
 
 
-def logistic_noise(like: torch.Tensor) -> torch.Tensor:
+def uniform(shape, device: torch.device) -> torch.Tensor:
+    """The float32 uniform draws a gate's noise is made of, kept off 0 and 1."""
+    return torch.rand(shape, device=device).clamp_(1e-6, 1 - 1e-6)
+
+
+def logistic(u: torch.Tensor) -> torch.Tensor:
     """The difference of two Gumbel(0, 1) draws, which is what a binary Gumbel-softmax adds to a logit."""
-    u = torch.rand_like(like, dtype=torch.float32).clamp_(1e-6, 1 - 1e-6)
-    return in_dtype(torch.log(u) - torch.log1p(-u), like.dtype)
+    return torch.log(u) - torch.log1p(-u)
+
+
+def gumbel(u: torch.Tensor) -> torch.Tensor:
+    """One Gumbel(0, 1) draw per logit (mean +0.577: lit-leo/cgate's gates, more of them open at the start)."""
+    return -torch.log(-torch.log(u))
+
+
+NOISE_OF_UNIFORM = {"logistic": logistic, "gumbel": gumbel}
+
+
+def logistic_noise(like: torch.Tensor) -> torch.Tensor:
+    return in_dtype(logistic(uniform(like.shape, like.device)), like.dtype)
 
 
 def gumbel_noise(like: torch.Tensor) -> torch.Tensor:
-    """One Gumbel(0, 1) draw per logit (mean +0.577: lit-leo/cgate's gates, more of them open at the start)."""
-    u = torch.rand_like(like, dtype=torch.float32).clamp_(1e-6, 1 - 1e-6)
-    return in_dtype(-torch.log(-torch.log(u)), like.dtype)
+    return in_dtype(gumbel(uniform(like.shape, like.device)), like.dtype)
 
 
 def in_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -56,13 +71,37 @@ def in_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 GATE_NOISES = {"logistic": logistic_noise, "gumbel": gumbel_noise}
 
 
+class _Density(torch.autograd.Function):
+    """The mean over units of each unit's mean gate, mean(stack(means)) as before, with the backward that autograd
+    gave that chain, to the bit (the gradient over L, then over each unit's gate count, spread over its gates), in
+    1 + 2L ops where the chain's backward took 2 + 3L."""
+
+    @staticmethod
+    def forward(ctx, *gates):
+        ctx.shapes = [g.shape for g in gates]
+        return torch.stack([g.mean() for g in gates]).mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        share = grad / len(ctx.shapes)
+        return tuple((share / shape.numel()).expand(shape) for shape in ctx.shapes)
+
+
+def density(units: list["GatedUnit"]) -> torch.Tensor:
+    """1/L Σ_l ‖G^l‖₁ / c_out^l over the units, of their last forward, averaged over its samples."""
+    return _Density.apply(*(unit.last_gates for unit in units))
+
+
 def straight_through(soft: torch.Tensor) -> torch.Tensor:
     return _StraightThrough.apply(soft)
 
 
-def gumbel_sigmoid(logits: torch.Tensor, tau: float, noise: str = "logistic") -> torch.Tensor:
-    """Binary gates sampled with a relaxed Bernoulli of temperature tau, hard in the forward pass."""
-    return straight_through(torch.sigmoid((logits + GATE_NOISES[noise](logits)) / tau))
+def gumbel_sigmoid(logits: torch.Tensor, tau: float, noise: str = "logistic",
+                   drawn: torch.Tensor | None = None) -> torch.Tensor:
+    """Binary gates sampled with a relaxed Bernoulli of temperature tau, hard in the forward pass; drawn: the noise
+    (float32) where it was drawn beforehand (draw_noise), else drawn here."""
+    noise = GATE_NOISES[noise](logits) if drawn is None else in_dtype(drawn, logits.dtype)
+    return straight_through(torch.sigmoid((logits + noise) / tau))
 
 
 class Gate(nn.Module):
@@ -76,10 +115,11 @@ class Gate(nn.Module):
         if open_bias is not None:  # None: PyTorch's default initialisation, as the paper
             nn.init.constant_(self.fc2.bias, open_bias)
 
-    def forward(self, x: torch.Tensor, norm: str = "train") -> torch.Tensor:
+    def forward(self, x: torch.Tensor, norm: str = "train", owed: list | None = None) -> torch.Tensor:
         h = self.fc1(x.mean((2, 3)))
         # A one-sample batch (the tail of an epoch) has no batch statistics: use the running ones.
-        return self.fc2(F.relu(_normalise(self.norm, h, norm if self.training and h.shape[0] > 1 else "running")))
+        norm = norm if self.training and h.shape[0] > 1 else "running"
+        return self.fc2(F.relu(_normalise(self.norm, h, norm, owed)))
 
 
 class TaskNorm(nn.Module):
@@ -92,10 +132,11 @@ class TaskNorm(nn.Module):
                                  for _ in range(num_tasks))
         self.tasks: list[int] = [0]
         self.norm = "train"  # how a training forward normalises (NORM_MODES; set by route)
+        self.owed: list[torch.Tensor] = []  # batch counts its training forwards left to count_batches
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         if self.training:
-            return _normalise(self.bns[self.tasks[0]], z, self.norm)
+            return _normalise(self.bns[self.tasks[0]], z, self.norm, self.owed)
         n = z.shape[0] // len(self.tasks)
         scale, shift = (v.repeat_interleave(n, 0)[:, :, None, None] for v in _affine([self.bns[t] for t in self.tasks]))
         return z * scale + shift
@@ -124,18 +165,30 @@ class GatedUnit(nn.Module):
         self.last_gates: torch.Tensor | None = None  # gates of the last forward, rows as the input's
         self.out_pixels = 0  # H×W of the last output, for FLOP counts
         self.anchor: list[torch.Tensor] = []  # the kernels' weights when the current task started
+        self.frozen_rows: list[torch.Tensor] = []  # `frozen` viewed as each kernel parameter's rows (start_task)
+        self.guarded = False  # whether the current task has frozen kernels to guard (start_task)
+        self.drawn: torch.Tensor | None = None  # the next training forward's gate noise, where draw_noise drew it
+        self.owed: list[torch.Tensor] = []  # see TaskNorm.owed (its gating module's batch norm)
         self._task_index: dict[tuple, torch.Tensor] = {}  # see task_index
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.body(x)
         self.out_pixels = h.shape[2] * h.shape[3]
         if self.training:  # one task's path, routed alone
-            logits = self.gates[self.tasks[0]](x, self.norm)
+            logits = self.gates[self.tasks[0]](x, self.norm, self.owed)
             self.last_gates = (straight_through(torch.sigmoid(logits)) if self.hard
-                               else gumbel_sigmoid(logits, self.tau, self.noise))
+                               else gumbel_sigmoid(logits, self.tau, self.noise, self._take_drawn(logits)))
         else:
             self.last_gates = self._stacked_gates(x).to(h.dtype)
-        return h * self.last_gates[:, :, None, None]
+        return h * self.last_gates.view(*self.last_gates.shape, 1, 1)
+
+    def _take_drawn(self, logits: torch.Tensor) -> torch.Tensor | None:
+        """The noise draw_noise drew for this forward (None: the unit draws its own), used once."""
+        drawn, self.drawn = self.drawn, None
+        if drawn is not None and drawn.shape != logits.shape:
+            raise RuntimeError(f"gate noise drawn for {tuple(drawn.shape)} logits; the forward has "
+                               f"{tuple(logits.shape)}")
+        return drawn
 
     def _stacked_gates(self, x: torch.Tensor) -> torch.Tensor:
         """Evaluation of every routed path's gates at once: per-row gate weights gathered by task, a hard
@@ -164,21 +217,31 @@ class GatedUnit(nn.Module):
         return [p for conv in self.convs for p in (conv.weight, conv.bias) if p is not None]
 
     def start_task(self) -> None:
-        """Remember the kernels' weights, so that steps that touch frozen ones (weight decay) can be undone."""
-        self.anchor = [p.detach().clone() for p in self.kernel_params()]
+        """Remember the kernels' weights, so that steps that touch frozen ones (weight decay) can be undone, and view
+        `frozen` as each kernel parameter's rows once for the task's steps (freeze() changes it in place, between
+        tasks). A unit with no frozen kernel (all of them in the first task) has nothing to guard: a host read once a
+        task spares its steps the mask and the restore."""
+        self.guarded = bool(self.frozen.any())
+        self.anchor = [p.detach().clone() for p in self.kernel_params()] if self.guarded else []
+        self.frozen_rows = [_rows(self.frozen, p) for p in self.kernel_params()] if self.guarded else []
 
     @torch.no_grad()
     def mask_frozen_grads(self) -> None:
         """Zero the frozen kernels' gradient rows in place: a fill through the mask, with no host sync (a boolean
         index would read how many rows it selects), so that a captured step (StepGraph) can hold it."""
-        for p in self.kernel_params():
+        if not self.guarded:
+            return
+        for p, rows in zip(self.kernel_params(), self.frozen_rows):
             if p.grad is not None:
-                p.grad.masked_fill_(_rows(self.frozen, p), 0)
+                p.grad.masked_fill_(rows, 0)
 
     @torch.no_grad()
     def restore_frozen(self) -> None:
-        for p, a in zip(self.kernel_params(), self.anchor):
-            p.copy_(torch.where(_rows(self.frozen, p), a, p))
+        """The frozen rows back to their anchor, written into the parameter by the select itself (one op)."""
+        if not self.guarded:
+            return
+        for p, a, rows in zip(self.kernel_params(), self.anchor, self.frozen_rows):
+            torch.where(rows, a, p, out=p)
 
     @torch.no_grad()
     def freeze(self, relevance: torch.Tensor, threshold: float, task_id: int) -> None:
@@ -214,9 +277,16 @@ NORM_MODES = {
 }
 
 
-def _normalise(bn: nn.BatchNorm1d | nn.BatchNorm2d, z: torch.Tensor, norm: str) -> torch.Tensor:
+def _normalise(bn: nn.BatchNorm1d | nn.BatchNorm2d, z: torch.Tensor, norm: str,
+               owed: list | None = None) -> torch.Tensor:
+    """z normalised by bn as `norm` says (NORM_MODES). In plain training with a momentum, what bn's forward does
+    but for its batch count (num_batches_tracked, read only by a momentum of None), which is left in owed for
+    count_batches to add with all the others in one op."""
     if norm == "train":
-        return bn(z)
+        if owed is None or bn.momentum is None or bn.num_batches_tracked is None or not bn.training:
+            return bn(z)
+        owed.append(bn.num_batches_tracked)
+        return F.batch_norm(z, bn.running_mean, bn.running_var, bn.weight, bn.bias, True, bn.momentum, bn.eps)
     stats = (bn.running_mean, bn.running_var) if norm == "running" else (None, None)
     return F.batch_norm(z, *stats, bn.weight, bn.bias, norm == "batch", 0.0, bn.eps)
 
@@ -312,13 +382,52 @@ def build_index(modules: list["GatedUnit | TaskNorm"], tasks: list[int], device:
             m.task_index(device)
 
 
+def forward_order(units: list[GatedUnit], forward) -> list[GatedUnit]:
+    """The units in the order in which forward() computes their gates, each at the end of its own forward (after
+    the units nested in its body: a residual block's inner gate before its outer one): the order of their draws."""
+    order = []
+    handles = [unit.register_forward_hook(lambda unit, args, out: order.append(unit)) for unit in units]
+    try:
+        forward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return order
+
+
+def draw_noise(units: list[GatedUnit], rows: int, device: torch.device) -> None:
+    """The gate noise of the next sampled training forward of `rows` samples, for every unit at once (units in
+    forward_order): one uniform draw split unit by unit, in the order and shapes in which the units would draw their
+    own, so that the noise ops run once, not once a unit (on a CPU the same numbers, tests/test_launches.py; on CUDA
+    the same distribution from one draw of the stream instead of one a unit). route() drops what a forward left."""
+    kinds = {unit.noise for unit in units}
+    if len(kinds) != 1:
+        raise ValueError(f"one gate noise for all units, not {sorted(kinds)}")
+    sizes = [rows * unit.out_channels for unit in units]
+    noise = NOISE_OF_UNIFORM[kinds.pop()](uniform(sum(sizes), device))
+    for unit, part in zip(units, noise.split(sizes)):
+        unit.drawn = part.view(rows, unit.out_channels)
+
+
+def count_batches(modules: list[GatedUnit | TaskNorm]) -> None:
+    """Add to the batch counts of the batch norms that trained on a batch since the last call (_normalise), all in
+    one op where nn.BatchNorm's forward adds to each in turn; route() calls it too, so that no count is left behind
+    a forward its caller did not count."""
+    owed = [count for m in modules for count in m.owed]
+    if owed:
+        torch._foreach_add_(owed, 1)
+        for m in modules:
+            m.owed.clear()
+
+
 def route(modules: list[GatedUnit | TaskNorm], tasks: list[int], norm: str = "train", hard: bool = False) -> None:
     """Make the next forward of routed(backbone) run these tasks' paths (inputs stacked task-major when there are
     several). A training forward normalises as `norm` says (NORM_MODES) and, with hard, thresholds its gates as
     evaluation does."""
     if norm not in NORM_MODES:
         raise ValueError(f"norm {norm!r}: one of {', '.join(NORM_MODES)}")
+    count_batches(modules)
     for m in modules:
         m.tasks, m.norm = tasks, norm
         if isinstance(m, GatedUnit):
-            m.hard = hard
+            m.hard, m.drawn = hard, None
