@@ -1,9 +1,11 @@
 """The real CLI end to end on the embedded digits: every baseline in every scenario it supports, and the
 user errors that must fail in one line."""
 import json
+import shutil
+from pathlib import Path
 
 import pytest
-from conftest import ROOT, cl_bench, contract_problems, train
+from conftest import ROOT, cl_bench, contract_problems, once_per_session, train
 
 from cl_bench import methods
 
@@ -13,10 +15,18 @@ BASELINES = ["finetune", "joint", "independent", "ewc", "lwf", "er"]
 CASES = [(m, s) for m in BASELINES for s in ("task", "class") if s in methods.METHODS[m].traits.scenarios]
 
 
+def baseline(tmp_path_factory, worker_id, method: str, scenario: str) -> tuple[Path, dict]:
+    """The baseline's run of two epochs a task through the CLI, run once in the session: its folder and metrics."""
+    def compute(folder):
+        return {"run_dir": str(folder / "run"),
+                "metrics": train(folder / "run", f"method={method}", f"scenario={scenario}", "method.epochs=2")}
+    run = once_per_session(tmp_path_factory, worker_id, f"baseline-{method}-{scenario}", compute)
+    return Path(run["run_dir"]), run["metrics"]
+
+
 @pytest.mark.parametrize(("method", "scenario"), CASES)
-def test_baseline_runs_through_the_cli(tmp_path, method, scenario):
-    run_dir = tmp_path / "run"
-    m = train(run_dir, f"method={method}", f"scenario={scenario}", "method.epochs=2")
+def test_baseline_runs_through_the_cli(tmp_path_factory, worker_id, method, scenario):
+    run_dir, m = baseline(tmp_path_factory, worker_id, method, scenario)
     assert contract_problems(run_dir) == []
     assert (m["method"], m["dataset"], m["scenario"], m["num_tasks"], m["complete"]) == (
         method, "split_digits", scenario, 5, True)
@@ -25,18 +35,30 @@ def test_baseline_runs_through_the_cli(tmp_path, method, scenario):
     assert m["capacity"]["params_total"] > 0
 
 
-def test_independent_and_joint_bound_finetune_in_the_class_scenario(tmp_path):
-    finetune = train(tmp_path / "ft", "method=finetune", "scenario=class", "method.epochs=2")
-    joint = train(tmp_path / "joint", "method=joint", "scenario=class", "method.epochs=2")
+def test_independent_and_joint_bound_finetune_in_the_class_scenario(tmp_path_factory, worker_id):
+    _, finetune = baseline(tmp_path_factory, worker_id, "finetune", "class")
+    _, joint = baseline(tmp_path_factory, worker_id, "joint", "class")
     assert joint["avg_acc"] > finetune["avg_acc"] + 0.2  # finetune forgets old classes almost entirely
     assert finetune["forgetting"] > 0.5
 
 
-def test_default_run_prints_the_matrix_and_the_run_directory(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "method.epochs=1")
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout + proc.stderr
+def default_run_of(tmp_path_factory, worker_id) -> dict:
+    """`cl-bench train method.epochs=1` as a user types it, run once in the session: its folder and output."""
+    def compute(folder):
+        proc = cl_bench("train", f"hydra.run.dir={folder / 'run'}", "method.epochs=1")
+        return {"run_dir": str(folder / "run"), "code": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+    return once_per_session(tmp_path_factory, worker_id, "default_cli_run", compute)
+
+
+@pytest.fixture
+def default_run(tmp_path_factory, worker_id) -> dict:
+    return default_run_of(tmp_path_factory, worker_id)
+
+
+def test_default_run_prints_the_matrix_and_the_run_directory(default_run):
+    run_dir = Path(default_run["run_dir"])
+    assert default_run["code"] == 0, default_run["stderr"]
+    out = default_run["stdout"] + default_run["stderr"]
     assert "avg_acc" in out and "forgetting" in out and "bwt" in out
     assert str(run_dir) in out.replace("\n", "")
     assert (run_dir / ".hydra" / "config.yaml").is_file()
@@ -83,9 +105,9 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, overrides, says):
     assert not (run_dir / "metrics.json").exists()
 
 
-def test_a_finished_run_directory_is_never_overwritten(tmp_path):
+def test_a_finished_run_directory_is_never_overwritten(default_run, tmp_path):
     run_dir = tmp_path / "run"
-    train(run_dir, "method.epochs=1")
+    shutil.copytree(default_run["run_dir"], run_dir)
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     proc = cl_bench("train", f"hydra.run.dir={run_dir}", "method.epochs=1")
     assert proc.returncode == 2 and f"resume={run_dir}" in proc.stderr and "Traceback" not in proc.stderr
