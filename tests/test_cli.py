@@ -1,9 +1,13 @@
-"""The real CLI end to end on the embedded digits: every baseline in every scenario it supports, and the
-user errors that must fail in one line."""
+"""The real CLI end to end on the embedded digits: finetune and joint bounding each other, the default run, and the
+user errors that must fail in one line. Each baseline's own run in each scenario it supports is its trial
+(test_method_contract.py), which keeps the run directory contract; here its first task is held to learning well."""
 import json
+import shutil
+from pathlib import Path
 
 import pytest
-from conftest import ROOT, cl_bench, contract_problems, train
+from conftest import ROOT, cl_bench, contract_problems, once_per_session, train
+from test_method_contract import trial
 
 from cl_bench import methods
 
@@ -14,29 +18,58 @@ CASES = [(m, s) for m in BASELINES for s in ("task", "class") if s in methods.ME
 
 
 @pytest.mark.parametrize(("method", "scenario"), CASES)
-def test_baseline_runs_through_the_cli(tmp_path, method, scenario):
-    run_dir = tmp_path / "run"
-    m = train(run_dir, f"method={method}", f"scenario={scenario}", "method.epochs=2")
+def test_each_baselines_trial_learns_its_first_task_well(tmp_path_factory, worker_id, method, scenario):
+    m = trial(tmp_path_factory, worker_id, method, scenario)["metrics"]
+    assert m["tasks"][0]["classes"] == list(range(10 // m["num_tasks"]))  # the digits in order, five a task here
+    assert m["acc"][0][0] > 0.9  # five digit classes after an epoch (two where the steps capture): far above chance
+    assert m["capacity"]["params_total"] > 0
+
+
+def class_run(tmp_path_factory, worker_id, method: str) -> tuple[Path, dict]:
+    """The method's class-scenario run of two epochs a task through the CLI, run once in the session: its folder and
+    metrics."""
+    def compute(folder):
+        return {"run_dir": str(folder / "run"),
+                "metrics": train(folder / "run", f"method={method}", "scenario=class", "method.epochs=2")}
+    run = once_per_session(tmp_path_factory, worker_id, f"cli-{method}-class", compute)
+    return Path(run["run_dir"]), run["metrics"]
+
+
+@pytest.mark.parametrize("method", ["finetune", "joint"])
+def test_a_baseline_runs_through_the_cli(tmp_path_factory, worker_id, method):
+    run_dir, m = class_run(tmp_path_factory, worker_id, method)
     assert contract_problems(run_dir) == []
     assert (m["method"], m["dataset"], m["scenario"], m["num_tasks"], m["complete"]) == (
-        method, "split_digits", scenario, 5, True)
+        method, "split_digits", "class", 5, True)
     assert m["tasks"][0]["classes"] == [0, 1]
     assert m["acc"][0][0] > 0.9  # two digit classes after two epochs: far above chance
     assert m["capacity"]["params_total"] > 0
 
 
-def test_independent_and_joint_bound_finetune_in_the_class_scenario(tmp_path):
-    finetune = train(tmp_path / "ft", "method=finetune", "scenario=class", "method.epochs=2")
-    joint = train(tmp_path / "joint", "method=joint", "scenario=class", "method.epochs=2")
+def test_independent_and_joint_bound_finetune_in_the_class_scenario(tmp_path_factory, worker_id):
+    _, finetune = class_run(tmp_path_factory, worker_id, "finetune")
+    _, joint = class_run(tmp_path_factory, worker_id, "joint")
     assert joint["avg_acc"] > finetune["avg_acc"] + 0.2  # finetune forgets old classes almost entirely
     assert finetune["forgetting"] > 0.5
 
 
-def test_default_run_prints_the_matrix_and_the_run_directory(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "method.epochs=1")
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout + proc.stderr
+def default_run_of(tmp_path_factory, worker_id) -> dict:
+    """`cl-bench train method.epochs=1` as a user types it, run once in the session: its folder and output."""
+    def compute(folder):
+        proc = cl_bench("train", f"hydra.run.dir={folder / 'run'}", "method.epochs=1")
+        return {"run_dir": str(folder / "run"), "code": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+    return once_per_session(tmp_path_factory, worker_id, "default_cli_run", compute)
+
+
+@pytest.fixture
+def default_run(tmp_path_factory, worker_id) -> dict:
+    return default_run_of(tmp_path_factory, worker_id)
+
+
+def test_default_run_prints_the_matrix_and_the_run_directory(default_run):
+    run_dir = Path(default_run["run_dir"])
+    assert default_run["code"] == 0, default_run["stderr"]
+    out = default_run["stdout"] + default_run["stderr"]
     assert "avg_acc" in out and "forgetting" in out and "bwt" in out
     assert str(run_dir) in out.replace("\n", "")
     assert (run_dir / ".hydra" / "config.yaml").is_file()
@@ -83,9 +116,9 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, overrides, says):
     assert not (run_dir / "metrics.json").exists()
 
 
-def test_a_finished_run_directory_is_never_overwritten(tmp_path):
+def test_a_finished_run_directory_is_never_overwritten(default_run, tmp_path):
     run_dir = tmp_path / "run"
-    train(run_dir, "method.epochs=1")
+    shutil.copytree(default_run["run_dir"], run_dir)
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     proc = cl_bench("train", f"hydra.run.dir={run_dir}", "method.epochs=1")
     assert proc.returncode == 2 and f"resume={run_dir}" in proc.stderr and "Traceback" not in proc.stderr

@@ -5,11 +5,13 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT, cl_bench, contract_problems, once_per_session, train
 from safetensors.torch import load_file
+from test_sync_audit import AFTER_TASK, FAST, WITHIN
 
 from cl_bench import backbones, config, methods, recorders
 from cl_bench.data import scenarios
@@ -231,21 +233,26 @@ def test_two_nodes_through_torchrun_rendezvous_match_one_process(tmp_path, commo
     assert_close_runs(two, single, 0.02, 0.06)
 
 
-# Each rank of torchrun's processes: every run of runs.json in turn, each as `cl-bench train` runs it, then a digest of
-# every tensor of that run's method state (and its capacity report) in a file named by run and rank. One launch for
-# all the runs: a torchrun launch costs each rank its imports, several CPU-seconds.
-RANK_STATE = '''
+# Each rank of torchrun's processes: every run of runs.json in turn, each as `cl-bench train` runs it and under the
+# host-sync audit (test_sync_audit.SyncAudit), then a digest of every tensor of that run's method state (and its
+# capacity report) and the syncs found inside its steps (kind @ site: count) in a file named by run and rank. One
+# launch for all the runs: a torchrun launch costs each rank its imports, several CPU-seconds.
+RANK_RUN = '''
 import hashlib, json, os, sys
+sys.path.insert(0, sys.argv[2])
+from test_sync_audit import SyncAudit
 from cl_bench import cli, methods
 built, build = [], methods.build
 methods.build = lambda *args: built.append(build(*args)) or built[-1]
 with open(os.path.join(sys.argv[1], "runs.json")) as f:
     runs = json.load(f)
 for name, argv in runs.items():
-    code = cli.main(argv)
+    with SyncAudit() as audit:
+        code = cli.main(argv)
     digest = lambda v: hashlib.sha256(v.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
     state = {k: [list(v.shape), str(v.dtype), digest(v)] for k, v in built[-1].state_dict().items()}
-    out = {"code": code, "state": state, "capacity": built[-1].capacity()}
+    out = {"code": code, "state": state, "capacity": built[-1].capacity(), "within": dict(audit.within),
+           "inside": {f"{kind} @ {where}": n for (kind, where), n in audit.inside.items()}}
     with open(os.path.join(sys.argv[1], f"{name}.rank{os.environ['RANK']}.json"), "w") as f:
         json.dump(out, f)
 '''
@@ -267,45 +274,58 @@ AGREEMENT_RUNS = {
     "gated_class": ["method=gated", "scenario=class", "method.memory_size=40"],
     "er_class": ["method=er", "scenario=class", "method.memory_size=40"],
 }
+# The host-sync audit's runs (test_sync_audit.FAST: two tasks of one batch, every phase cut to one batch): every
+# hardware=ddp method in each scenario it declares (Traits.distributed_scenarios), gated also with its task
+# classifier fitted after each task. PackNet, gated in both scenarios and ER in the class scenario are audited in
+# their agreement runs above, which take every phase in full; CPG's ramp with a cutoff in CPG's and PAE's, whose
+# steps release weights by the ramp's cutoff (test_sync_audit.WITHIN's kthvalue).
+AUDITED_IN_AGREEMENT = {"packnet_task": "packnet", "gated_task": "gated_task", "gated_class": "gated_class",
+                        "er_class": "er_class"}
+RAMPS = ("cpg", "pae")
+DDP_CASES = {f"{name}_{scenario}": [f"method={name}", f"scenario={scenario}", *FAST]
+             for name in methods.METHODS for scenario in sorted(methods.get(name).traits.distributed_scenarios)
+             if f"{name}_{scenario}" not in AUDITED_IN_AGREEMENT}
+DDP_CASES["gated_after_task_class"] = ["method=gated", *FAST, *AFTER_TASK]
 
 
 @pytest.fixture(scope="module")
-def rank_states(tmp_path_factory, worker_id) -> dict[str, list[dict]]:
-    """Every run of AGREEMENT_RUNS under 2-rank torchrun (gloo), one after another in one launch: each rank's
-    digest of its method's state (once in the session, whichever workers draw the tests that read it)."""
-    return once_per_session(tmp_path_factory, worker_id, "rank_states", agreement_runs)
+def rank_runs(tmp_path_factory, worker_id) -> dict[str, list[dict]]:
+    """Every run of AGREEMENT_RUNS and DDP_CASES under 2-rank torchrun (gloo), one after another in one launch:
+    each rank's digest of its method's state and its audit (once in the session, whichever workers draw the tests
+    that read it)."""
+    return once_per_session(tmp_path_factory, worker_id, "rank_runs", ddp_runs)
 
 
-def agreement_runs(root) -> dict[str, list[dict]]:
+def ddp_runs(root) -> dict[str, list[dict]]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    script = root / "rank_state.py"
-    script.write_text(RANK_STATE)
-    runs = {name: ["train", "hardware=ddp", *TINY, *overrides, f"hydra.run.dir={root / name}"]
-            for name, overrides in AGREEMENT_RUNS.items()}
+    script = root / "rank_run.py"
+    script.write_text(RANK_RUN)
+    runs = {name: ["train", "hardware=ddp", *overrides, f"hydra.run.dir={root / name}"]
+            for name, overrides in {**{k: [*TINY, *v] for k, v in AGREEMENT_RUNS.items()}, **DDP_CASES}.items()}
     (root / "runs.json").write_text(json.dumps(runs))
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script), str(root)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script), str(root),
+                           str(Path(__file__).parent)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {name: [json.loads((root / f"{name}.rank{r}.json").read_text()) for r in (0, 1)] for name in runs}
 
 
 @pytest.mark.parametrize("name", AGREEMENT_RUNS)
-def test_every_rank_ends_with_the_same_state(rank_states, name):
+def test_every_rank_ends_with_the_same_state(rank_runs, name):
     """The ranks decide from the same numbers (accuracies and relevance summed over the ranks, the goal models'
     gradients averaged), so they take the same phases and end with the same masks, gates, memories and weights,
     bit for bit."""
-    zero, one = rank_states[name]
+    zero, one = rank_runs[name]
     assert zero["code"] == one["code"] == 0
     differing = sorted(k for k in zero["state"] if zero["state"][k] != one["state"].get(k))
     assert differing == [] and zero["state"].keys() == one["state"].keys(), differing[:10]
     assert zero["capacity"] == one["capacity"]
 
 
-def test_cpg_grew_and_compacted_alike_on_both_ranks(rank_states):
+def test_cpg_grew_and_compacted_alike_on_both_ranks(rank_runs):
     """The case the ranks used to split on: CPG's first task misses its measured goal and grows; each task keeps
     a sparsity chosen by selection accuracy."""
     for name in ("cpg", "pae"):
-        capacity = rank_states[name][0]["capacity"]
+        capacity = rank_runs[name][0]["capacity"]
         assert capacity["param_multiplier"] > 1, name
         assert all(0 < g < 1 for g in capacity["goal_per_task"]), name  # measured goals, not fixed ones
         assert any(s > 0 for s in capacity["sparsity_per_task"]), name
@@ -318,3 +338,26 @@ def test_the_runs_that_agree_are_the_declared_ddp_methods(name):
     overrides = dict(o.split("=", 1) for o in AGREEMENT_RUNS[name] if o.startswith(("method=", "scenario=")))
     method = methods.get(overrides["method"])
     assert overrides.get("scenario", "task") in method.traits.distributed_scenarios
+
+
+@pytest.mark.parametrize("name", [*AGREEMENT_RUNS, *DDP_CASES])
+def test_no_host_sync_inside_a_data_parallel_training_step(rank_runs, name):
+    """hardware=ddp with two ranks: DistributedDataParallel's wrapping at each phase, the shards and the all-reduces
+    run where one process has none of them (the wrapping broadcasts rank 0's parameters and buffers, which a cache
+    keyed on a tensor's version sees as a change)."""
+    for rank, audit in enumerate(rank_runs[name]):
+        assert audit["code"] == 0, f"rank {rank} of {name} exited {audit['code']}"
+        assert sum(audit["within"].values()), f"rank {rank} saw no training step"
+        assert name not in RAMPS or audit["within"].get(WITHIN["cpg_ramp"]), f"no step of {name} released weights"
+        assert not audit["inside"], f"host syncs inside {name}'s training steps on rank {rank}: {audit['inside']}"
+
+
+def test_every_ddp_method_and_scenario_is_audited():
+    """Each method and scenario that hardware=ddp accepts has an audited run: its own case or an agreement run."""
+    declared = {f"{name}_{scenario}" for name in methods.METHODS
+                for scenario in methods.get(name).traits.distributed_scenarios}
+    assert declared <= set(DDP_CASES) | set(AUDITED_IN_AGREEMENT)
+    for case, run in AUDITED_IN_AGREEMENT.items():
+        method, scenario = case.rsplit("_", 1)
+        chosen = dict(o.split("=", 1) for o in AGREEMENT_RUNS[run] if o.startswith(("method=", "scenario=")))
+        assert (chosen["method"], chosen.get("scenario", "task")) == (method, scenario), case

@@ -6,9 +6,10 @@ import shutil
 
 import pytest
 import torch
-from conftest import cl_bench, contract_problems, train
+from conftest import cl_bench, contract_problems, once_per_session, train
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
+from test_method_contract import trial
 
 from cl_bench import backbones, methods
 from cl_bench.config import DataConfig, DatasetConfig
@@ -170,10 +171,25 @@ def test_task_scenario_through_the_cli(run_dir):
     assert all(0 < f <= cap["flops_dense_per_sample"] for f in cap["flops_per_sample"])
 
 
+@pytest.fixture
+def class_run(tmp_path_factory, worker_id, tmp_path):
+    """SMALL's class-scenario run with every task's checkpoint, run once in the session and copied into each test
+    that reads it."""
+    def compute(folder):
+        train(folder / "run", *SMALL, "scenario=class")
+        return str(folder / "run")
+    shutil.copytree(once_per_session(tmp_path_factory, worker_id, "gated_small_class_run", compute), tmp_path / "whole")
+    return tmp_path / "whole"
+
+
+def metrics_of(run_dir) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
 @pytest.mark.slow
-def test_class_scenario_through_the_cli_and_resume(tmp_path):
-    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
-    m = train(whole, *SMALL, "scenario=class")
+def test_class_scenario_through_the_cli_and_resume(class_run, tmp_path):
+    whole, resumed = class_run, tmp_path / "resumed"
+    m = metrics_of(whole)
     assert contract_problems(whole) == []
     assert len(m["capacity"]["val_task_accuracy"]) == 3 and m["capacity"]["inference_flops_per_sample"] > 0
     meta = json.loads((whole / "checkpoints" / "task_002" / "meta.json").read_text())
@@ -194,9 +210,10 @@ def test_class_scenario_through_the_cli_and_resume(tmp_path):
 
 
 @pytest.mark.slow
-def test_eval_of_a_class_run_predicts_as_the_run_did(run_dir):
+def test_eval_of_a_class_run_predicts_as_the_run_did(class_run):
     """cl-bench eval rebuilds the model from the last checkpoint: every learned task's path runs again."""
-    m = train(run_dir, *SMALL, "scenario=class")
+    run_dir = class_run
+    m = metrics_of(run_dir)
     proc = cl_bench("eval", str(run_dir))
     assert proc.returncode == 0, proc.stderr[-2000:]
     again = json.loads((run_dir / "eval.json").read_text())
@@ -303,8 +320,8 @@ def test_reports_list_the_post_hoc_task_classifier_apart():
 # --- class scenario: task-prediction diagnostics and the joint objective's options (issue 29) -------------------
 
 @pytest.mark.slow
-def test_class_runs_record_task_prediction_and_the_offline_bound_leaves_learning_alone(tmp_path):
-    plain = train(tmp_path / "plain", *SMALL, "scenario=class")
+def test_class_runs_record_task_prediction_and_the_offline_bound_leaves_learning_alone(class_run, tmp_path):
+    plain = metrics_of(class_run)
     bound = train(tmp_path / "bound", *SMALL, "scenario=class", "method.offline_bound_epochs=3")
     assert bound["acc"] == plain["acc"] and bound["task_prediction_acc"] == plain["task_prediction_acc"]
     offline = bound["capacity"]["val_task_accuracy_offline"]
@@ -319,9 +336,9 @@ def test_class_runs_record_task_prediction_and_the_offline_bound_leaves_learning
     assert plain["task_prediction_avg_acc"] == sum(rows[-1]) / 3
 
 
-@pytest.mark.slow
-def test_methods_that_infer_no_task_record_no_task_prediction(run_dir):
-    m = train(run_dir, "method=er", "scenario=class", "dataset.num_tasks=3", "method.epochs=1")
+@pytest.mark.slow  # ER's trial (test_method_contract.py)
+def test_methods_that_infer_no_task_record_no_task_prediction(tmp_path_factory, worker_id):
+    m = trial(tmp_path_factory, worker_id, "er", "class")["metrics"]
     assert "task_prediction_acc" not in m and "task_confusion" not in m
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import cl_bench, train
+from conftest import cl_bench, once_per_session, train
+from test_method_contract import trial
 from test_resume import stop_after, without_timings
 
 from cl_bench import api, health, methods, report
@@ -103,10 +104,20 @@ def test_the_memory_check_reads_the_classes_stored():
 
 
 # --- each check tripped by a run built to degenerate ---------------------------------------------------------
+@pytest.fixture
+def hoarding(tmp_path_factory, worker_id, tmp_path) -> Path:
+    """CPG_BAR's run with its checkpoints, run once in the session and copied into each test that reads it."""
+    def compute(folder):
+        train(folder / "run", *CPG_BAR, "checkpoint.enabled=true")
+        return str(folder / "run")
+    shutil.copytree(once_per_session(tmp_path_factory, worker_id, "cpg_hoarding_run", compute), tmp_path / "run")
+    return tmp_path / "run"
+
+
 @pytest.mark.slow  # a whole run
-def test_cpg_whose_phases_never_top_the_bar_is_said_to_hoard_and_leave_later_tasks_nothing(tmp_path):
-    run = tmp_path / "run"
-    metrics = train(run, *CPG_BAR, "checkpoint.enabled=true")
+def test_cpg_whose_phases_never_top_the_bar_is_said_to_hoard_and_leave_later_tasks_nothing(hoarding):
+    run = hoarding
+    metrics = json.loads((run / "metrics.json").read_text())
     found = tripped(metrics)
     assert found["cpg.hoarded"] == [0] and found["cpg.exhausted"] == [0] and found["cpg.no_own_weights"] == [1, 2]
     assert metrics["capacity"]["params_owned_per_task"][1:] == [0, 0]  # what the checks read, as the record has it
@@ -129,9 +140,9 @@ def test_cpg_whose_phases_never_top_the_bar_is_said_to_hoard_and_leave_later_tas
 
 
 @pytest.mark.slow
-def test_findings_survive_a_resume(tmp_path):
-    whole = train(tmp_path / "whole", *CPG_BAR, "checkpoint.enabled=true")
-    shutil.copytree(tmp_path / "whole", tmp_path / "cut")
+def test_findings_survive_a_resume(hoarding, tmp_path):
+    whole = json.loads((hoarding / "metrics.json").read_text())
+    shutil.copytree(hoarding, tmp_path / "cut")
     stop_after(tmp_path / "cut", 1)
     proc = cl_bench("train", f"resume={tmp_path / 'cut'}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -226,11 +237,13 @@ def test_a_memory_too_small_for_the_classes(tmp_path):
     assert "memory.classes_missing" not in tripped(big)
 
 
+# The healthy runs beside the degenerate ones are the methods' trials where a trial is that run (test_method_contract:
+# ONLINE's two tasks of 40 samples in the task scenario, the default one)
 @pytest.mark.slow
-def test_nccl_calibration_that_cannot_move(tmp_path):
+def test_nccl_calibration_that_cannot_move(tmp_path_factory, worker_id, tmp_path):
     inert = train(tmp_path / "inert", "method=nccl", *ONLINE, "method.outer_lr=1e-30")
     assert tripped(inert)["nccl.calibration_inert"] == [1]
-    moving = train(tmp_path / "moving", "method=nccl", *ONLINE)
+    moving = trial(tmp_path_factory, worker_id, "nccl", "task")["metrics"]
     assert "nccl.calibration_inert" not in tripped(moving)
     # metrics.json says how far the calibration moved in each task: nowhere in task 0 (no outer step), past the
     # check's threshold in the moving run's task 1, not in the inert run's
@@ -239,23 +252,34 @@ def test_nccl_calibration_that_cannot_move(tmp_path):
 
 
 @pytest.mark.slow
-def test_lamaml_learning_rates_clipped_to_zero(tmp_path):
+def test_lamaml_learning_rates_clipped_to_zero(tmp_path_factory, worker_id, tmp_path):
     metrics = train(tmp_path / "run", "method=lamaml", *ONLINE, "method.alpha_init=1e-4", "method.outer_lr=100")
     assert "lamaml.rates_at_zero" in tripped(metrics)
-    default = train(tmp_path / "default", "method=lamaml", *ONLINE)
+    default = trial(tmp_path_factory, worker_id, "lamaml", "task")["metrics"]
     assert "lamaml.rates_at_zero" not in tripped(default)
 
 
+@pytest.fixture
+def at_chance(tmp_path_factory, worker_id) -> dict:
+    """`cl-bench train` of finetune at lr 1e-12 under logger=none, run once in the session: its stderr and metrics."""
+    def compute(folder):
+        run = folder / "run"
+        proc = cl_bench("train", f"hydra.run.dir={run}", "logger=none", "method=finetune", "scenario=task",
+                        "method.lr=1e-12", "method.epochs=1", "dataset.num_tasks=5", "checkpoint.enabled=false")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return {"stdout": proc.stdout, "stderr": proc.stderr, "metrics": json.loads((run / "metrics.json").read_text())}
+    return once_per_session(tmp_path_factory, worker_id, "finetune_at_chance", compute)
+
+
 @pytest.mark.slow
-def test_a_task_learned_to_chance(tmp_path):
-    metrics = train(tmp_path / "run", "method=finetune", "scenario=task", "method.lr=1e-12", "method.epochs=1",
-                    "dataset.num_tasks=5", "checkpoint.enabled=false")
+def test_a_task_learned_to_chance(at_chance, tmp_path_factory, worker_id):
+    metrics = at_chance["metrics"]
     scenario = api.build(api.compose("scenario=task", "dataset.num_tasks=5")).scenario
-    at_chance = [j for j in range(5) if health.chance_level(health.Outcome(
+    low = [j for j in range(5) if health.chance_level(health.Outcome(
         j, metrics["acc"][j][j], len(scenario.test[j]), len(metrics["tasks"][j]["classes"]))) is not None]
-    assert tripped(metrics)["chance_level"] == at_chance and len(at_chance) >= 3
-    healthy = train(tmp_path / "healthy", "method=finetune", "scenario=task", "method.epochs=3", "dataset.num_tasks=5",
-                    "checkpoint.enabled=false")
+    assert tripped(metrics)["chance_level"] == low and len(low) >= 3
+    # the healthy run: finetune's trial (test_method_contract), which its own test holds above chance as well
+    healthy = trial(tmp_path_factory, worker_id, "finetune", "task")["metrics"]
     assert "chance_level" not in tripped(healthy), healthy["acc"]
 
 
@@ -267,14 +291,11 @@ def test_docs_health_lists_every_check():
 
 
 @pytest.mark.slow
-def test_a_health_warning_reaches_stderr_under_logger_none(tmp_path):
+def test_a_health_warning_reaches_stderr_under_logger_none(at_chance):
     """logger=none silences progress and tables, not a run that degenerated: each finding is a line on stderr."""
-    run = tmp_path / "run"
-    proc = cl_bench("train", f"hydra.run.dir={run}", "logger=none", "method=finetune", "scenario=task",
-                    "method.lr=1e-12", "method.epochs=1", "dataset.num_tasks=2", "checkpoint.enabled=false")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    findings = [health.Finding(**f) for f in json.loads((run / "metrics.json").read_text())["health"]["findings"]]
+    findings = [health.Finding(**f) for f in at_chance["metrics"]["health"]["findings"]]
     assert findings and [f.check for f in findings][0] == "chance_level"
-    warned = [line for line in proc.stderr.splitlines() if line.startswith("cl-bench: warning: health: ")]
+    warned = [line for line in at_chance["stderr"].splitlines() if line.startswith("cl-bench: warning: health: ")]
     assert warned == [f"cl-bench: warning: {f.line()}" for f in findings]
-    assert "task 0 of 2" not in proc.stderr and "avg_acc" not in proc.stdout + proc.stderr  # no progress, no table
+    assert "task 0 of 5" not in at_chance["stderr"]  # no progress
+    assert "avg_acc" not in at_chance["stdout"] + at_chance["stderr"]  # no table

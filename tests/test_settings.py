@@ -3,10 +3,12 @@ each setting equals its source (the Makefile lines and presets that spelled it o
 as the overrides they were), command-line overrides win, and runs say which setting they used."""
 import json
 import re
+from pathlib import Path
 
 import pytest
 from conftest import cl_bench, train
 from omegaconf import OmegaConf
+from test_cli import default_run_of
 
 from cl_bench import config, methods, settings
 from cl_bench.errors import UserError
@@ -292,7 +294,7 @@ def test_every_packaged_pair_names_a_method_and_a_dataset():
 
 
 @pytest.mark.slow
-def test_a_run_records_its_setting(tmp_path):
+def test_a_run_records_its_setting(tmp_path, tmp_path_factory, worker_id):
     """A setting of your own (hydra.searchpath) for the embedded digits: console, metrics.json and the config."""
     (tmp_path / "conf" / "setting").mkdir(parents=True)
     (tmp_path / "conf" / "setting" / "finetune_split_digits.yaml").write_text(
@@ -305,9 +307,9 @@ def test_a_run_records_its_setting(tmp_path):
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["setting"] == "finetune_split_digits"
     assert OmegaConf.load(run / ".hydra" / "config.yaml").method.lr == 0.02
-    plain = train(tmp_path / "plain", "dataset.num_tasks=2", "method.epochs=1")
-    assert plain["setting"] is None
-    assert "setting: none" in (tmp_path / "plain" / "train.log").read_text()
+    plain = Path(default_run_of(tmp_path_factory, worker_id)["run_dir"])  # the default run (test_cli.py): no setting
+    assert json.loads((plain / "metrics.json").read_text())["setting"] is None
+    assert "setting: none" in (plain / "train.log").read_text()
 
 
 def test_cli_list_shows_the_paper_settings():
