@@ -175,7 +175,10 @@ def short(name: str) -> list[str]:
     """The method's extra phases (goal models, compacting, retraining) cut to one epoch each (its class's
     short_schedule), so that a comparison is of one training pass."""
     from cl_bench.methods import METHODS
-    return list(METHODS[name].traits.short_schedule) if name in METHODS else []
+    if name not in METHODS:
+        return []
+    cls = METHODS[name]  # a checkout from before Traits (--before) kept short_schedule on the class
+    return list(cls.traits.short_schedule if hasattr(cls, "traits") else cls.short_schedule)
 
 
 def is_online(name: str) -> bool:
