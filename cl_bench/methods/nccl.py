@@ -81,14 +81,14 @@ INERT_CHANGE = 1e-6  # calibration_inert: no calibration entry moved by more tha
 class NCCL(OnlineMethod):
     name = "nccl"
     Config = NCCLConfig
-    graph_safe = ("each glance draws its memory batches from the run's generator, which a captured step would not "
-                  "advance")
     soft_targets = True
     calibration_inert = Check("nccl.calibration_inert", "the outer steps left every calibration parameter where "
                                                         "the task found it (within a millionth of its magnitude)",
                               "raise method.outer_lr, or method.outer_objective=paper (the seed's objective, the "
                               "penalty alone, has a vanishing gradient)")
     traits = replace(OnlineMethod.traits, backbone_use="calibrated",  # nn/calibrated.py
+                     graph_safe=("its stream is a loop of its own, not fit()'s steps, and each glance draws its memory "
+                                 "batches from the run's generator, which a captured step would not advance"),
                      health_checks=(*OnlineMethod.traits.health_checks, calibration_inert))
 
     def __init__(self, cfg, backbone, info, ctx):
