@@ -190,3 +190,24 @@ def test_precision_is_judged_paired_on_the_device_and_the_device_unpaired_agains
     table = gpu_check.render({"device": "d", "date": "x", "commit": "c", "torch": "t", "cpu": False, "seconds": 1,
                               "sizes": gpu_check.SIZES["gpu"], "digits": rows, "flagged": []})
     assert "| gpu bf16 | bf16 | 93.20 / 92.10 / 94.80 | 93.37 | gpu fp32 (paired) | -4.00 [" in table
+
+
+PAE = ["method.picking=false", "method.max_multiplier=2.0"]  # pae_cifar100_20's own
+
+
+@pytest.mark.parametrize(("label", "variant"), [("cpg cifar100_20", []), ("pae cifar100_20", PAE)])
+def test_cpgs_cut_runs_every_phase_of_both_tasks_whatever_the_accuracies(label, variant):
+    """CUT's unmeetable goal and zero bar: task 0 grows and releases weights, so task 1 has its own to prune (and,
+    with picking, to refit). On the embedded digits with an MLP, the rehearsal's batches and ramp."""
+    from cl_bench import api, train
+    from cl_bench.recorders import Recorders
+    cfg = api.compose("method=cpg", "dataset=split_digits", "dataset.samples_per_task=40", "method.batch_size=8",
+                      "hardware=cpu", "logger=none", "checkpoint.enabled=false", "seed=0", *variant,
+                      *gpu_check.CUT["cpg"], *gpu_check.SIZES["cpu"]["cut"]["cpg"])
+    scenario, method, ctx = train.build(cfg, Recorders([]))
+    window = gpu_check.Window(ctx.device, {"warmup": 1, "steps": 1, "profiled": 1}, method=method)
+    ctx.recorder = Recorders([window])
+    for task in scenario.tasks[:gpu_check.TASKS]:
+        window.task_start(task)
+        method.learn(task)
+    assert list(window.rows) == list(gpu_check.PHASES[label])
