@@ -78,10 +78,14 @@ def test_the_window_times_each_phase_of_a_run_by_task_and_name():
 
 
 def test_the_two_calls_cover_every_setting_and_section_once():
-    sections = [s for sections, _ in gpu_check.CALLS.values() for s in sections]
-    labels = [label for _, chosen in gpu_check.CALLS.values() for label in chosen]
+    """Every section runs, and every label of the settings and graphs sections runs once, in a call that runs its
+    section (a graphs label in a call without the graphs section would never run)."""
+    sections = [s for sections, *_ in gpu_check.CALLS.values() for s in sections]
     assert sorted(set(sections)) == sorted(gpu_check.SECTIONS) and sections.count("settings") == 2
-    assert sorted(labels) == sorted({**gpu_check.SETTINGS, **gpu_check.GRAPHS})
+    for section, table, where in (("settings", gpu_check.SETTINGS, 1), ("graphs", gpu_check.GRAPHS, 2)):
+        ran = [label for call in gpu_check.CALLS.values() if section in call[0] for label in call[where]]
+        idle = [label for call in gpu_check.CALLS.values() if section not in call[0] for label in call[where]]
+        assert sorted(ran) == sorted(table) and idle == [], section
 
 
 NO_DEVICE = not any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/dxg")) and not shutil.which("nvidia-smi")
