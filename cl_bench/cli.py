@@ -152,14 +152,15 @@ def list_all() -> int:
     for title, rows in (
             ("methods", [(name, *trait_cells(m["traits"]), m["summary"])
                          for name, m in sorted(found["methods"].items())]),
+            (GRAPHS_WHY_NOT, graph_reasons(found["methods"])),
             ("datasets", [(p.stem, yaml_comment(p)) for p in sorted((config.CONF / "dataset").glob("*.yaml"))]),
             ("backbones", [(name, b["summary"] or "-") for name, b in sorted(found["backbones"].items())]),
             ("paper settings", setting_rows(found["methods"]))):
         table = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
         columns = {"methods": ("name", *TRAIT_COLUMNS, "what it is"),
-                   "paper settings": ("name", "chosen by", "what it is")}
+                   "paper settings": ("name", "chosen by", "what it is"), GRAPHS_WHY_NOT: ("name", "why not")}
         for column in columns.get(title, ("name", "what it is")):
-            table.add_column(column, no_wrap=column != "what it is")
+            table.add_column(column, no_wrap=column not in ("what it is", "why not"))
         for row in rows:
             table.add_row(*row)
         tables.append(table)
@@ -181,6 +182,16 @@ def trait_cells(traits: dict) -> tuple[str, ...]:
     return (",".join(traits["scenarios"]), ",".join(traits["distributed_scenarios"]) or "-", graphs or "-",
             (traits["backbone_use"] or "plain") + needs, "yes" if traits["within_task_checkpoints"] is True else "-",
             str(len(traits["health_checks"])))
+
+
+# The table under the methods: why hardware.cuda_graphs does not capture a method's steps (its Traits.graph_safe),
+# for each method whose cuda_graphs column is "-" or names only the phases it captures
+GRAPHS_WHY_NOT = "cuda_graphs: why not"
+
+
+def graph_reasons(methods: dict) -> list[tuple[str, str]]:
+    return [(name, m["traits"]["graph_safe"]) for name, m in sorted(methods.items())
+            if m["traits"]["graph_safe"] is not True]
 
 
 def setting_rows(method_names) -> list[tuple[str, str, str]]:

@@ -84,11 +84,22 @@ def test_list_names_methods_with_scenarios_datasets_and_backbones():
     assert "task" in proc.stdout.split("independent")[1].splitlines()[0]
     # the scenarios hardware=ddp runs in (each method's distributed_scenarios, which tests/test_ddp.py holds the
     # agreement runs to): gated in both, CPG in the task scenario, the online methods in none
-    cells = [[cell.strip() for cell in line.split("│")] for line in proc.stdout.splitlines() if "│" in line]
+    methods_table, why_not = proc.stdout.split("datasets")[0].split("cuda_graphs: why not")
+    cells = [[cell.strip() for cell in line.split("│")] for line in methods_table.splitlines() if "│" in line]
     rows = {row[0]: row[1:4] for row in cells if row[0] in ("gated", "cpg", "nccl", "ewc")}
     assert rows["gated"] == ["class,task", "class,task", "yes"] and rows["cpg"] == ["task", "task", "goal"]
     assert rows["nccl"] == ["class,task", "-", "-"]
     assert rows["ewc"][2] == "yes"  # hardware.cuda_graphs captures the steps of methods that declare them safe
+    # under the methods, each one whose steps are not all captured, with the reason its Traits give (a long one
+    # wraps onto lines of its own, their name cell empty)
+    why, name = {}, None
+    for line in why_not.splitlines():
+        if "│" in line:
+            cell, reason = (part.strip() for part in line.split("│"))
+            name = cell or name
+            why[name] = f"{why.get(name, '')} {reason}".strip()
+    not_safe = {m: cls.traits.graph_safe for m, cls in methods.METHODS.items() if cls.traits.graph_safe is not True}
+    assert {"lamaml", "nccl", "agem", "gdumb", "hat", "piggyback", "cpg"} <= set(not_safe) and why == not_safe
 
 
 @pytest.mark.parametrize(("overrides", "says"), [

@@ -78,10 +78,14 @@ def test_the_window_times_each_phase_of_a_run_by_task_and_name():
 
 
 def test_the_two_calls_cover_every_setting_and_section_once():
-    sections = [s for sections, _ in gpu_check.CALLS.values() for s in sections]
-    labels = [label for _, chosen in gpu_check.CALLS.values() for label in chosen]
+    """Every section runs, and every label of the settings and graphs sections runs once, in a call that runs its
+    section (a graphs label in a call without the graphs section would never run)."""
+    sections = [s for sections, *_ in gpu_check.CALLS.values() for s in sections]
     assert sorted(set(sections)) == sorted(gpu_check.SECTIONS) and sections.count("settings") == 2
-    assert sorted(labels) == sorted({**gpu_check.SETTINGS, **gpu_check.GRAPHS})
+    for section, table, where in (("settings", gpu_check.SETTINGS, 1), ("graphs", gpu_check.GRAPHS, 2)):
+        ran = [label for call in gpu_check.CALLS.values() if section in call[0] for label in call[where]]
+        idle = [label for call in gpu_check.CALLS.values() if section not in call[0] for label in call[where]]
+        assert sorted(ran) == sorted(table) and idle == [], section
 
 
 NO_DEVICE = not any(os.path.exists(d) for d in ("/dev/nvidia0", "/dev/dxg")) and not shutil.which("nvidia-smi")
@@ -190,3 +194,24 @@ def test_precision_is_judged_paired_on_the_device_and_the_device_unpaired_agains
     table = gpu_check.render({"device": "d", "date": "x", "commit": "c", "torch": "t", "cpu": False, "seconds": 1,
                               "sizes": gpu_check.SIZES["gpu"], "digits": rows, "flagged": []})
     assert "| gpu bf16 | bf16 | 93.20 / 92.10 / 94.80 | 93.37 | gpu fp32 (paired) | -4.00 [" in table
+
+
+PAE = ["method.picking=false", "method.max_multiplier=2.0"]  # pae_cifar100_20's own
+
+
+@pytest.mark.parametrize(("label", "variant"), [("cpg cifar100_20", []), ("pae cifar100_20", PAE)])
+def test_cpgs_cut_runs_every_phase_of_both_tasks_whatever_the_accuracies(label, variant):
+    """CUT's unmeetable goal and zero bar: task 0 grows and releases weights, so task 1 has its own to prune (and,
+    with picking, to refit). On the embedded digits with an MLP, the rehearsal's batches and ramp."""
+    from cl_bench import api, train
+    from cl_bench.recorders import Recorders
+    cfg = api.compose("method=cpg", "dataset=split_digits", "dataset.samples_per_task=40", "method.batch_size=8",
+                      "hardware=cpu", "logger=none", "checkpoint.enabled=false", "seed=0", *variant,
+                      *gpu_check.CUT["cpg"], *gpu_check.SIZES["cpu"]["cut"]["cpg"])
+    scenario, method, ctx = train.build(cfg, Recorders([]))
+    window = gpu_check.Window(ctx.device, {"warmup": 1, "steps": 1, "profiled": 1}, method=method)
+    ctx.recorder = Recorders([window])
+    for task in scenario.tasks[:gpu_check.TASKS]:
+        window.task_start(task)
+        method.learn(task)
+    assert list(window.rows) == list(gpu_check.PHASES[label])
