@@ -95,9 +95,8 @@ class LaMAML(OnlineMethod):
                                                   "which the relu clips to zero: those weights no longer learn",
                           "lower method.outer_lr (the learning rates' own lr) or raise method.alpha_init")
     traits = replace(OnlineMethod.traits, backbone_use="functional",  # fast weights by torch.func.functional_call
-                     graph_safe=("its stream is a loop of its own, not fit()'s steps, and each glance draws its "
-                                 "batch's order and its replay batch from the run's generator, which a captured step "
-                                 "would not advance"),
+                     graph_safe=("its stream is a loop of its own (glances of one-sample inner steps, then the meta "
+                                 "step), not the fit() steps StepGraph captures"),
                      health_checks=(*OnlineMethod.traits.health_checks, rates_at_zero))
 
     def __init__(self, cfg, backbone, info, ctx):

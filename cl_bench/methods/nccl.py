@@ -96,8 +96,8 @@ class NCCL(OnlineMethod):
                               "raise method.outer_lr, or method.outer_objective=paper (the seed's objective, the "
                               "penalty alone, has a vanishing gradient)")
     traits = replace(OnlineMethod.traits, backbone_use="calibrated",  # nn/calibrated.py
-                     graph_safe=("its stream is a loop of its own, not fit()'s steps, and each glance draws its memory "
-                                 "batches from the run's generator, which a captured step would not advance"),
+                     graph_safe=("its stream is a loop of its own (glances, the calibration's outer step, the memory's "
+                                 "writes), not the fit() steps StepGraph captures"),
                      health_checks=(*OnlineMethod.traits.health_checks, calibration_inert))
 
     def __init__(self, cfg, backbone, info, ctx):
