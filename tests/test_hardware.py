@@ -255,6 +255,7 @@ def test_a_submitit_task_becomes_a_ddp_rank_and_without_ddp_is_refused(outside_a
     submitit_local_task(rank=0)
     hardware.cluster_ranks(distributed=True)
     assert os.environ["RANK"] == "0" and os.environ["MASTER_PORT"] == port
+    assert hardware.MASTER_PORTS[0] <= int(port) <= hardware.MASTER_PORTS[1] < 32768  # no ephemeral port
 
 
 def test_an_srun_task_becomes_a_ddp_rank_and_a_batch_scripts_own_step_is_left_alone(outside_any_job):
