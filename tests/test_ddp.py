@@ -26,11 +26,17 @@ COMMON = ["method=finetune", "backbone=mlp", "backbone.hidden_sizes=[256,256]", 
           "method.epochs=2", "logger=none"]
 
 
+# Two ranks on this host. --standalone: a rendezvous on a free port, where torchrun's default master port (29500)
+# is shared by every launch on the host, so two tests launching at once (the suite's two workers) met at it and
+# crossed (seen once: a rank aborted in gloo).
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+
+
 def single_and_ddp(tmp_path, *overrides) -> tuple[dict, dict]:
     """metrics.json of one process and of two under torchrun, same overrides (the global batch is the same)."""
     single = train(tmp_path / "single", "hardware=cpu", *overrides)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "cl_bench",
+    proc = subprocess.run([*TORCHRUN, "-m", "cl_bench",
                            "train", "hardware=ddp", "checkpoint.keep=all", *overrides,  # every task's memory read
                            f"hydra.run.dir={tmp_path / 'ddp'}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -303,7 +309,7 @@ def ddp_runs(root) -> dict[str, list[dict]]:
     runs = {name: ["train", "hardware=ddp", *overrides, f"hydra.run.dir={root / name}"]
             for name, overrides in {**{k: [*TINY, *v] for k, v in AGREEMENT_RUNS.items()}, **DDP_CASES}.items()}
     (root / "runs.json").write_text(json.dumps(runs))
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script), str(root),
+    proc = subprocess.run([*TORCHRUN, str(script), str(root),
                            str(Path(__file__).parent)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {name: [json.loads((root / f"{name}.rank{r}.json").read_text()) for r in (0, 1)] for name in runs}
