@@ -39,6 +39,13 @@ def setup(cfg, fp32: bool = False) -> Hardware:
     return _setup(cfg, fp32=fp32)
 
 
+# The port a job's tasks meet at: drawn from the job id, so that every task draws the same one, below Linux's
+# ephemeral range (32768-60999 by default). submitit's own rule draws from 20000-60000, where a port can be held by
+# any outgoing connection on the host: rank 0 then fails with EADDRINUSE and the others wait for it (seen once in
+# the suite, beside another test's DDP run).
+MASTER_PORTS = (20000, 32767)
+
+
 def cluster_ranks(distributed: bool) -> None:
     """A job that Slurm (srun) or submitit started as several tasks: with hardware=ddp, torch.distributed's
     environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) from the job's, as
@@ -59,12 +66,6 @@ def cluster_ranks(distributed: bool) -> None:
         "LOCAL_WORLD_SIZE": str(job.num_tasks // job.num_nodes), "MASTER_ADDR": job.hostnames[0],
         "MASTER_PORT": os.environ.get("MASTER_PORT") or str(random.Random(job.job_id).randint(*MASTER_PORTS))})
 
-
-# The port a job's tasks meet at: drawn from the job id, so that every task draws the same one, below Linux's
-# ephemeral range (32768-60999 by default). submitit's own rule draws from 20000-60000, where a port can be held by
-# any outgoing connection on the host: rank 0 then fails with EADDRINUSE and the others wait for it (seen once in
-# the suite, beside another test's DDP run).
-MASTER_PORTS = (20000, 32767)
 
 
 def several_tasks_refusal(tasks: int) -> str:
