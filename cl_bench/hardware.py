@@ -67,7 +67,6 @@ def cluster_ranks(distributed: bool) -> None:
         "MASTER_PORT": os.environ.get("MASTER_PORT") or str(random.Random(job.job_id).randint(*MASTER_PORTS))})
 
 
-
 def several_tasks_refusal(tasks: int) -> str:
     return (f"this job runs as {tasks} tasks (hydra.launcher.tasks_per_node x nodes, or srun's --ntasks): use "
             "hardware=ddp to train one run on them, or a single task per job")
