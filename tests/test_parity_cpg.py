@@ -2,6 +2,7 @@
 read back as exactly cl-bench's split, what it parses from the reference's output, and that both sides run the
 same cut."""
 import json
+import logging
 import os
 import pickle
 import shutil
@@ -278,7 +279,8 @@ train acc 0.9800
 acc 0.9700
 [2026-12-04 10:46:01,002][cl_bench.methods.cpg][INFO] - task 1: sparsity 0.2: train acc 0.9400, compacting stops
 [2026-12-04 10:47:01,002][cl_bench.methods.cpg][INFO] - task 1: keeps sparsity 0.0000 (target 0.0; criterion 0.7915)
-[2026-12-04 10:48:01,002][cl_bench.methods.cpg][INFO] - task 1: picking refit kept, 0.8050
+[2026-12-04 10:48:01,002][cl_bench.methods.cpg][INFO] - task 1: picking refit kept, 0.8050 (epochs' best 0.8050, \
+compacted 0.8000, restarted mask 0.7000)
 [2026-12-04 10:49:01,002][cl_bench.methods.cpg][INFO] - task 2: goal 0.9000; at 1.5x: selection acc 0.9100, train \
 acc 0.9900
 [2026-12-04 10:50:01,002][cl_bench.methods.cpg][INFO] - task 2: picking refit kept nothing
@@ -297,15 +299,42 @@ def test_phase_parsers_read_the_printed_formats(tmp_path):
     assert cpg.refit_outcome(tmp_path / "retrain") == {"refit": "not kept"}
     (tmp_path / "retrain" / "checkpoint-4.pth.tar").touch()
     assert cpg.refit_outcome(tmp_path / "retrain") == {"refit": "kept", "refit_checkpoint": "checkpoint-4.pth.tar"}
+    # The reference's refit: its first validation is the restarted mask's, then one an epoch (accuracy in %)
+    refit = "\n".join(f"INFO - In validate()-> Val Ep. #{e} loss: 0.412, accuracy: {a:.2f}, sparsity: 0.600"
+                      for e, a in enumerate((70.0, 79.5, 81.25, 80.0)))
+    assert cpg.reference_refit_scores(refit, 0.8) == {"refit_best": 0.8125, "compacted": 0.8, "restarted": 0.7,
+                                                      "refit_gain": 0.0125}
+    assert cpg.reference_refit_scores(refit, None) == {} and cpg.reference_refit_scores("exit 5", 0.8) == {}
     phases = cpg.parse_clbench_phases(CLBENCH_LOG)
     assert phases == [
         {"task": 0, "goal": 0.853, "start": 1.0, "multiplier": 1.5, "grew": 0.5, "ratio": 0.4, "refit": "not run"},
-        {"task": 1, "goal": 0.7915, "start": 1.5, "multiplier": 1.5, "grew": 0.0, "ratio": 0.0, "refit": "kept"},
+        {"task": 1, "goal": 0.7915, "start": 1.5, "multiplier": 1.5, "grew": 0.0, "ratio": 0.0, "refit": "kept",
+         "refit_best": 0.805, "compacted": 0.8, "restarted": 0.7, "refit_gain": 0.005},
         {"task": 2, "goal": 0.9, "start": 1.5, "multiplier": 1.5, "grew": 0.0, "ratio": 0.0, "refit": "not kept"}]
     (tmp_path / "run").mkdir()
     assert cpg.clbench_phases(tmp_path / "run") == []
     (tmp_path / "run" / "train.log").write_text(CLBENCH_LOG)
     assert cpg.clbench_phases(tmp_path / "run") == phases
+
+
+def test_cl_benchs_refit_line_reads_back_as_its_scores(monkeypatch, caplog):
+    """The line cl-bench's CPG logs at a task's refit is the one the harness parses into the record's scores."""
+    from test_packnet_cpg import COMMON, TINY, build
+    _, tasks, make = build(*TINY["cpg"], *COMMON)
+    method = make()
+    method.learn(tasks[0])
+    method.begin_task(1)
+    accs = iter([0.7, 0.76, 0.74] + [0.7] * 10)  # the restarted mask, then the refit's epochs
+    monkeypatch.setattr(method, "accuracy", lambda split, task_id, model=None: next(accs))
+    monkeypatch.setattr(method, "train_weights", lambda *a, after_epoch=None, **k: [after_epoch(e) for e in range(3)])
+    monkeypatch.setattr(method, "snapshot", lambda: "a state")
+    monkeypatch.setattr(method, "restore", lambda snap: None)
+    with caplog.at_level(logging.INFO, logger="cl_bench.methods.cpg"):
+        method.refit_picking(tasks[1], acc=0.78)
+    log = "task 1: goal none; at 1.0x:\n" + "\n".join(r.getMessage() for r in caplog.records)
+    phase = cpg.parse_clbench_phases(log)[0]
+    assert phase["refit"] == "kept" and phase["refit_gain"] == pytest.approx(-0.02)  # kept below the compacted model
+    assert (phase["refit_best"], phase["compacted"], phase["restarted"]) == (0.76, 0.78, 0.7)
 
 
 PINNED = ROOT / "tests" / "data" / "cpg_pinned"

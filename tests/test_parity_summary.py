@@ -153,6 +153,12 @@ def test_the_per_task_decisions_are_set_side_by_side_over_the_seeds():
                         "| 1/2 (p 1.00) |")
     assert summary.phase_lines(cpg, records[:2]) == []  # one side without phases: nothing to set beside
     assert summary.phase_lines(summary, records) == []  # a module that names no decisions: none rendered
+    # The refit's scores: a column once a record holds them, averaged; "–" on a side whose records do not
+    for r, gain in zip(records[2:], (0.02, -0.01)):
+        r["phases"][1]["refit_gain"] = gain
+    lines = summary.phase_lines(cpg, records)
+    assert lines[2].startswith("| task | goal | width kept | sparsity kept | refit | refit's best − compacted |")
+    assert "| kept / kept | – / – | 94.0" in lines[4] and "| kept / kept | – / +0.005 | 82.0" in lines[5]
     for r, frozen in zip(records, ([129, 264], [147, 266], [199, 287], [212, 294])):  # gated: averaged counts
         r["phases"] = [{"task": t, "frozen": n} for t, n in enumerate(frozen)]
     lines = summary.phase_lines(cgate, records)

@@ -384,10 +384,12 @@ class CPG(MaskedMethod):
             layer.start_picking(task.id)
         restarted = self.accuracy(task.val, task.id)
         best, best_acc, stale = None, restarted if self.cfg.refit_baseline == "restarted" else acc, 0
+        top = 0.0  # the epochs' best, kept or not: the log sets it beside the compacted model's (the parity records)
 
         def after_epoch(epoch: int) -> bool:
-            nonlocal best, best_acc, stale
+            nonlocal best, best_acc, stale, top
             epoch_acc = self.accuracy(task.val, task.id)
+            top = max(top, epoch_acc)
             if epoch_acc > best_acc:
                 best, best_acc, stale = self.snapshot(), epoch_acc, 0
             else:
@@ -399,7 +401,8 @@ class CPG(MaskedMethod):
                                mask_lr=self.cfg.retrain_mask_lr, milestones=[], after_epoch=after_epoch)
         self.restore(before if best is None else best)
         self.refit_per_task[task.id] = REFIT_OUTCOMES.index("kept nothing" if best is None else "kept an epoch")
-        log.info(f"task {task.id}: picking refit " + ("kept nothing" if best is None else f"kept, {best_acc:.4f}"))
+        log.info(f"task {task.id}: picking refit " + ("kept nothing" if best is None else f"kept, {best_acc:.4f}")
+                 + f" (epochs' best {top:.4f}, compacted {acc:.4f}, restarted mask {restarted:.4f})")
         if best is not None and best_acc < acc:
             self.refit_kept = (best_acc, acc)
         return acc if best is None else best_acc

@@ -251,17 +251,43 @@ def refit_outcome(retrain: Path) -> dict:
     return {"refit": "kept", "refit_checkpoint": saved[0]} if saved else {"refit": "not kept"}
 
 
+def refit_scores(best: str | float, compacted: str | float, restarted: str | float) -> dict:
+    """The refit's selection accuracies (in [0, 1]) beside the compacted model's: its epochs' best, kept or not,
+    and the restarted mask's; refit_gain, best minus compacted. Empty where the log did not print them (cl-bench
+    before the parity records kept them)."""
+    if best == "" or best is None:
+        return {}
+    best, compacted, restarted = float(best), float(compacted), float(restarted)
+    return {"refit_best": best, "compacted": compacted, "restarted": restarted,
+            "refit_gain": round(best - compacted, 6)}
+
+
+# The reference's per-epoch validation line (utils/manager.py's validate, accuracy in %): the refit's first is the
+# restarted mask's (--finetune_again validates before its first epoch), the rest its epochs'.
+VALIDATED = re.compile(r"In validate\(\)-> Val Ep\. #-?\d+ loss: [-\d.e]+, accuracy: ([\d.]+)")
+
+
+def reference_refit_scores(out: str, compacted: float | None) -> dict:
+    """refit_scores of the reference's refit process from its output, beside the compacted model's accuracy (its
+    record.txt entry at the sparsity kept)."""
+    accs = [float(a) / 100 for a in VALIDATED.findall(out)]
+    if len(accs) < 2 or compacted is None:
+        return {}
+    return refit_scores(max(accs[1:]), compacted, accs[0])
+
+
 # The per-task decisions docs/parity.md sets side by side (summary.phase_lines): field, title, and the format of
-# the seeds' mean where they are averaged (the rest are tallied).
+# the seeds' mean where they are averaged (the rest are tallied). A column no record holds is left out.
 PHASE_COLUMNS = (("goal", "goal", "{:.3f}"), ("multiplier", "width kept", None), ("ratio", "sparsity kept", None),
-                 ("refit", "refit", None))
+                 ("refit", "refit", None), ("refit_gain", "refit's best − compacted", "{:+.3f}"))
 
 
 # What cl-bench's CPG logs per task in the run's train.log (cl_bench/methods/cpg.py's log.info lines).
 CLB_START = re.compile(r"task (\d+): goal (\S+); at ([\d.]+)x:")
 CLB_GROWN = re.compile(r"task (\d+): grown to ([\d.]+)x:")
 CLB_KEEPS = re.compile(r"task (\d+): keeps sparsity [\d.]+ \(target ([\d.]+);")
-CLB_REFIT = re.compile(r"task (\d+): picking refit kept(?:, ([\d.]+)| nothing)")
+CLB_REFIT = re.compile(r"task (\d+): picking refit kept(?:, ([\d.]+)| nothing)"
+                       r"(?: \(epochs' best ([\d.]+), compacted ([\d.]+), restarted mask ([\d.]+)\))?")
 
 
 def parse_clbench_phases(log: str) -> list[dict]:
@@ -275,8 +301,8 @@ def parse_clbench_phases(log: str) -> list[dict]:
         phases[int(t)]["multiplier"] = float(mult)
     for t, kept in CLB_KEEPS.findall(log):
         phases[int(t)]["ratio"] = float(kept)
-    for t, acc in CLB_REFIT.findall(log):
-        phases[int(t)]["refit"] = "kept" if acc else "not kept"
+    for t, acc, *scores in CLB_REFIT.findall(log):
+        phases[int(t)].update(refit="kept" if acc else "not kept", **refit_scores(*scores))
     return [{**p, "grew": round(p["multiplier"] - p["start"], 6)} for _, p in sorted(phases.items())]
 
 
@@ -445,11 +471,12 @@ def cpg_task(run: Runner, s: dict, state: dict, names: list, classes: list, t: i
                  ratio=parse_chosen_ratio(out), refit="not run")
     if t > 0 and state["exit"] != 5 and s["refit"] == "true":
         # The script ignores the refit's exit status; 5 is its no-free-weights exit after the last epoch.
-        run(main, [*cpg_common(s, state, names, classes, t), "--lr", 1e-3, "--lr_mask", 1e-4,
+        _, out = run(main, [*cpg_common(s, state, names, classes, t), "--lr", 1e-3, "--lr_mask", 1e-4,
                    "--save_folder", ckpt(name, "retrain"), "--load_folder", ckpt(name, "gradual_prune"),
                    "--epochs", s["retrain_epochs"], "--mode", "finetune", "--pruning_ratio_to_acc_record_file",
                    ckpt(name, "retrain/record.txt"), "--finetune_again"], ok=(0, 2, 5))
-        phase.update(refit_outcome(run.copy / ckpt(name, "retrain")))
+        phase.update(refit_outcome(run.copy / ckpt(name, "retrain")),
+                     **reference_refit_scores(out, phase["record"].get(str(phase["ratio"]))))
         run("tools/choose_retrain_or_not.py", ["--save_folder", ckpt(name, "gradual_prune"),
                                                "--load_folder", ckpt(name, "retrain")])
     state["phases"].append(phase)

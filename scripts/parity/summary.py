@@ -227,7 +227,9 @@ def phase_cell(runs: list[dict], task: int, field: str, mean: str | None) -> str
     column has one (a goal, a count), else tallied."""
     values = phase_values(runs, task, field)
     known = [v for v in values if v is not None]
-    return mean.format(sum(known) / len(known)) if mean and known else tally(values)
+    if mean:
+        return mean.format(sum(known) / len(known)) if known else "–"
+    return tally(values)
 
 
 def permutation_p(a: list, b: list) -> float:
@@ -272,9 +274,10 @@ def phase_lines(module, records: list[dict]) -> list[str]:
     """A row's per-task decisions on both sides (records' phases, where the runner reads them; the module's
     PHASE_COLUMNS name them): each decision over the seeds as `reference / cl-bench`, with each task's final test
     accuracy (mean over the seeds, points)."""
-    columns = getattr(module, "PHASE_COLUMNS", ())
     sides = {side: sorted((r for r in records if r["side"] == side and r.get("phases")), key=lambda r: r["seed"])
              for side in ("reference", "cl-bench")}
+    held = {field for runs in sides.values() for r in runs for phase in r["phases"] for field in phase}
+    columns = [column for column in getattr(module, "PHASE_COLUMNS", ()) if column[0] in held]
     if not columns or not all(sides.values()):
         return []
     seeds = {side: [r["seed"] for r in runs] for side, runs in sides.items()}
