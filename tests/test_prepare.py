@@ -131,6 +131,8 @@ def tar_with(path, names: list[str]) -> None:
     ("not_an_archive", r"cannot extract .*cifar-10-python\.tar\.gz: "),
     ("npz_without_keys", r"cifar\.npz: not an \.npz of encoded images with train_jpeg, train_offsets and "
                          r"train_labels \("),
+    ("npz_cut_short", r"cifar\.npz: not an \.npz of encoded images with train_jpeg, train_offsets and "
+                      r"train_labels \(File is not a zip file\)"),
     ("not_images", r"cifar\.npz: image 1 could not be decoded \("),
     ("wrong_size", r"cifar\.npz: CIFAR-10 images are 32×32, image 0 is 16×8"),
     ("label_out_of_range", r"cifar\.npz: expected 2 labels in 0\.\.9"),
@@ -146,6 +148,9 @@ def test_what_it_cannot_read_is_said(tmp_path, make, error):
         (source := tmp_path / "cifar-10-python.tar.gz").write_bytes(b"not gzip at all")
     elif make == "npz_without_keys":
         np.savez(source := tmp_path / "cifar.npz", train_x=np.zeros((2, 3072), np.uint8))
+    elif make == "npz_cut_short":
+        source = npz_of(tmp_path, good, [0, 1])
+        source.write_bytes(source.read_bytes()[:300])  # a download cut short
     elif make == "not_images":
         source = npz_of(tmp_path, [good[0], b"no image"], [0, 1])
     elif make == "wrong_size":
