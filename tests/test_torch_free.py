@@ -173,3 +173,12 @@ def test_a_config_the_catalog_cannot_describe_says_what_to_change():
         catalog.describe_config(Pair)
     with pytest.raises(TypeError, match="Bare.width has no default: the config's nodes hold one for every field"):
         catalog.describe_config(Bare)
+
+
+def test_only_plain_overrides_take_the_fast_path():
+    """Overrides alone are composed over the catalog; a sweep, resume=, a flag or what Hydra cannot parse goes to
+    hydra.main, which answers it in its own words."""
+    from cl_bench import app
+    assert app.plain_overrides(["method=er", "method.lr=0.1", "dataset.class_order=[2,1,0]"])
+    for args in (["seed=1,2"], ["resume=outputs/run"], ["--cfg", "job"], ["method.lr=[1,"]):
+        assert not app.plain_overrides(args), args
