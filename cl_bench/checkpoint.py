@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .errors import UserError
@@ -204,8 +205,6 @@ def _sha256(path: Path) -> str:
 
 def _save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
     """safetensors' save_file, its I/O errors (a full disk) raised as the OSError they are (failures.py)."""
-    from safetensors import SafetensorError
-
     from .failures import as_os_error
     try:
         save_file(tensors, path)
@@ -250,6 +249,6 @@ class SideStore:
         path = self.root / f"task_{task_id:03d}" / f"{name}.safetensors"
         try:
             return load_file(path)["tensor"]
-        except (OSError, ValueError, KeyError) as e:
+        except (OSError, ValueError, KeyError, SafetensorError) as e:  # SafetensorError: a damaged file
             raise UserError(f"{path} is missing or unreadable ({type(e).__name__}): the run's side state for task "
                             f"{task_id}; restart the run, or resume from a copy of its whole directory") from None

@@ -58,6 +58,7 @@ def recorded_settings(run_dir) -> dict | None:
 def saved_settings(path: Path) -> dict | None:
     """identity.settings of a config Hydra saved, None if it is missing, empty or unreadable (cut short by a kill:
     Hydra writes it in place)."""
+    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -66,7 +67,7 @@ def saved_settings(path: Path) -> dict | None:
         OmegaConf.register_new_resolver("by_memory_size", settings.by_memory_size)
     try:
         saved = OmegaConf.load(path) if path.is_file() else None
-    except (OSError, ValueError, OmegaConfBaseException):
+    except (OSError, ValueError, OmegaConfBaseException, yaml.YAMLError):  # YAMLError: a file cut short mid-line
         return None
     if not saved:
         return None
@@ -87,8 +88,9 @@ def job_folder(*, _root_) -> str:
     was; else a new numbered folder, claimed with an atomic mkdir (parallel jobs, and Slurm jobs on a shared
     filesystem, claim at once): hydra.job.num if free, else the next number above every existing one. Kept for the
     process, as Hydra may resolve the key more than once."""
-    if not multirun(_root_):  # e.g. `--cfg hydra --resolve` of a single run: no job to find a folder for
-        return str(_root_.hydra.job.num)
+    if not multirun(_root_):  # e.g. `--cfg all --resolve` of a single run: no job (hydra.job.num unset), no folder
+        from omegaconf import OmegaConf
+        return str(OmegaConf.select(_root_, "hydra.job.num", default=0))
     sweep_dir = Path(str(_root_.hydra.sweep.dir))
     own = identity.identity(config_settings(_root_))
     key = (str(sweep_dir.absolute()), int(_root_.hydra.job.num), own)

@@ -245,9 +245,9 @@ def restore(cfg, run_dir: Path, name: str | None = None):
     found = checkpoint.load(run_dir, name)
     if found is None:  # nothing damaged: pruned, not written, or misnamed
         raise UserError(checkpoint.absent(run_dir, name, cfg.checkpoint.keep))
-    if found is None or found[0] is None:
-        problems = "; ".join(found[3]) if found else "none written"
-        raise UserError(f"no valid checkpoint {name or ''} in {run_dir}/checkpoints ({problems})")
+    if found[0] is None:  # every one there is damaged: load() names each
+        named = f"{name} " if name else ""
+        raise UserError(f"no valid checkpoint {named}in {run_dir}/checkpoints ({'; '.join(found[3])})")
     state, masks, meta, _ = found
     state, _ = checkpoint.split_rng(state)
     method.load_state_dict({**state, **masks})

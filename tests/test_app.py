@@ -83,3 +83,32 @@ def test_a_missing_extra_is_one_line_naming_it(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip() == (
         "cl-bench: error: logger=wandb: install the wandb extra (pip install 'cl-bench[wandb]')")
     assert not (tmp_path / "run").exists()  # report without matplotlib: tests/test_report_settings.py
+
+
+def test_a_choice_yaml_reads_as_another_type_is_one_line(tmp_path):
+    """method=true: YAML reads a boolean, and Hydra refuses it with a bare ValueError; said as any unknown choice."""
+    proc = cl_bench("train", "method=true", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("cl-bench: error: unknown method 'true': choose one of agem, ")
+    assert not (tmp_path / "run").exists()
+
+
+def test_cfg_job_on_a_terminal_is_a_tree_of_the_groups(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from cl_bench import app, config, console
+    config.register()  # the schemas, as `cl-bench train` registers them first
+    screen = io.StringIO()
+    monkeypatch.setattr(console, "rich_console", lambda: Console(file=screen, force_terminal=True, width=100,
+                                                                  color_system=None))
+    assert app.print_config_tree(["method=er", "method.memory_size=300"]) == 0
+    lines = screen.getvalue().splitlines()
+    assert lines[0] == "config" and any(line.startswith("├── method") for line in lines)
+    branches = [line.split("── ")[1] for line in lines if line.startswith(("├── ", "└── "))]
+    assert branches[-1] == "run" and {"method", "dataset", "backbone", "data", "checkpoint"} <= set(branches)
+    method = lines[lines.index("├── method") + 1:]
+    assert any("memory_size: 300" in line for line in method[:40])
+    run = lines[lines.index("└── run") + 1:]
+    assert any("seed: " in line for line in run) and not any("memory_size" in line for line in run)

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from cl_bench import checkpoint
+from cl_bench.errors import UserError
 
 
 class Masked(nn.Module):
@@ -83,3 +84,49 @@ def test_a_planted_pickle_is_never_unpickled(tmp_path, monkeypatch):
     (tmp_path / "checkpoints" / "task_000" / "state.safetensors").write_bytes(planted)
     assert checkpoint.load(tmp_path)[0] is None  # no valid checkpoint remains
     assert not marker.exists()
+
+
+def test_optimizer_state_within_a_task_round_trips_with_its_scalars(tmp_path):
+    """A within-task checkpoint keeps the optimiser's tensors in state.safetensors and its plain numbers (as
+    optimisers such as LBFGS keep counts) in meta.json; empty slots (None) are dropped."""
+    m = Masked()
+    buffer = torch.randn(3, 5)
+    optimizer = {"state": {0: {"momentum_buffer": buffer, "n_iter": 7, "lr_scale": 0.5, "prev": None}},
+                 "param_groups": [{"lr": 0.1, "momentum": 0.9, "params": [0]}]}
+    within = {"phase": "train", "epoch": 2, "optimizer": optimizer}
+    checkpoint.save(tmp_path, 0, m, {"acc": []}, RNG, 1.0, within=within)
+    state, _, meta, problems = checkpoint.load(tmp_path, within=True)
+    assert problems == [] and meta["within"]["epoch"] == 2
+    back = checkpoint.optimizer_state(meta["within"]["optimizer"], state)
+    assert back["param_groups"] == optimizer["param_groups"] and set(back["state"]) == {0}
+    slots = back["state"][0]
+    assert set(slots) == {"momentum_buffer", "n_iter", "lr_scale"} and torch.equal(slots["momentum_buffer"], buffer)
+    assert (slots["n_iter"], slots["lr_scale"]) == (7, 0.5)
+    assert not any(k.startswith("_optim.") for k in state)  # taken out: what is left is the method's and the RNG's
+
+
+def test_absent_says_why_in_a_line(tmp_path):
+    assert checkpoint.absent(tmp_path, None, 1) == (f"{tmp_path} holds no checkpoints: it stopped before its first, "
+                                                    "or ran with checkpoint.enabled=false")
+    checkpoint.save(tmp_path, 0, Masked(), {"acc": []}, RNG, 1.0,
+                    within={"phase": "train", "epoch": 1, "optimizer": {"state": {}, "param_groups": []}})
+    root = tmp_path / "checkpoints"
+    assert checkpoint.absent(tmp_path, None, 1) == (f"{root} holds no complete task's checkpoint: the run stopped "
+                                                    "within its first task")
+    assert checkpoint.absent(tmp_path, "best", 1) == (f"no checkpoint named 'best': names are task_<ttt> (e.g. "
+                                                      f"task_000); {root} holds task_000_within")
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_side_state_missing_or_damaged_is_one_line(tmp_path, damage):
+    side = checkpoint.SideStore(tmp_path)
+    side.put(2, "goal", torch.arange(6.0))
+    assert torch.equal(side.get(2, "goal"), torch.arange(6.0))
+    path = tmp_path / "side" / "task_002" / "goal.safetensors"
+    if damage == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:-5])
+    with pytest.raises(UserError, match=r"goal\.safetensors is missing or unreadable \((FileNotFoundError|"
+                                        r"SafetensorError)\): the run's side state for task 2; restart the run"):
+        side.get(2, "goal")

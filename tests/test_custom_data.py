@@ -122,3 +122,64 @@ def test_class_order_list_and_task_classes_set_the_split(tmp_path):
               "dataset.task_classes=[[7]]")
     with pytest.raises(UserError, match="set dataset.num_tasks=2"):
         config.validate(config.compose(["dataset=split_digits", "dataset.task_classes=[[0],[1]]"]))
+
+
+def test_grey_images_without_a_channel_axis_load_as_one_channel(tmp_path):
+    data = arrays(shape=(5, 7))  # N×H×W
+    np.savez(tmp_path / "mine.npz", **data)
+    src = sources.load("tensors", tmp_path, path=tmp_path / "mine.npz")
+    assert torch.equal(src.train_x, torch.from_numpy(data["train_x"])[:, None]) and src.test_x.shape == (30, 1, 5, 7)
+
+
+@pytest.mark.parametrize(("change", "complaint"), [
+    ("damaged", r"cannot read .*mine\.npz: "),
+    ("test_smaller", r"mine\.npz: train_x and test_x images differ in shape \(\(3, 8, 8\) and \(3, 6, 6\)\)"),
+    ("flat", r"mine\.npz: train_x must be images N×H×W, N×C×H×W or N×H×W×C with 1 or 3 channels, not of shape "
+             r"\(60, 192\)"),
+    ("beyond_unit_range", r"mine\.npz: test_x holds floats outside \[0, 1\]: scale them to \[0, 1\]"),
+    ("int_pixels", r"mine\.npz: train_x must be uint8 pixels or floats in \[0, 1\], not int64"),
+])
+def test_arrays_the_reader_refuses_are_said(tmp_path, change, complaint):
+    data = arrays()
+    if change == "test_smaller":
+        data["test_x"] = data["test_x"][:, :6, :6]
+    elif change == "flat":
+        data["train_x"] = data["train_x"].reshape(60, -1)
+    elif change == "beyond_unit_range":
+        data["test_x"] = data["test_x"].astype(np.float32)  # 0..255, never scaled
+    elif change == "int_pixels":
+        data["train_x"] = data["train_x"].astype(np.int64)
+    np.savez(tmp_path / "mine.npz", **data)
+    if change == "damaged":
+        (tmp_path / "mine.npz").write_bytes((tmp_path / "mine.npz").read_bytes()[:100])
+    with pytest.raises(UserError, match=complaint):
+        sources.load("tensors", tmp_path, path=tmp_path / "mine.npz")
+
+
+def test_image_folder_skips_files_that_are_not_images(tmp_path):
+    write_image_folder(tmp_path / "imgs")
+    (tmp_path / "imgs" / "train" / "ant" / "notes.txt").write_text("where these came from")
+    src = sources.load("image_folder", tmp_path, path=tmp_path / "imgs")
+    assert src.train_x.shape == (15, 1, 4, 6) and torch.bincount(src.train_y).tolist() == [5, 5, 5]
+
+
+@pytest.mark.parametrize(("change", "complaint"), [
+    ("no_classes", r"imgs/train must hold one folder per class and .*imgs/test only folders among them; found "
+                   r"none and \['ant', 'bee', 'cat'\]"),
+    ("undecodable", r"imgs/test/bee/bad\.png could not be decoded as an image \("),
+    ("empty_test", r"imgs/test holds no images \(\.png, \.jpg"),
+])
+def test_image_folders_the_reader_refuses_are_said(tmp_path, change, complaint):
+    import shutil
+    write_image_folder(tmp_path / "imgs")
+    if change == "no_classes":
+        shutil.rmtree(tmp_path / "imgs" / "train")
+        (tmp_path / "imgs" / "train").mkdir()
+    elif change == "undecodable":
+        (tmp_path / "imgs" / "test" / "bee" / "bad.png").write_bytes(b"not a PNG")
+    else:
+        for name in ("ant", "bee", "cat"):
+            shutil.rmtree(tmp_path / "imgs" / "test" / name)
+            (tmp_path / "imgs" / "test" / name).mkdir()
+    with pytest.raises(UserError, match=complaint):
+        sources.load("image_folder", tmp_path, path=tmp_path / "imgs")

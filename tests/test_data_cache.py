@@ -135,3 +135,32 @@ def test_the_entry_of_replaced_files_is_deleted(tmp_path, cache_dir):
     sources.load("mnist", tmp_path, use_cache=True)
     entries = sorted(cache_dir.glob("mnist-*.safetensors"))
     assert len(entries) == 2 and before not in entries
+
+
+def test_a_full_cache_disk_costs_nothing_but_time(tmp_path, monkeypatch):
+    """safetensors reports a full disk as its own SafetensorError: the entry is dropped, half-written file and all."""
+    import subprocess
+
+    import numpy as np
+    from test_io_failures import mount
+    disk = tmp_path / "disk"
+    mount(disk, "size=16k")
+    try:
+        monkeypatch.setenv("CL_BENCH_CACHE", str(disk))
+        rng = np.random.default_rng(0)
+        for stem, n in (("train", 2000), ("t10k", 10)):  # 60 KB of training images: more than the disk holds
+            write_idx(tmp_path / "MNIST/raw" / f"{stem}-images-idx3-ubyte", rng.integers(0, 256, (n, 6, 5), np.uint8))
+            write_idx(tmp_path / "MNIST/raw" / f"{stem}-labels-idx1-ubyte", (np.arange(n) % 10).astype(np.uint8))
+        same_source(sources.load("mnist", tmp_path, use_cache=True), sources.load("mnist", tmp_path))
+        assert list(disk.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_damaged_entry_of_other_files_is_left_alone(tmp_path, cache_dir):
+    write_idx_dataset(tmp_path / "MNIST/raw")
+    cache_dir.mkdir()
+    (cache_dir / "mnist-0123456789abcdef0123.safetensors").write_bytes(b"another process's entry, half written")
+    sources.load("mnist", tmp_path, use_cache=True)
+    assert len(list(cache_dir.glob("mnist-*.safetensors"))) == 2
+    assert (cache_dir / "mnist-0123456789abcdef0123.safetensors").read_bytes().startswith(b"another process's")

@@ -277,3 +277,29 @@ def test_a_single_task_or_torchruns_own_ranks_are_left_alone(outside_any_job):
     os.environ["WORLD_SIZE"] = "2"  # torchrun's: set already, kept
     hardware.cluster_ranks(distributed=False)
     assert os.environ["WORLD_SIZE"] == "2" and "RANK" not in os.environ
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="refused only where no CUDA GPU is visible")
+def test_hardware_gpu_without_a_gpu_is_one_line():
+    config.register()
+    with pytest.raises(UserError, match=r"^hardware.device=cuda but no CUDA GPU is visible: use hardware=cpu or "
+                                        r"hardware=auto$"):
+        hardware.setup(config.compose(["hardware=gpu"]).hardware)
+
+
+@pytest.mark.parametrize(("environment", "multirun", "said"), [
+    ({"TORCHELASTIC_RUN_ID": "1"}, None, "torchrun"),
+    ({"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "77"}, None, "submitit_slurm"),  # submitit first: it uses Slurm
+    ({"SLURM_JOB_ID": "77"}, None, "slurm"),
+    ({}, {"_target_": "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"}, "joblib"),
+    ({}, {"n_jobs": 2}, "hydra"),  # a launcher without a target: Hydra's
+    ({}, None, "cl-bench"),
+])
+def test_the_launcher_recorded_names_what_started_the_process(outside_any_job, environment, multirun, said):
+    os.environ.pop("TORCHELASTIC_RUN_ID", None)
+    os.environ.update(environment)
+    try:
+        hardware.enter_multirun(multirun)
+        assert hardware.launcher() == said
+    finally:
+        hardware.enter_multirun(None)

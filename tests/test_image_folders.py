@@ -101,6 +101,39 @@ def test_tinyimagenet_missing_val_image(tmp_path):
         tinyimagenet_files(tiny)
 
 
+def test_tinyimagenet_blank_annotation_lines_are_skipped(tmp_path):
+    tiny = tiny_tree(tmp_path)
+    annotations = tiny / "val" / "val_annotations.txt"
+    annotations.write_text("\n" + annotations.read_text().replace("\n", "\n\n"))
+    assert tinyimagenet_files(tiny).test[1].tolist() == [2, 0, 1, 1, 2, 0]
+
+
+@pytest.mark.parametrize(("damage", "error"), [
+    ("empty_wnids", r"wnids\.txt lists no classes: it should hold one wnid per line"),
+    ("wnids_not_utf8", r"cannot read the class list .*wnids\.txt: "),
+    ("annotated_twice", r"val_annotations\.txt, line 7: val_0\.JPEG is annotated twice"),
+    ("no_annotations", r"val_annotations\.txt labels no images: the val split would be empty"),
+    ("class_not_unpacked", r"class n01: .*train/n01/images is not a folder; is the dataset unpacked completely\?"),
+])
+def test_tinyimagenet_damaged_tree(tmp_path, damage, error):
+    import shutil
+    tiny = tiny_tree(tmp_path)
+    annotations = tiny / "val" / "val_annotations.txt"
+    if damage == "empty_wnids":
+        (tiny / "wnids.txt").write_text("\n\n")
+    elif damage == "wnids_not_utf8":
+        (tiny / "wnids.txt").write_bytes(b"n02\n\xff\xfe\n")
+    elif damage == "annotated_twice":
+        with open(annotations, "a") as f:
+            f.write("val_0.JPEG\tn01\t0\t0\t63\t63\n")
+    elif damage == "no_annotations":
+        annotations.write_text("\n")
+    else:
+        shutil.rmtree(tiny / "train" / "n01" / "images")
+    with pytest.raises(UserError, match=error):
+        tinyimagenet_files(tiny)
+
+
 def test_imagenet_subset_order_and_labels(tmp_path):
     root = imagenet_tree(tmp_path)
     data = imagenet_subset_files(root, ["n30", "n10"])
@@ -156,6 +189,9 @@ def test_class_list(tmp_path):
         class_list(path)
     with pytest.raises(UserError, match=r"nothing\.txt not found"):
         class_list(tmp_path / "nothing.txt")
+    path.write_text("# ImageNet-100, to be filled in\n\n")
+    with pytest.raises(UserError, match=r"classes\.txt lists no classes: write one wnid"):
+        class_list(path)
 
 
 def test_decode_inline_and_in_processes_agree(tmp_path, monkeypatch):
@@ -176,6 +212,9 @@ def test_square_png_at_its_size_is_exact(tmp_path):
     out = np.zeros((2, 3, 64, 64), dtype=np.uint8)
     decode_into(paths, 64, out, workers=1)
     assert np.array_equal(out[0], image.transpose(2, 0, 1)) and np.array_equal(out[1], image[::-1].transpose(2, 0, 1))
+    default = np.zeros_like(out)
+    decode_into(paths, 64, default)  # workers by default: the cores, here no more than the one chunk needs
+    assert np.array_equal(default, out)
 
 
 def test_non_square_resized_and_centre_cropped(tmp_path):
@@ -227,3 +266,5 @@ def test_decode_into_checks_its_arguments(tmp_path):
         decode_into([path], 8, np.zeros((1, 3, 8, 8), dtype=np.float32))
     with pytest.raises(UserError, match="at least one process"):
         decode_into([path], 8, np.zeros((1, 3, 8, 8), dtype=np.uint8), workers=0)
+    with pytest.raises(ValueError, match="chunk must be positive, not 0"):
+        decode_into([path], 8, np.zeros((1, 3, 8, 8), dtype=np.uint8), chunk=0)

@@ -133,3 +133,30 @@ def test_each_failure_says_what_happened_and_what_to_do(tmp_path, code, what, fi
     assert during.startswith(what) and "\n" not in during
     assert during.endswith(f"{fix}, then continue it with cl-bench train resume={tmp_path / 'run'}")
     assert failures.describe(error, started=False).endswith(f"{fix}, or choose another hydra.run.dir")
+
+
+def test_a_libraries_io_error_reads_as_the_os_error_it_reports(tmp_path):
+    path = tmp_path / "state.safetensors"
+    error = failures.as_os_error(RuntimeError("I/O error: No space left on device (os error 28)"), path)
+    assert isinstance(error, OSError) and (error.errno, error.filename) == (28, str(path))
+    assert failures.describe(error, tmp_path).startswith("no space left on the device")
+    assert failures.as_os_error(RuntimeError("Error while deserializing header: header too small"), path) is None
+
+
+def test_marking_failed_removes_only_this_processs_temporaries(tmp_path):
+    import os
+    mine = [tmp_path / f".meta.json.tmp{os.getpid()}", tmp_path / "checkpoints" / f".task_001.tmp{os.getpid()}"]
+    mine[1].mkdir(parents=True)
+    (mine[1] / "state.safetensors").write_bytes(b"half")
+    mine[0].write_text("{")
+    other = tmp_path / "checkpoints" / f".task_001.tmp{os.getpid() + 1}"  # another rank's, still writing
+    other.mkdir()
+    failures.mark(tmp_path, "no space left on the device")
+    assert not any(p.exists() for p in mine) and other.is_dir()
+    assert (tmp_path / failures.MARK).read_text() == "no space left on the device\n"
+
+
+def test_a_folder_that_cannot_take_the_mark_is_left_as_it_is(tmp_path, caplog):
+    gone = tmp_path / "removed meanwhile"
+    failures.mark(gone, "no space left on the device")  # warns, never raises over the error being reported
+    assert not gone.exists() and f"could not mark {gone} FAILED" in caplog.text

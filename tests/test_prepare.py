@@ -96,3 +96,97 @@ def test_the_real_cifar10(tmp_path):
     assert source.train_x.shape == (50000, 3, 32, 32) and source.test_x.shape == (10000, 3, 32, 32)
     assert torch.bincount(source.train_y).tolist() == [5000] * 10
     assert source.mean == pytest.approx((0.4914, 0.4822, 0.4465), abs=2e-3)  # CIFAR-10's usual constants
+
+
+def npz_of(tmp_path, files: list[bytes], labels) -> object:
+    """An .npz of encoded images holding the same files and labels for train and test."""
+    blob = np.frombuffer(b"".join(files), dtype=np.uint8)
+    offsets, labels = np.cumsum([0, *map(len, files)]), np.asarray(labels)
+    np.savez(tmp_path / "cifar.npz", **{f"{split}_{key}": value for split in ("train", "test")
+                                        for key, value in (("jpeg", blob), ("offsets", offsets), ("labels", labels))})
+    return tmp_path / "cifar.npz"
+
+
+def test_a_complete_folder_is_left_as_it_is(tmp_path):
+    from cl_bench.data.prepare import prepare_cifar10
+    train = images(10, 6)
+    source = npz_of(tmp_path, pngs(train[0]), train[1])
+    out = prepare_cifar10(source, tmp_path / "d")
+    written = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    source.unlink()  # not read again: the folder is complete
+    assert prepare_cifar10(source, tmp_path / "d") == out
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == written
+
+
+def tar_with(path, names: list[str]) -> None:
+    with tarfile.open(path, "w:gz") as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = 3
+            tar.addfile(info, io.BytesIO(b"abc"))
+
+
+@pytest.mark.parametrize(("make", "error"), [
+    ("other_archive", r"holds no cifar-10-batches-py/: it is not CIFAR-10's python archive"),
+    ("not_an_archive", r"cannot extract .*cifar-10-python\.tar\.gz: "),
+    ("npz_without_keys", r"cifar\.npz: not an \.npz of encoded images with train_jpeg, train_offsets and "
+                         r"train_labels \("),
+    ("npz_cut_short", r"cifar\.npz: not an \.npz of encoded images with train_jpeg, train_offsets and "
+                      r"train_labels \(File is not a zip file\)"),
+    ("not_images", r"cifar\.npz: image 1 could not be decoded \("),
+    ("wrong_size", r"cifar\.npz: CIFAR-10 images are 32×32, image 0 is 16×8"),
+    ("label_out_of_range", r"cifar\.npz: expected 2 labels in 0\.\.9"),
+    ("too_few_labels", r"cifar\.npz: expected 2 labels in 0\.\.9"),
+])
+def test_what_it_cannot_read_is_said(tmp_path, make, error):
+    from cl_bench.data.prepare import prepare_cifar10
+    from cl_bench.errors import UserError
+    good = pngs(images(2, 8)[0])
+    if make == "other_archive":
+        tar_with(source := tmp_path / "cifar-10-python.tar.gz", ["cifar-100-python/train"])
+    elif make == "not_an_archive":
+        (source := tmp_path / "cifar-10-python.tar.gz").write_bytes(b"not gzip at all")
+    elif make == "npz_without_keys":
+        np.savez(source := tmp_path / "cifar.npz", train_x=np.zeros((2, 3072), np.uint8))
+    elif make == "npz_cut_short":
+        source = npz_of(tmp_path, good, [0, 1])
+        source.write_bytes(source.read_bytes()[:300])  # a download cut short
+    elif make == "not_images":
+        source = npz_of(tmp_path, [good[0], b"no image"], [0, 1])
+    elif make == "wrong_size":
+        small = io.BytesIO()
+        from PIL import Image
+        Image.fromarray(np.zeros((8, 16, 3), np.uint8)).save(small, format="PNG")
+        source = npz_of(tmp_path, [small.getvalue(), good[1]], [0, 1])
+    else:
+        source = npz_of(tmp_path, good, [0, 10] if make == "label_out_of_range" else [0])
+    with pytest.raises(UserError, match=error):
+        prepare_cifar10(source, tmp_path / "d")
+    assert not (tmp_path / "d" / "cifar-10-batches-py" / "batches.meta").exists()
+
+
+def test_a_complete_prepared_dataset_is_left_as_it_is(tmp_path):
+    from cl_bench.data import prepared
+    from cl_bench.data.prepare import prepare_stream
+    writer = prepared.Writer(tmp_path, "tinyimagenet")
+    writer.open_images("train", 2, (3, 4, 4))[:] = 7
+    writer.open_images("test", 1, (3, 4, 4))[:] = 9
+    done = writer.finish("tinyimagenet", ["a", "b"], {"train": np.array([0, 1]), "test": np.array([1])}, "here")
+    before = {p.name: p.stat().st_mtime_ns for p in done.path.iterdir()}
+    again = prepare_stream("tinyimagenet", tmp_path)  # without --from: nothing to read, nothing needed
+    assert again.path == done.path and again.meta == done.meta
+    assert {p.name: p.stat().st_mtime_ns for p in done.path.iterdir()} == before
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["tinyimagenet"], "cl-bench data prepare tinyimagenet needs --from DIR: the dataset's image folder"),
+    (["imagenet_subset", "--from", "."], "cl-bench data prepare imagenet_subset needs --classes FILE: the wnids, "
+                                         "one per line"),
+    (["digits", "--from", "."], "--from is for cifar10, tinyimagenet and imagenet_subset: digits is read from its "
+                                "files under --root"),
+    (["cifar10", "--from", "nowhere.npz"], "no such file or folder: nowhere.npz"),
+])
+def test_a_wrong_option_is_one_line(tmp_path, args, error):
+    proc = cl_bench("data", "prepare", *args, "--root", str(tmp_path / "d"))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"cl-bench: error: {error}"], proc.stderr
+    assert not (tmp_path / "d").exists()

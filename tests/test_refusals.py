@@ -43,6 +43,9 @@ def test_an_unknown_choice_names_the_nearest(override, nearest):
     group, name = override.split("=")
     message = refusal(override)
     assert message.startswith(f"unknown {group} '{name}' (did you mean {nearest}?): choose one of {nearest}, ")
+    said = config.unknown_choice(["seed=3", override, "method.lr=0.1"])  # the line for Hydra's bare ValueError
+    assert said.startswith(f"unknown {group} '{name}' (did you mean {nearest}?): choose one of {nearest}, ")
+    assert config.unknown_choice(["seed=3", f"{group}={nearest}", "method.lr=0.1"]) is None
 
 
 @pytest.mark.parametrize("overrides, refused", [
@@ -54,6 +57,16 @@ def test_an_unknown_choice_names_the_nearest(override, nearest):
 def test_a_key_the_run_would_not_read_is_refused(overrides, refused):
     message = refusal(*overrides)
     assert message.startswith(f"{refused} is not read") and "drop it" in message
+
+
+@pytest.mark.parametrize("overrides, said", [
+    (["eval_future=true", "scenario=class"], "eval_future=true in the class scenario needs tasks that share labels "
+     "(permuted_mnist, rotated_mnist): a future task's classes have no outputs yet; use scenario=task"),
+    (["checkpoint.enabled=false", "checkpoint.every_epochs=1"],
+     "checkpoint.every_epochs needs checkpoint.enabled=true"),
+])
+def test_a_combination_the_run_cannot_honour_is_refused(overrides, said):
+    assert refusal(*overrides) == said
 
 
 @pytest.mark.slow  # a process each
@@ -75,7 +88,9 @@ def test_a_default_value_given_on_the_command_line_is_refused_too(tmp_path, over
     ["method=lucir", "scenario=class", "method.lr_milestones=[]", "method.lr_gamma=0.5"],  # its fine-tuning phase
     ["method=packnet", "method.lr_milestones=[]", "method.lr_gamma=0.5"],  # its retraining phase has milestones
     ["method=bic", "scenario=class", "method.optimizer=adam", "method.momentum=0.5"],  # its stage 2 SGD reads it
-    ["checkpoint.keep=all"]])
+    ["checkpoint.keep=all"],
+    ["eval_future=true", "scenario=class", "dataset=permuted_mnist"],  # its tasks share the labels
+    ["eval_future=true", "scenario=task"]])
 def test_a_key_the_run_reads_is_accepted(overrides):
     config.validate(config.compose(overrides))
 

@@ -60,6 +60,34 @@ def test_an_interrupted_prepare_is_not_taken_for_a_prepared_dataset(data_root, t
     assert prepared.find(tmp_path, "digits") is None  # no meta.json: written last, it marks completion
 
 
+def test_a_prepare_after_an_interrupted_one_starts_afresh(tmp_path):
+    from cl_bench.data.prepare import prepare_stream
+    partial = prepared.Writer(tmp_path, "digits")
+    partial.open_images("train", 3, (3, 4, 4))  # another shape, from a run that was killed
+    done = prepare_stream("digits", tmp_path)
+    assert done.meta["train"] == 1437 and done.images("train").shape == (1437, 1, 8, 8)
+    assert sorted(p.name for p in done.path.iterdir()) == ["meta.json", "test_x.npy", "test_y.npy", "train_x.npy",
+                                                          "train_y.npy"]
+
+
+def test_images_in_a_version_2_npy_read_alike(tmp_path):
+    x = np.random.default_rng(0).integers(0, 256, (5, 3, 4, 4), dtype=np.uint8)
+    with open(tmp_path / "train_x.npy", "wb") as f:  # numpy writes 2.0 where a header outgrows 1.0's 64 KiB
+        np.lib.format.write_array(f, x, version=(2, 0))
+    mapped = prepared.MappedImages(tmp_path / "train_x.npy")
+    assert mapped.shape == x.shape and torch.equal(mapped.gather(np.array([4, 1])), torch.from_numpy(x[[4, 1]]))
+
+
+@pytest.mark.parametrize("array", [np.zeros((2, 3, 4, 4), np.float32), np.zeros((2, 16), np.uint8),
+                                   np.asfortranarray(np.zeros((2, 3, 4, 4), np.uint8))])
+def test_a_prepared_file_of_other_images_says_prepare_again(tmp_path, array):
+    from cl_bench.errors import UserError
+    np.save(tmp_path / "train_x.npy", array)
+    with pytest.raises(UserError, match=r"train_x\.npy: expected N×C×H×W uint8 images in C order; prepare the "
+                                        r"dataset again"):
+        prepared.MappedImages(tmp_path / "train_x.npy")
+
+
 def test_off_device_splits_batch_as_device_splits(data_root):
     src = sources.from_prepared(prepared.require(data_root, "digits"), mapped=True)
     rows = torch.arange(100, 300)

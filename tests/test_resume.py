@@ -68,3 +68,29 @@ def test_a_resume_reads_the_runs_own_record_not_hydras(tmp_path):
     proc = cl_bench("train", f"resume={tmp_path / 'cut'}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert without_timings(json.loads((tmp_path / "cut" / "metrics.json").read_text())) == without_timings(whole)
+
+
+@pytest.mark.parametrize("name", [None, "task_000"])
+def test_a_run_whose_every_checkpoint_is_damaged_is_one_line(tmp_path, name):
+    """What `cl-bench eval` restores: each damaged checkpoint named, none taken for the run's state."""
+    from cl_bench import config
+    from cl_bench import train as train_module
+    from cl_bench.errors import UserError
+    config.register()
+    for task in ("task_000", "task_001"):
+        (tmp_path / "checkpoints" / task).mkdir(parents=True)
+        (tmp_path / "checkpoints" / task / "meta.json").write_text("{cut short")
+    named = f"{name} " if name else ""
+    with pytest.raises(UserError, match=rf"^no valid checkpoint {named}in {tmp_path}/checkpoints \(.*task_00"
+                                        r"\d is unreadable \(JSONDecodeError: [^\n]*\)$") as refused:
+        train_module.restore(config.compose(["logger=none"]), tmp_path, name)
+    assert str(refused.value).count("is unreadable") == (1 if name else 2)
+
+
+def test_a_checkpoint_without_validation_accuracy_cannot_be_resumed(tmp_path):
+    from cl_bench.errors import UserError
+    from cl_bench.train import Results
+    with pytest.raises(UserError, match=rf"^{tmp_path} was checkpointed by an older cl-bench that recorded no "
+                                        r"validation accuracy: it cannot be resumed; start it again$"):
+        Results.from_meta({"task_id": 0, "acc": [[0.9]]}, tmp_path)
+    assert Results.from_meta({"task_id": 0, "acc": [[0.9]], "val_acc": [[0.8]]}, tmp_path).val_acc == [[0.8]]

@@ -95,6 +95,31 @@ def test_too_many_tasks_for_the_classes_is_a_user_error(tmp_path):
         build(tmp_path, name="split_mnist", source="mnist", num_tasks=6, classes_per_task=2)
 
 
+def test_a_cifar100_copy_with_fewer_superclasses_than_tasks_is_a_user_error(tmp_path):
+    from cl_bench.errors import UserError
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):  # a copy holding 12 superclasses' classes only (the config allows 20 tasks)
+        fine = np.arange(60)
+        batch = cifar_batch(rng.integers(0, 256, (60, 3, 32, 32), dtype=np.uint8),
+                            {"fine_labels": fine.tolist(), "coarse_labels": (fine // 5).tolist()}, False)
+        write_pickle(tmp_path / "cifar-100-python" / split, batch, 3)
+    assert len(build(tmp_path, name="cifar100_20", source="cifar100", kind="superclass", num_tasks=12).tasks) == 12
+    with pytest.raises(UserError, match=r"dataset.num_tasks=13: cifar100 has 12 superclasses, one task each; lower "
+                                        r"dataset.num_tasks"):
+        build(tmp_path, name="cifar100_20", source="cifar100", kind="superclass", num_tasks=13)
+
+
+@pytest.mark.parametrize("kind", ["permuted", "rotated"])
+def test_tasks_transformed_on_the_device_refuse_another_residency(tmp_path, kind):
+    from cl_bench.errors import UserError
+    write_idx_dataset(tmp_path / "MNIST" / "raw")
+    cfg = OmegaConf.structured(DatasetConfig(name=f"{kind}_mnist", source="mnist", kind=kind, num_tasks=2))
+    data = OmegaConf.structured(DataConfig(root=str(tmp_path), residency="host"))
+    with pytest.raises(UserError, match=rf"dataset.kind={kind} transforms its images when the tasks are built, on "
+                                        rf"the device: use data.residency=device \(or auto\) with {kind}_mnist"):
+        scenarios.build(cfg, data, "task", 0, torch.device("cpu"))
+
+
 def test_batches_visit_every_sample_once_per_pass():
     split = scenarios.Split(torch.arange(10, dtype=torch.uint8)[:, None, None, None], torch.arange(10),
                             torch.zeros(10, dtype=torch.long))

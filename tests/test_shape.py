@@ -171,3 +171,15 @@ def test_paper_setting_at_its_shape(tmp_path_factory, name):
     assert shape["checkpoint_bytes_kept"] <= 1.05 * max(shape["checkpoint_bytes_per_task"]) + 4096  # keep=1
     if name.startswith("pae"):  # 5 chains × 19 tasks of VGG16-BN's goal networks, on disk beside the checkpoints
         assert len(list((run / "side").rglob("*.safetensors"))) == 5 * 19 and shape["side_state_bytes"] > 0
+
+
+def test_the_shape_line_of_a_task_and_of_the_run():
+    from cl_bench import shape
+    section = {"peak_rss_mb": 812.4, "peak_device_mb": None, "state_bytes": 3 * 2**20, "side_state_bytes": 0,
+               "checkpoint_bytes_kept": 6 * 2**20, "checkpoint_bytes_written": 9 * 2**20,
+               "tasks": [{"id": 0, "phases": [{"name": "train", "s": 1.234}, {"name": "prune_0.5", "s": 0.5}]}]}
+    sizes = "peak RSS 812 MB; state 3.0 MB, side 0.0 MB, checkpoints kept 6.0 MB of 9.0 MB written"
+    assert shape.summary(section, 0) == f"shape, task 0: 2 phases (train 1.23s, prune_0.5 0.50s); {sizes}"
+    assert shape.summary(section) == f"shape: {sizes}"  # the run's end: its totals
+    assert shape.summary(section, 1) == f"shape: {sizes}"  # a task not recorded (yet): the sizes alone
+    assert shape.summary({**section, "peak_device_mb": 2048.0}).startswith("shape: peak RSS 812 MB, device 2048 MB; ")

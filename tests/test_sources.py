@@ -238,6 +238,19 @@ def test_cifar10_wrong_data_shape_is_a_user_error(tmp_path):
         sources.load("cifar10", tmp_path)
 
 
+@pytest.mark.parametrize(("batch", "complaint"), [
+    ([1, 2, 3], r"test_batch is not a CIFAR batch: it holds a list, not a dict"),
+    ({b"labels": [0, 1]}, r"test_batch is not a CIFAR batch: it has no 'data' entry"),
+])
+def test_cifar10_batch_of_another_kind_is_a_user_error(tmp_path, batch, complaint):
+    folder = tmp_path / "cifar-10-batches-py"
+    for name in [f"data_batch_{i}" for i in range(1, 6)]:
+        write_pickle(folder / name, {b"data": cifar_images(0, 2).reshape(2, -1), b"labels": [0, 1]}, 3)
+    write_pickle(folder / "test_batch", batch, 3)
+    with pytest.raises(UserError, match=complaint):
+        sources.load("cifar10", tmp_path)
+
+
 class Planted:
     """Unpickling this runs `call(*args)`: the shape of a malicious pickle."""
 
@@ -300,6 +313,33 @@ def test_svhn_label_out_of_range_is_a_user_error(tmp_path, bad_label):
         {"X": images.transpose(2, 3, 1, 0), "y": np.array([[1], [bad_label], [3]], np.uint8)},
     )
     with pytest.raises(UserError, match=r"test_32x32\.mat: labels must lie in 1\.\.10"):
+        sources.load("svhn", tmp_path)
+
+
+def test_svhn_split_of_one_image_loads(tmp_path):
+    """MATLAB drops a trailing axis of length 1: the X it saves for one image is 32x32x3."""
+    images = cifar_images(0, 3)
+    write_svhn(tmp_path, "train", images[:2], np.array([1, 0]))
+    scipy.io.savemat(tmp_path / "test_32x32.mat", {"X": images[2].transpose(1, 2, 0), "y": np.array([[7]], np.uint8)})
+    source = sources.load("svhn", tmp_path)
+    assert torch.equal(source.test_x, torch.from_numpy(images[2:])) and source.test_y.tolist() == [7]
+
+
+@pytest.mark.parametrize(("content", "complaint"), [
+    ("damaged", r"cannot read .*test_32x32\.mat as a MATLAB file: "),
+    ("float_images", r"test_32x32\.mat: 'X' must be a uint8 array of shape 32x32x3xN"),
+    ("no_labels", r"test_32x32\.mat has no 'y' label array"),
+])
+def test_svhn_file_of_another_kind_is_a_user_error(tmp_path, content, complaint):
+    images = cifar_images(0, 3)
+    write_svhn(tmp_path, "train", images, np.array([1, 2, 3]))
+    test = tmp_path / "test_32x32.mat"
+    if content == "damaged":
+        test.write_bytes(b"MATLAB 5.0 MAT-file, cut short")
+    else:
+        x, y = images.transpose(2, 3, 1, 0), np.array([[1], [2], [3]], np.uint8)
+        scipy.io.savemat(test, {"X": x / 255, "y": y} if content == "float_images" else {"X": x})
+    with pytest.raises(UserError, match=complaint):
         sources.load("svhn", tmp_path)
 
 
@@ -459,6 +499,20 @@ def test_miniimagenet_with_foreign_content_is_a_user_error(tmp_path):
         sources.load("miniimagenet", tmp_path)
 
 
+
+@pytest.mark.parametrize(("content", "complaint"), [
+    ([1, 2], r"mini-imagenet-cache-val\.pkl is not a miniImageNet cache pickle: it holds a list"),
+    ({"image_data": np.zeros((2, 84, 84, 3), np.uint8), "class_dict": {"n1": [0, 2]}},
+     r"mini-imagenet-cache-val\.pkl: class n1 lists image indices outside 0\.\.1"),
+])
+def test_miniimagenet_pickle_of_another_kind_is_a_user_error(tmp_path, content, complaint):
+    write_miniimagenet(tmp_path / "miniImageNet", per_class=6)
+    with open(tmp_path / "miniImageNet" / "mini-imagenet-cache-val.pkl", "wb") as f:
+        pickle.dump(content, f)
+    with pytest.raises(UserError, match=complaint):
+        sources.load("miniimagenet", tmp_path)
+
+
 def write_core50(folder: Path, seed: int = 0) -> tuple[np.ndarray, list[str]]:
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
@@ -487,6 +541,31 @@ def test_core50_paths_that_do_not_match_the_images_are_a_user_error(tmp_path):
     with open(tmp_path / "core50" / "paths.pkl", "wb") as f:
         pickle.dump(["s1/o1/a.png"], f)
     with pytest.raises(UserError, match="must list one path per image"):
+        sources.load("core50", tmp_path)
+
+
+
+@pytest.mark.parametrize(("damage", "complaint"), [
+    ("not_an_npz", r"cannot read .*core50_imgs\.npz as CORe50's image archive: "),
+    ("no_x", r"cannot read .*core50_imgs\.npz as CORe50's image archive: "),
+    ("small_images", r"core50_imgs\.npz: 'x' must be a uint8 array of shape Nx128x128x3"),
+    ("object_51", r"paths\.pkl: every path must start 'sS/oO/' with O in 1\.\.50"),
+    ("not_a_path", r"paths\.pkl: every path must start 'sS/oO/' with O in 1\.\.50"),
+])
+def test_core50_files_of_another_kind_are_a_user_error(tmp_path, damage, complaint):
+    x, paths = write_core50(tmp_path / "core50")
+    npz = tmp_path / "core50" / "core50_imgs.npz"
+    if damage == "not_an_npz":
+        npz.write_bytes(b"PK\x03\x04 cut short")
+    elif damage == "no_x":
+        np.savez(npz, images=x)
+    elif damage == "small_images":
+        np.savez(npz, x=x[:, :64, :64])
+    else:
+        paths[3] = "s1/o51/C_01_51_000.png" if damage == "object_51" else "C_01_01_000.png"
+        with open(tmp_path / "core50" / "paths.pkl", "wb") as f:
+            pickle.dump(paths, f)
+    with pytest.raises(UserError, match=complaint):
         sources.load("core50", tmp_path)
 
 

@@ -254,3 +254,35 @@ def test_the_report_groups_a_grown_sweeps_runs_by_their_settings_less_the_seed(t
     rows = report.summarise(runs, report.grouping_keys(runs))
     assert len(rows) == 3
     assert sorted(row["seeds"] for row in rows) == [2, 2, 2]
+
+
+def test_a_saved_config_a_kill_cut_short_is_no_run_of_any_settings(tmp_path):
+    """A job killed while Hydra wrote .hydra/config.yaml (in place) leaves it cut mid-line: a sweep re-run finds no
+    run there (and claims another folder), rather than failing on the YAML."""
+    job = tmp_path / "sweep" / "0" / ".hydra"
+    job.mkdir(parents=True)
+    (job / "config.yaml").write_text("method:\n  name: ewc\n  lr: 0.1\n  momen")
+    assert rundirs.saved_settings(job / "config.yaml") is None
+    assert rundirs.same_run(tmp_path / "sweep", "any identity") is None
+
+
+def test_a_saved_paper_value_for_a_memory_size_it_lacks_reads_as_written(tmp_path):
+    table = "${by_memory_size:{200: 0.01, 500: 0.1}}"
+    path = tmp_path / "config.yaml"
+    for size, lr in ((500, 0.1), (300, table)):  # 300: the resolver refuses it, the value stays as written
+        path.write_text(f"method:\n  name: er\n  memory_size: {size}\n  lr: '{table}'\n")
+        found = rundirs.saved_settings(path)
+        assert (found["method.memory_size"], found["method.lr"]) == (size, lr)
+
+
+def test_a_single_runs_resolved_config_names_no_job_folder(tmp_path):
+    proc = cl_bench("train", "--cfg", "all", "--resolve", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 0, proc.stderr
+    assert "    subdir: '0'\n" in proc.stdout and "lr: " in proc.stdout
+    assert not (tmp_path / "sweep").exists()  # nothing claimed
+
+
+def test_a_later_task_of_a_job_gives_up_when_the_first_claims_no_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(rundirs, "FOLLOWER_WAIT_S", 0.2)
+    with pytest.raises(TimeoutError, match=f"the first task of this job claimed no folder in {tmp_path} within 0.2 s"):
+        rundirs.follow(tmp_path, "an identity no run has")

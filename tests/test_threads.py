@@ -80,6 +80,19 @@ def test_joblib_worker_count(n_jobs, cores, jobs):
     assert hardware.joblib_jobs(n_jobs, cores) == jobs
 
 
+@pytest.mark.parametrize(("launcher", "jobs", "said"), [
+    ({"cpus_per_task": 4}, 4, "hydra.launcher.cpus_per_task=4"),  # submitit's: each job its own share of the cores
+    ({"cpus_per_task": 32}, 1, "hydra.launcher.cpus_per_task=32"),  # more than there are: one job's worth
+    ({"_target_": "BasicLauncher"}, 1, "the launcher runs its jobs one after another"),
+])
+def test_a_sweeps_launcher_says_how_many_jobs_share_the_cores(launcher, jobs, said):
+    try:
+        hardware.enter_multirun(launcher)
+        assert hardware.concurrent_jobs(16) == (jobs, said)
+    finally:
+        hardware.enter_multirun(None)
+
+
 def test_a_submitit_local_sweep_runs_each_job(tmp_path):
     """Two single-process jobs through Hydra's submitit_local launcher: each a complete run that says so."""
     proc = cl_bench("train", "-m", "debug=smoke", "hydra/launcher=submitit_local", "seed=0,1",

@@ -141,3 +141,44 @@ def test_the_catalog_holds_every_trait_of_every_method():
         assert list(traits) == fields, name
         assert set(traits["scenarios"]) == cls.traits.scenarios and traits["graph_safe"] == cls.traits.graph_safe
         assert traits["health_checks"] == [c.name for c in cls.traits.health_checks], name
+
+
+def test_a_config_of_every_type_the_catalog_knows_is_rebuilt_as_declared():
+    """Types no built-in option uses yet (Any, a dict), beside those they do: a user's backbone may declare them."""
+    @dataclasses.dataclass
+    class Mine:
+        extra: typing.Any = None
+        widths: dict[str, int] = dataclasses.field(default_factory=lambda: {"stem": 8})
+        depths: list[int] = dataclasses.field(default_factory=lambda: [2, 2])
+        scale: float | None = 0.5
+
+    rebuilt = catalog.rebuild(json.loads(json.dumps(catalog.describe_config(Mine))))
+    assert {f.name: f.type for f in dataclasses.fields(rebuilt)} == {
+        "extra": typing.Any, "widths": dict[str, int], "depths": list[int], "scale": float | None}
+    assert dataclasses.asdict(rebuilt()) == dataclasses.asdict(Mine())
+    assert rebuilt().widths is not rebuilt().widths  # a factory still: no default shared between instances
+
+
+def test_a_config_the_catalog_cannot_describe_says_what_to_change():
+    @dataclasses.dataclass
+    class Pair:
+        size: tuple[int, int] = (3, 3)
+
+    @dataclasses.dataclass
+    class Bare:
+        width: int
+
+    with pytest.raises(TypeError, match=r"cannot describe a config field of type tuple\[int, int\]: teach "
+                                        r"encode_type and decode_type"):
+        catalog.describe_config(Pair)
+    with pytest.raises(TypeError, match="Bare.width has no default: the config's nodes hold one for every field"):
+        catalog.describe_config(Bare)
+
+
+def test_only_plain_overrides_take_the_fast_path():
+    """Overrides alone are composed over the catalog; a sweep, resume=, a flag or what Hydra cannot parse goes to
+    hydra.main, which answers it in its own words."""
+    from cl_bench import app
+    assert app.plain_overrides(["method=er", "method.lr=0.1", "dataset.class_order=[2,1,0]"])
+    for args in (["seed=1,2"], ["resume=outputs/run"], ["--cfg", "job"], ["method.lr=[1,"]):
+        assert not app.plain_overrides(args), args

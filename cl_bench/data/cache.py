@@ -73,7 +73,7 @@ def _store(path: Path, source, sources: list[str]) -> None:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         _drop_replaced(path, meta["sources"])
-    except OSError:  # a read-only or full disk costs the speed-up, never the run
+    except (OSError, SafetensorError):  # a read-only or full disk costs the speed-up, never the run
         pass
 
 

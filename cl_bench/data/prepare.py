@@ -17,6 +17,7 @@ resized once), any other source from the files its reader reads.
 import io
 import pickle
 import tarfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,7 @@ def _from_npz(path: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     try:
         packed = np.load(path)
         blob, offsets, labels = (packed[f"{split}_{key}"] for key in ("jpeg", "offsets", "labels"))
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:  # BadZipFile: a file cut short
         raise UserError(f"{path}: not an .npz of encoded images with {split}_jpeg, {split}_offsets and "
                         f"{split}_labels ({error})") from error
     files = [blob[a:b].tobytes() for a, b in zip(offsets[:-1], offsets[1:])]

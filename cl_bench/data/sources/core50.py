@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def _load_core50(paths: list[Path]) -> Source:
     try:
         with np.load(npz_path, allow_pickle=False) as npz:
             images = npz["x"]
-    except (OSError, KeyError, ValueError, zlib.error) as error:
+    except (OSError, KeyError, ValueError, zlib.error, zipfile.BadZipFile) as error:  # BadZipFile: cut short
         raise UserError(f"cannot read {npz_path} as CORe50's image archive: {error}") from error
     if not (images.dtype == np.uint8 and images.ndim == 4 and images.shape[1:] == (128, 128, 3)):
         raise UserError(f"{npz_path}: 'x' must be a uint8 array of shape Nx128x128x3")
