@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..checkpoint import SideStore
+from ..config import HardwareConfig
 from ..data import EVAL_BATCH
 
 
@@ -32,6 +33,7 @@ class Context:
     # hardware.cuda_graphs granted (hardware.graph_mode): fit()'s full-size steps go through a StepGraph (loop.py),
     # captured on a GPU and run eagerly through the same buffers elsewhere.
     cuda_graphs: bool = False
+    fused_optimizer: bool = HardwareConfig.fused_optimizer  # hardware.fused_optimizer: the optimisers' fused kernels
 
     @property
     def augment_generator(self) -> torch.Generator:
