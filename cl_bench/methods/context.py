@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 import torch
 
 from ..checkpoint import SideStore
-from ..config import HardwareConfig
 from ..data import EVAL_BATCH
 
 
@@ -33,7 +32,9 @@ class Context:
     # hardware.cuda_graphs granted (hardware.graph_mode): fit()'s full-size steps go through a StepGraph (loop.py),
     # captured on a GPU and run eagerly through the same buffers elsewhere.
     cuda_graphs: bool = False
-    fused_optimizer: bool = HardwareConfig.fused_optimizer  # hardware.fused_optimizer: the optimisers' fused kernels
+    # hardware.fused_optimizer as the run passes it (train.py; on by default there): the optimisers as torch's fused
+    # kernels (loop.optimizer). A Context built without a run, as some tests build one, takes torch's foreach ops.
+    fused_optimizer: bool = False
 
     @property
     def augment_generator(self) -> torch.Generator:
