@@ -193,6 +193,11 @@ class HardwareConfig(Checked):
     # in place of hundreds, where small batches leave the GPU waiting on the host. Elsewhere the steps run eagerly,
     # and metrics.json's ran_on.cuda_graphs says why (methods/loop.py StepGraph).
     cuda_graphs: bool = False
+    # The optimisers (method.optimizer: SGD, Adam, AdamW; the methods' own too) as torch's fused kernels: one call a
+    # step for every parameter, where foreach Adam reads each parameter's step count on the host. Weights move from
+    # foreach's at float rounding: after 225 steps, each within 16 ulps of its tensor's largest (2e-6 of it; measured
+    # 4; tests/test_launches.py FUSED_ULPS). false: torch's foreach ops, bit for bit its default arithmetic.
+    fused_optimizer: bool = True
 
     def checks(self):
         return [("threads", self.threads is None or self.threads >= 1, "null or at least 1"),

@@ -47,7 +47,8 @@ def build(cfg, recorder, run_dir: Path | None = None):
                           cfg.data.eval_batch_size, precision=hw.precision,
                           shape=Shape(hw.device) if cfg.shape else None, store=checkpoint.SideStore(run_dir),
                           ran_on={**hardware.ran_on(hw), "residency": scenario.residency,
-                                  "cuda_graphs": graphs_record}, cuda_graphs=graphs)
+                                  "cuda_graphs": graphs_record}, cuda_graphs=graphs,
+                          fused_optimizer=cfg.hardware.fused_optimizer)
     method = methods.build(cfg.method, backbones.build(cfg.backbone, scenario.info.input_shape), scenario.info, ctx)
     if hw.channels_last:
         method.to(memory_format=torch.channels_last)

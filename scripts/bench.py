@@ -515,9 +515,10 @@ LAUNCH_WARMUP, LAUNCH_STEPS = 2, 10
 LAUNCH_TRAIN = 259  # split_digits' training samples in a task (the rest are its validation and test samples)
 LAUNCH_COMMON = ["dataset=split_digits", "setting=none", "dataset.num_tasks=2", "logger=none",
                  "checkpoint.enabled=false", "hardware.threads=1", "seed=0"]
-# The online methods' option method.fused_heads (issue 46; off by default, it moves results at float rounding): a
-# checkout from before it has no such key, so these rows are measured on `after` alone.
-LAUNCH_FUSED = ("agem", "lamaml")
+# The online methods' option method.fused_heads (issue 46; on by default since issue 73) off: each head apart, a row
+# of its own. A checkout from before issue 46 has no such key, so these rows are measured on `after` alone.
+LAUNCH_PER_HEAD = ("agem", "lamaml")
+PER_HEAD = ", per-head heads"
 
 
 def launch_rows() -> dict[str, list[str]]:
@@ -529,8 +530,8 @@ def launch_rows() -> dict[str, list[str]]:
     # some: a task owning none keeps its mask lr to the end (the official rule), and mask_lr_stop would not show.
     rows["cpg"] += ["method.prune_frequency=1", "method.train_acc_bar=0", "method.allow_acc_loss=0.99"]
     rows["cpg, mask lr 0"] = [*rows["cpg"], "method.mask_lr_stop=0"]
-    for name in LAUNCH_FUSED:
-        rows[f"{name}, fused heads"] = [*rows[name], "method.fused_heads=true"]
+    for name in LAUNCH_PER_HEAD:
+        rows[name + PER_HEAD] = [*rows[name], "method.fused_heads=false"]
     return rows
 
 
@@ -650,7 +651,7 @@ def launches(opts) -> dict:
     for g in range(0, len(labels), LAUNCH_GROUP):
         group = labels[g:g + LAUNCH_GROUP]
         for which, src in checkouts.items():
-            mine = [k for k in group if which == "after" or not k.endswith(", fused heads")]
+            mine = [k for k in group if which == "after" or not k.endswith(PER_HEAD)]
             proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "launches", "--worker",
                                    json.dumps([rows[k] for k in mine])], cwd=src, capture_output=True, text=True,
                                   env={**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"})
@@ -1405,8 +1406,9 @@ def render_launches(d) -> list[str]:
              "many tensors); aten calls: the outermost ones, as called from Python. Step time: the median, "
              "before and after in alternating processes of the same run (`before`: "
              + (d.get("before") or "not run") + "). `cpg, mask lr 0`: method.mask_lr_stop=0, the picking scores "
-             "at lr 0 as past their stop; `X, fused heads`: method.fused_heads=true, an option of the online "
-             "methods (off by default: results move at float rounding), which a checkout from before lacks. Every "
+             "at lr 0 as past their stop; `X, per-head heads`: method.fused_heads=false, the online methods' heads "
+             "each apart (fused by default since issue 73: results move at float rounding), measured on `after` "
+             "alone. Every "
              f"row runs `cl-bench train` overrides `{d.get('common', '')}` and its own (benchmarks.json, launches, "
              "runs, overrides).", "",
              "| method | " + " | ".join(f"aten ops {c} | aten calls {c} | step ms {c}" for c in checkouts)

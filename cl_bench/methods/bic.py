@@ -49,7 +49,7 @@ from ..data.scenarios import Split
 from ..errors import UserError
 from ..health import MEMORY_CLASSES
 from .base import Method, MethodConfig, Traits, fresh_copy
-from .loop import in_step
+from .loop import in_step, optimizer
 from .memory import Memory, Rehearsal, check_new_classes_every_task, rank_within_class
 
 
@@ -216,7 +216,7 @@ class BiC(Rehearsal, Method):
         new = self.output_task[:seen] == task.id
         alpha = torch.ones((), device=logits.device, requires_grad=True)
         beta = torch.zeros((), device=logits.device, requires_grad=True)
-        opt = torch.optim.SGD([alpha, beta], lr=cfg.bias_lr, momentum=cfg.momentum)
+        opt = optimizer("sgd", [alpha, beta], self.ctx.fused_optimizer, lr=cfg.bias_lr, momentum=cfg.momentum)
         sched = torch.optim.lr_scheduler.MultiStepLR(opt, list(cfg.bias_lr_milestones), cfg.lr_gamma)
         for _ in range(self.loop.phase_epochs(cfg.bias_epochs)):
             order = torch.randperm(len(held), device=logits.device, generator=self.ctx.generator)

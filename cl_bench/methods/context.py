@@ -32,6 +32,9 @@ class Context:
     # hardware.cuda_graphs granted (hardware.graph_mode): fit()'s full-size steps go through a StepGraph (loop.py),
     # captured on a GPU and run eagerly through the same buffers elsewhere.
     cuda_graphs: bool = False
+    # hardware.fused_optimizer as the run passes it (train.py; on by default there): the optimisers as torch's fused
+    # kernels (loop.optimizer). A Context built without a run, as some tests build one, takes torch's foreach ops.
+    fused_optimizer: bool = False
 
     @property
     def augment_generator(self) -> torch.Generator:

@@ -9,7 +9,7 @@ from ..data.scenarios import Info
 class Heads(nn.Module):
     """A linear head per task in the task scenario; one head over the outputs seen so far in the class one."""
 
-    fused = False  # mixed(): every plain head in one matmul (a method's option, e.g. the online methods' fused_heads)
+    fused = False  # mixed(): every plain head in one matmul (a method's option: the online methods' fused_heads)
 
     def __init__(self, feature_dim: int, info: Info):
         super().__init__()

@@ -132,16 +132,14 @@ class Loop:
         wd = cfg.weight_decay if weight_decay is None else weight_decay
         if wd and cfg.weight_decay_on == "weights":
             params, wd = weights_decayed(params, wd), 0.0
-        # foreach: one op call for all the parameters, where torch's CPU default loops over them in Python (its CUDA
-        # default already is foreach); the same arithmetic, bit for bit (tests/test_launches.py)
         if cfg.optimizer == "sgd":
-            return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=wd,
-                                   foreach=True)
-        # capturable: Adam's step counts stay on the device, so that a captured step (StepGraph) advances them
+            return optimizer("sgd", params, self.ctx.fused_optimizer, lr=lr, momentum=cfg.momentum,
+                             nesterov=cfg.nesterov, weight_decay=wd)
+        # capturable: Adam's step counts stay on the device (fused kernels keep them there anyway), so that a captured
+        # step (StepGraph) advances them; torch refuses to capture the step of an optimiser not built capturable
         capturable = self.ctx.cuda_graphs and self.ctx.device.type == "cuda"
-        if cfg.optimizer == "adam":
-            return torch.optim.Adam(params, lr=lr, weight_decay=wd, capturable=capturable, foreach=True)
-        return torch.optim.AdamW(params, lr=lr, weight_decay=wd, capturable=capturable, foreach=True)
+        return optimizer(cfg.optimizer, params, self.ctx.fused_optimizer, lr=lr, weight_decay=wd,
+                         capturable=capturable)
 
     def fit(self, task: Task, loss_fn, **options) -> None:
         """One phase of the task through the epoch loop (_fit), trained when it returns; named by phase_named in
@@ -474,6 +472,38 @@ class ResumePoint:
 
 class NonFiniteLoss(UserError):
     """Training diverged: the run stops before anything is checkpointed from the diverged weights."""
+
+
+OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+
+
+def optimizer(kind: str, params, fused: bool, **settings) -> torch.optim.Optimizer:
+    """torch's SGD, Adam or AdamW (kind) over params (tensors or groups), with settings: its fused kernels where
+    fused (hardware.fused_optimizer) and every parameter is floating, one call a step for them all; else its foreach
+    ops, one call for all the parameters where torch's CPU default loops over them in Python (its CUDA default is
+    foreach), the same arithmetic bit for bit (tests/test_launches.py)."""
+    params = list(params)
+    tensors = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
+    fused = fused and all(torch.is_floating_point(p) for p in tensors)
+    opt = OPTIMIZERS[kind](params, fused=fused, foreach=not fused, **settings)
+    if fused and kind == "sgd" and any(group["momentum"] for group in opt.param_groups):
+        opt.register_step_pre_hook(start_momentum)
+    return opt
+
+
+def start_momentum(opt: torch.optim.SGD, args, kwargs) -> None:
+    """Fused SGD allocates momentum buffers only on a step where no parameter has one: a parameter whose first
+    gradient comes after the others' first step would reach the kernel without one (torch raises). It starts from a
+    zero buffer, which the step's momentum·0 + g makes its gradient, as a first step's copy of it does."""
+    for group in opt.param_groups:
+        if not group["momentum"]:
+            continue
+        stepped = [p for p in group["params"] if p.grad is not None]
+        started = [p for p in stepped if "momentum_buffer" in opt.state.get(p, {})]
+        if started and len(started) < len(stepped):
+            for p in stepped:
+                if "momentum_buffer" not in opt.state.get(p, {}):
+                    opt.state[p]["momentum_buffer"] = torch.zeros_like(p.grad)
 
 
 def weights_decayed(params, wd: float) -> list[dict]:

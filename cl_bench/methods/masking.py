@@ -14,6 +14,7 @@ from ..health import Check, Finding
 from ..nn import masked
 from . import parallel
 from .base import DecayOn, Method, MethodConfig, Traits
+from .loop import optimizer
 
 
 class Init(Choice):
@@ -160,7 +161,7 @@ class MaskedMethod(Method):
         scores = [layer.score for layer in self.layers if layer.score is not None]
         for score in scores:
             score.requires_grad_(mask_lr > 0)
-        mask_opt = torch.optim.Adam(scores, lr=mask_lr) if scores and mask_lr > 0 else None
+        mask_opt = optimizer("adam", scores, self.ctx.fused_optimizer, lr=mask_lr) if scores and mask_lr > 0 else None
         steps_per_epoch = self.loop.steps_per_epoch(task.train)
         # The official code keeps the masks learning to the end when the task has no weights of its own.
         stop_masks = self.owns_weights(task.id)

@@ -35,9 +35,11 @@ class OnlineConfig(MethodConfig):
     replay_batch_size: int = 10  # memory samples per step (La-MAML's MNIST setting)
     memory_policy: OnlinePolicy = OnlinePolicy.reservoir
     # Task scenario: a mixed batch's logits from every head as one matmul of their concatenated weights (one launch
-    # instead of one per task; NCCL's calibrated heads run apart regardless). Off by default: the sums run in another
-    # order, so results differ at float rounding, which moves La-MAML's accuracy (see Heads.every_head).
-    fused_heads: bool = False
+    # instead of one per task; NCCL's calibrated heads run apart regardless), as La-MAML's and its A-GEM's code
+    # computes them: one Linear over every task's outputs, masked by the task's offsets (model/lamaml_cifar.py,
+    # model/agem.py forward). Logits and gradients agree with the heads one by one to float rounding: within 8 ulps of
+    # each tensor's largest (tests/test_launches.py HEADS_ULPS; Heads.every_head). false: each head apart.
+    fused_heads: bool = True
 
     # Shared knobs the online protocol has no use for (and `unused`, those a method adds): setting one is an
     # error, not a silent no-op.
