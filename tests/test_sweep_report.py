@@ -7,7 +7,8 @@ import statistics
 
 import pytest
 import yaml
-from conftest import cl_bench, files, once_per_session, sweep_summary, train
+from conftest import cl_bench, files, once_per_session, sweep_summary
+from test_method_contract import trial
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
@@ -86,9 +87,13 @@ def test_rerunning_a_half_finished_sweep_completes_only_what_is_missing(two_by_t
             {k: v for k, v in before[j].items() if k not in ("time_s", "peak_mem_mb")}
 
 
-def test_incomplete_runs_are_listed_not_averaged(tmp_path):
-    train(tmp_path / "a", "method.epochs=1")
-    train(tmp_path / "b", "method.epochs=1", "seed=1")
+def test_incomplete_runs_are_listed_not_averaged(two_by_two, tmp_path):
+    """Finetune's two seeds of the sweep (issue 74: not two runs of their own), the second cut short."""
+    finetune = {metrics(job)["seed"]: job for job in two_by_two.iterdir()
+                if job.is_dir() and metrics(job)["method"] == "finetune"}
+    shutil.move(finetune[0], tmp_path / "a")
+    shutil.move(finetune[1], tmp_path / "b")
+    shutil.rmtree(two_by_two)
     record = metrics(tmp_path / "b")
     record.update(complete=False, acc=record["acc"][:2])
     (tmp_path / "b" / "metrics.json").write_text(json.dumps(record))
@@ -99,16 +104,19 @@ def test_incomplete_runs_are_listed_not_averaged(tmp_path):
     assert "Incomplete runs" in (tmp_path / "report.md").read_text() and "(2/5" in proc.stdout
 
 
-def test_eval_rebuilds_a_checkpoint_and_reports_task_aware_accuracy(tmp_path):
-    run_dir = tmp_path / "run"
-    m = train(run_dir, "scenario=class", "method.epochs=1")
+def test_eval_rebuilds_a_checkpoint_and_reports_task_aware_accuracy(tmp_path_factory, worker_id, tmp_path):
+    """On a copy of finetune's trial in the class scenario (test_method_contract.py), which keeps both tasks'
+    checkpoints."""
+    trial_run = trial(tmp_path_factory, worker_id, "finetune", "class")
+    run_dir, m = tmp_path / "run", trial_run["metrics"]
+    shutil.copytree(trial_run["run_dir"], run_dir)
     proc = cl_bench("eval", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     result = json.loads((run_dir / "eval.json").read_text())
-    assert result["acc"] == m["acc"][-1] and result["checkpoint"] == "task_004"
+    assert result["acc"] == m["acc"][-1] and result["checkpoint"] == "task_001"
     assert all(aware >= plain for aware, plain in zip(result["task_aware_acc"], result["acc"]))
-    proc = cl_bench("eval", str(run_dir), "--checkpoint", "task_001")
-    assert proc.returncode == 0 and json.loads(proc.stdout)["acc"] == m["acc"][1]
+    proc = cl_bench("eval", str(run_dir), "--checkpoint", "task_000")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["acc"] == m["acc"][0]
 
 
 def test_eval_and_report_errors_are_one_line(tmp_path):
