@@ -287,8 +287,9 @@ AGREEMENT_RUNS = {
 # The host-sync audit's runs (test_sync_audit.FAST: two tasks of one batch, every phase cut to one batch): every
 # hardware=ddp method in each scenario it declares (Traits.distributed_scenarios), gated also with its task
 # classifier fitted after each task. PackNet, gated in both scenarios and ER in the class scenario are audited in
-# their agreement runs above, which take every phase in full; CPG's ramp with a cutoff in CPG's and PAE's, whose
-# steps release weights by the ramp's cutoff (test_sync_audit.WITHIN's kthvalue).
+# their agreement runs above, which take every phase in full, finetune, SI and DER (task) and iCaRL (class) in the
+# runs COMPARED with one process; CPG's ramp with a cutoff in CPG's and PAE's, whose steps release weights by
+# the ramp's cutoff (test_sync_audit.WITHIN's kthvalue).
 AUDITED_IN_AGREEMENT = {"packnet_task": "packnet", "gated_task": "gated_task", "gated_class": "gated_class",
                         "er_class": "er_class", "finetune_task": "compare_common", "si_task": "compare_si",
                         "icarl_class": "compare_icarl", "der_task": "compare_der"}  # and in the compared runs
