@@ -243,7 +243,9 @@ def check_records(job: Path) -> tuple[float, int]:
     return lr, seed
 
 
-@settings(max_examples=5, deadline=None)
+# Three sequences (about 12 runs; five took 20, issue 74): the fixed sequence of grow_one_sweep above shows each
+# kind of step, and these draw others at random
+@settings(max_examples=3, deadline=None)
 @given(SWEEPS)
 def test_any_sequence_of_sweeps_into_one_folder_runs_each_setting_once_and_keeps_every_run(tmp_path_factory,
                                                                                            sequence):
