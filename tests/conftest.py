@@ -134,15 +134,20 @@ class ForkedTrain:
         return out, err
 
 
+_ONCE: dict[str, str] = {}  # without xdist: each result computed in this session, as JSON
+
+
 def once_per_session(tmp_path_factory, worker_id: str, name: str, compute) -> dict | list:
     """compute(folder)'s JSON result, computed once in the whole session: under xdist every worker that needs it
-    waits on one file lock, the first computes it into the workers' shared folder and the rest read it. (A module
-    fixture runs once per worker that draws one of its tests, and `--dist loadgroup`, which would keep a module's
-    tests on one worker, groups nothing under pytest 9: xdist renames nodes through an attribute pytest 9 no
-    longer reads.)"""
+    waits on one file lock, the first computes it into the workers' shared folder and the rest read it; without
+    xdist, kept in this process. (A module fixture runs once per worker that draws one of its tests, and
+    `--dist loadgroup`, which would keep a module's tests on one worker, groups nothing under pytest 9: xdist
+    renames nodes through an attribute pytest 9 no longer reads.)"""
     from filelock import FileLock
     if worker_id == "master":
-        return compute(tmp_path_factory.mktemp(name))
+        if name not in _ONCE:
+            _ONCE[name] = json.dumps(compute(tmp_path_factory.mktemp(name)))
+        return json.loads(_ONCE[name])
     result = tmp_path_factory.getbasetemp().parent / f"{name}.json"  # the session's folder, above each worker's
     with FileLock(f"{result}.lock"):
         if not result.is_file():  # a worker whose computation failed leaves none: the next computes afresh

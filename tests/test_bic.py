@@ -229,12 +229,13 @@ def test_checks_and_refusals():
 
 
 @pytest.mark.slow
-def test_a_run_stopped_after_stage_1_resumes_to_the_same_metrics(tmp_path, monkeypatch):
+def test_a_run_stopped_after_stage_1_resumes_to_the_same_metrics(tmp_path_factory, worker_id, tmp_path, monkeypatch):
     # stopped after stage 1's last epoch of the second task: the resume fits the correction and herds as before
     case = (["method=bic", "scenario=class", "backbone=mlp", "backbone.hidden_sizes=[16]", "method.memory_size=100",
              "method.bias_epochs=5"], (1, 0, 1))
     monkeypatch.setitem(test_within_task.CASES, "bic", case)
-    test_within_task.test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path, monkeypatch, None, "bic")
+    test_within_task.test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path_factory, worker_id,
+                                                                                  tmp_path, None, "bic")
 
 
 @pytest.mark.slow  # a process; its run in the class scenario is its trial's (test_method_contract.py)

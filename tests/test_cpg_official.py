@@ -3,11 +3,13 @@ pruning ratio, pruning when growth runs out, the train-accuracy rules, the picki
 goal model's weight decay, what a new task inherits, the initialisation, PackNet's retraining lr drop, the
 official protocol and the capacity report. The official behaviour is written out here from the reference, and
 each method phase is driven with scripted accuracies where the rule is about decisions, not training."""
+import json
 import math
+import shutil
 
 import pytest
 import torch
-from conftest import cl_bench, train
+from conftest import cl_bench, once_per_session, train
 from test_packnet_cpg import COMMON, TINY, build, compose_cfg
 
 from cl_bench.data import scenarios
@@ -268,11 +270,24 @@ def test_the_official_protocol_trains_on_everything_and_selects_on_test():
         assert torch.equal(official.test[t].x, plain.test[t].x)
 
 
+# CPG's tiny run of two tasks without goals, under the honest protocol: the report's cpg row in both tests below
+HONEST = [*TINY["cpg"], *COMMON, "method.goal_source=none", "dataset.num_tasks=2"]
+
+
+@pytest.fixture
+def honest(tmp_path_factory, worker_id, tmp_path):
+    """HONEST's run, once in the session, copied into the test's folder (as tmp_path/honest)."""
+    def compute(folder):
+        train(folder / "run", *HONEST)
+        return str(folder / "run")
+    shutil.copytree(once_per_session(tmp_path_factory, worker_id, "cpg_honest_run", compute), tmp_path / "honest")
+    return tmp_path / "honest"
+
+
 @pytest.mark.slow
-def test_official_protocol_runs_say_so_and_are_never_averaged_with_honest_ones(tmp_path):
-    args = [*TINY["cpg"], *COMMON, "method.goal_source=none", "dataset.num_tasks=2"]
-    honest = train(tmp_path / "honest", *args)
-    official = train(tmp_path / "official", *args, "method.protocol=official")
+def test_official_protocol_runs_say_so_and_are_never_averaged_with_honest_ones(tmp_path, honest):
+    honest = json.loads((honest / "metrics.json").read_text())
+    official = train(tmp_path / "official", *HONEST, "method.protocol=official")
     assert honest["protocol"] == "honest" and official["protocol"] == "official"
     assert official["val_acc"][-1] == official["acc"][-1]  # its selection split is the test split
     assert cl_bench("report", str(tmp_path), "--no-plots").returncode == 0
@@ -310,10 +325,9 @@ def test_the_pae_setting_follows_the_committed_pae_script():
 
 
 @pytest.mark.slow
-def test_pae_runs_are_reported_apart_from_cpg(tmp_path):
-    args = [*TINY["cpg"], *COMMON, "method.goal_source=none", "dataset.num_tasks=2"]
-    assert train(tmp_path / "cpg", *args)["variant"] is None
-    assert train(tmp_path / "pae", *args, "method.picking=false")["variant"] == "pae"
+def test_pae_runs_are_reported_apart_from_cpg(tmp_path, honest):
+    assert json.loads((honest / "metrics.json").read_text())["variant"] is None
+    assert train(tmp_path / "pae", *HONEST, "method.picking=false")["variant"] == "pae"
     assert cl_bench("report", str(tmp_path), "--no-plots").returncode == 0
     table = (tmp_path / "report.md").read_text()
     assert "| cpg | split_digits | 2 | task | convnet | – | honest | 1 x cpu | 1 |" in table

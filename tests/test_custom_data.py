@@ -74,8 +74,9 @@ def test_image_folder_of_mixed_sizes_needs_image_size(tmp_path):
     assert src.train_x.shape == (16, 1, 5, 5)
 
 
-@pytest.mark.parametrize("scenario", ["task", "class"])
-@pytest.mark.parametrize("kind", ["npz", "image_folder"])
+# Each source once and each scenario once: a source is read before the scenario splits its classes into tasks, and the
+# split reads the classes alone, so the other two pairs would only show these facts again (issue 74).
+@pytest.mark.parametrize(("kind", "scenario"), [("npz", "task"), ("image_folder", "class")])
 def test_dataset_custom_trains_in_both_scenarios(tmp_path, scenario, kind):
     if kind == "npz":
         np.savez(tmp_path / "mine.npz", **arrays())

@@ -32,17 +32,31 @@ COMMON = ["method=finetune", "backbone=mlp", "backbone.hidden_sizes=[256,256]", 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
 
-def single_and_ddp(tmp_path, *overrides) -> tuple[dict, dict]:
-    """metrics.json of one process and of two under torchrun, same overrides (the global batch is the same)."""
-    single = train(tmp_path / "single", "hardware=cpu", *overrides)
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    proc = subprocess.run([*TORCHRUN, "-m", "cl_bench",
-                           "train", "hardware=ddp", "checkpoint.keep=all", *overrides,  # every task's memory read
-                           f"hydra.run.dir={tmp_path / 'ddp'}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert contract_problems(tmp_path / "ddp") == []
-    return single, json.loads((tmp_path / "ddp" / "metrics.json").read_text())
+# The runs compared with one process: COMMON, the baselines that declare ddp and the rehearsal methods. Their
+# torchrun side trains in rank_runs' one launch below (checkpoint.keep=all there: every task's memory read), which
+# also audits it for host syncs (issue 74: it stands for those methods' audit cases).
+# SI (importance from the averaged gradient) and iCaRL (herding on every rank) stand for the other importance
+# and herding methods (MAS, LUCIR), which share those mechanisms.
+# iCaRL at Mammoth's S-MNIST lr (0.1): at its CIFAR default of 2.0 this small MLP's training is chaotic, and the
+# float-order differences of two processes (or of one at another thread count) move a late task by 40 points.
+BASELINE = ["backbone=mlp", "backbone.hidden_sizes=[32]", "method.batch_size=64", "method.epochs=1", "logger=none"]
+REHEARSAL = ["backbone=mlp", "backbone.hidden_sizes=[256,256]", "method.epochs=2", "logger=none"]
+COMPARED = {
+    "compare_common": COMMON,
+    "compare_si": ["method=si", "scenario=task", *BASELINE, "method.lr=0.05"],
+    "compare_icarl": ["method=icarl", "scenario=class", *BASELINE, "method.lr=0.1"],
+    "compare_er": ["method=er", *REHEARSAL, "scenario=class"],
+    "compare_der": ["method=der", *REHEARSAL, "scenario=task", "method.batch_size=63"],
+}
+
+
+def single_and_ddp(tmp_path, rank_runs, name: str) -> tuple[dict, dict, Path]:
+    """metrics.json of COMPARED[name] in one process and of two under torchrun (rank_runs' launch: the global batch
+    is the same), and the latter's folder."""
+    single = train(tmp_path / "single", "hardware=cpu", *COMPARED[name])
+    ddp = Path(rank_runs[name][0]["run_dir"])
+    assert contract_problems(ddp) == []
+    return single, json.loads((ddp / "metrics.json").read_text()), ddp
 
 
 def assert_close_runs(ddp: dict, single: dict, avg: float, cell: float) -> None:
@@ -52,11 +66,11 @@ def assert_close_runs(ddp: dict, single: dict, avg: float, cell: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def common_runs(tmp_path_factory, worker_id) -> list[dict]:
+def common_runs(tmp_path_factory, worker_id, rank_runs) -> list[dict]:
     """COMMON's run in one process and in two under torchrun, which the launchers' tests compare with (once in
     the session, whichever workers draw those tests)."""
     return once_per_session(tmp_path_factory, worker_id, "common_runs",
-                            lambda folder: list(single_and_ddp(folder, *COMMON)))
+                            lambda folder: list(single_and_ddp(folder, rank_runs, "compare_common")[:2]))
 
 
 def test_two_processes_match_one_with_the_same_global_batch(common_runs):
@@ -79,28 +93,21 @@ def stored_samples(run_dir, task: int) -> set[bytes]:
     return {row.numpy().tobytes() for row in x.flatten(1)}
 
 
-# SI (importance from the averaged gradient) and iCaRL (herding on every rank) stand for the other importance
-# and herding methods (MAS, LUCIR), which share those mechanisms.
-# iCaRL at Mammoth's S-MNIST lr (0.1): at its CIFAR default of 2.0 this small MLP's training is chaotic, and the
-# float-order differences of two processes (or of one at another thread count) move a late task by 40 points.
-@pytest.mark.parametrize("method, scenario, extra", [("si", "task", ["method.lr=0.05"]),
-                                                     ("icarl", "class", ["method.lr=0.1"])])
-def test_the_baselines_that_declare_ddp_match_one_process(tmp_path, method, scenario, extra):
+@pytest.mark.parametrize("method", ["si", "icarl"])
+def test_the_baselines_that_declare_ddp_match_one_process(tmp_path, rank_runs, method):
     """The importance passes (SI's path integral from the averaged gradient, MAS's over the whole task on every
     rank) and the exemplar choices (herding on every rank) give every rank the same state, so two processes
     learn as one up to the order of float sums. The first task, before any of that state is used, agrees as
     finetune does; later, one herding tie broken the other way by a float sum picks another exemplar, and with
     72 test samples a task (1.4 points each) the runs drift apart by a few samples a cell. (SI's importance
     ω/((Δθ)² + ξ) is far from equal: it divides float-order differences by ξ = 1e-3; the weights agree.)"""
-    overrides = [f"method={method}", f"scenario={scenario}", "backbone=mlp", "backbone.hidden_sizes=[32]",
-                 "method.batch_size=64", "method.epochs=1", "logger=none", *extra]
-    single, ddp = single_and_ddp(tmp_path, *overrides)
+    single, ddp, ddp_dir = single_and_ddp(tmp_path, rank_runs, f"compare_{method}")
     assert single["avg_acc"] > 0.3  # it learned: equal runs at chance would show nothing
     assert abs(ddp["acc"][0][0] - single["acc"][0][0]) <= 0.03
     assert_close_runs(ddp, single, 0.06, 0.25)
     if method == "icarl":  # each rank herds over the whole task, not its shard: the same exemplars
         for task in range(len(single["acc"])):
-            assert stored_samples(tmp_path / "ddp", task) == stored_samples(tmp_path / "single", task)
+            assert stored_samples(ddp_dir, task) == stored_samples(tmp_path / "single", task)
 
 
 def memory_of(run_dir, task: int) -> dict:
@@ -108,22 +115,19 @@ def memory_of(run_dir, task: int) -> dict:
     return {k.removeprefix("memory."): v for k, v in state.items() if k.startswith("memory.")}
 
 
-@pytest.mark.parametrize("method, extra", [("er", ["scenario=class"]),
-                                           ("der", ["scenario=task", "method.batch_size=63"])])
-def test_rehearsal_under_two_processes_keeps_one_memory_and_learns_as_one(tmp_path, method, extra):
+@pytest.mark.parametrize("method", ["er", "der"])
+def test_rehearsal_under_two_processes_keeps_one_memory_and_learns_as_one(tmp_path, rank_runs, method):
     """Every rank stores the global batch and draws the same replay rows from the shared stream, so the memory
     after each task is the one a single process fills, sample for sample; DER's stored logits, computed on each
     rank's shard and gathered (an odd global batch of 63: shards of 32 and 31), equal the single process's up
     to the order of float sums. On the 8x8 digits, with no augmentation, the runs then agree as finetune does."""
-    overrides = [f"method={method}", "backbone=mlp", "backbone.hidden_sizes=[256,256]", "method.epochs=2",
-                 "logger=none", *extra]
-    single, ddp = single_and_ddp(tmp_path, *overrides)
+    single, ddp, ddp_dir = single_and_ddp(tmp_path, rank_runs, f"compare_{method}")
     assert single["avg_acc"] > 0.5
     # Float-order differences flip borderline test samples: ER's class scenario, right after task 1, is the most
     # uncertain cell (8 of task 0's 72 test images measured there, every other cell equal, the memories equal).
     assert_close_runs(ddp, single, 0.02, 0.12)
     for task in range(len(single["acc"])):
-        one, two = memory_of(tmp_path / "single", task), memory_of(tmp_path / "ddp", task)
+        one, two = memory_of(tmp_path / "single", task), memory_of(ddp_dir, task)
         for key in ("x", "y", "t", "seen"):
             assert torch.equal(one[key], two[key]), (task, key)
         assert torch.allclose(one["logits"], two["logits"], atol=0.05), task
@@ -283,10 +287,12 @@ AGREEMENT_RUNS = {
 # The host-sync audit's runs (test_sync_audit.FAST: two tasks of one batch, every phase cut to one batch): every
 # hardware=ddp method in each scenario it declares (Traits.distributed_scenarios), gated also with its task
 # classifier fitted after each task. PackNet, gated in both scenarios and ER in the class scenario are audited in
-# their agreement runs above, which take every phase in full; CPG's ramp with a cutoff in CPG's and PAE's, whose
-# steps release weights by the ramp's cutoff (test_sync_audit.WITHIN's kthvalue).
+# their agreement runs above, which take every phase in full, finetune, SI and DER (task) and iCaRL (class) in the
+# runs COMPARED with one process; CPG's ramp with a cutoff in CPG's and PAE's, whose steps release weights by
+# the ramp's cutoff (test_sync_audit.WITHIN's kthvalue).
 AUDITED_IN_AGREEMENT = {"packnet_task": "packnet", "gated_task": "gated_task", "gated_class": "gated_class",
-                        "er_class": "er_class"}
+                        "er_class": "er_class", "finetune_task": "compare_common", "si_task": "compare_si",
+                        "icarl_class": "compare_icarl", "der_task": "compare_der"}  # and in the compared runs
 RAMPS = ("cpg", "pae")
 DDP_CASES = {f"{name}_{scenario}": [f"method={name}", f"scenario={scenario}", *FAST]
              for name in methods.METHODS for scenario in sorted(methods.get(name).traits.distributed_scenarios)
@@ -307,12 +313,14 @@ def ddp_runs(root) -> dict[str, list[dict]]:
     script = root / "rank_run.py"
     script.write_text(RANK_RUN)
     runs = {name: ["train", "hardware=ddp", *overrides, f"hydra.run.dir={root / name}"]
-            for name, overrides in {**{k: [*TINY, *v] for k, v in AGREEMENT_RUNS.items()}, **DDP_CASES}.items()}
+            for name, overrides in {**{k: [*TINY, *v] for k, v in AGREEMENT_RUNS.items()}, **DDP_CASES,
+                                    **{k: ["checkpoint.keep=all", *v] for k, v in COMPARED.items()}}.items()}
     (root / "runs.json").write_text(json.dumps(runs))
     proc = subprocess.run([*TORCHRUN, str(script), str(root),
-                           str(Path(__file__).parent)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                           str(Path(__file__).parent)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return {name: [json.loads((root / f"{name}.rank{r}.json").read_text()) for r in (0, 1)] for name in runs}
+    return {name: [{**json.loads((root / f"{name}.rank{r}.json").read_text()), "run_dir": str(root / name)}
+                   for r in (0, 1)] for name in runs}
 
 
 @pytest.mark.parametrize("name", AGREEMENT_RUNS)
@@ -346,7 +354,7 @@ def test_the_runs_that_agree_are_the_declared_ddp_methods(name):
     assert overrides.get("scenario", "task") in method.traits.distributed_scenarios
 
 
-@pytest.mark.parametrize("name", [*AGREEMENT_RUNS, *DDP_CASES])
+@pytest.mark.parametrize("name", [*AGREEMENT_RUNS, *DDP_CASES, *COMPARED])
 def test_no_host_sync_inside_a_data_parallel_training_step(rank_runs, name):
     """hardware=ddp with two ranks: DistributedDataParallel's wrapping at each phase, the shards and the all-reduces
     run where one process has none of them (the wrapping broadcasts rank 0's parameters and buffers, which a cache
@@ -365,5 +373,6 @@ def test_every_ddp_method_and_scenario_is_audited():
     assert declared <= set(DDP_CASES) | set(AUDITED_IN_AGREEMENT)
     for case, run in AUDITED_IN_AGREEMENT.items():
         method, scenario = case.rsplit("_", 1)
-        chosen = dict(o.split("=", 1) for o in AGREEMENT_RUNS[run] if o.startswith(("method=", "scenario=")))
+        chosen = dict(o.split("=", 1) for o in {**AGREEMENT_RUNS, **COMPARED}[run]
+                      if o.startswith(("method=", "scenario=")))
         assert (chosen["method"], chosen.get("scenario", "task")) == (method, scenario), case

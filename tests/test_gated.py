@@ -161,13 +161,14 @@ def test_convert_refuses_a_backbone_without_convs():
         gated.convert(backbones.build(OmegaConf.create({"name": "mlp", "hidden_sizes": [8]}), (1, 8, 8)), 2)
 
 
-@pytest.mark.slow
-def test_task_scenario_through_the_cli(run_dir):
-    m = train(run_dir, *SMALL)
-    assert contract_problems(run_dir) == []
+@pytest.mark.slow  # gated's trial in the task scenario (test_method_contract.py, which checks its contract)
+def test_task_scenario_forgets_nothing_and_reports_every_conv_layer(tmp_path_factory, worker_id):
+    m = trial(tmp_path_factory, worker_id, "gated", "task")["metrics"]
     assert m["forgetting"] == 0.0 and m["bwt"] == 0.0
+    convs = {name for name, module in backbones.build(OmegaConf.create({"name": "convnet"}), (1, 8, 8)).named_modules()
+             if isinstance(module, torch.nn.Conv2d)}  # the trial's backbone: the convnet at its defaults
     cap = m["capacity"]
-    assert set(cap["frozen_fraction"]) == {"body.0", "body.4"} and len(cap["flops_per_sample"]) == 3
+    assert set(cap["frozen_fraction"]) == convs and len(cap["flops_per_sample"]) == m["num_tasks"]
     assert all(0 < f <= cap["flops_dense_per_sample"] for f in cap["flops_per_sample"])
 
 

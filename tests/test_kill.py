@@ -6,7 +6,8 @@ import signal
 import time
 
 import pytest
-from conftest import ForkedTrain, cl_bench, contract_problems, train
+from conftest import ForkedTrain, cl_bench, contract_problems
+from test_method_contract import trial, trial_args
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
@@ -67,12 +68,13 @@ def test_random_sigkills_lose_nothing(tmp_path, method):
     print(f"{method}: {kills} kills, metrics equal")
 
 
-def test_a_kill_while_hydra_writes_its_record_resumes(tmp_path):
+def test_a_kill_while_hydra_writes_its_record_resumes(tmp_path_factory, worker_id, tmp_path):
     """The moment of the kill test's one failure: killed as soon as .hydra/ appears, before Hydra has written
     overrides.yaml into it, `resume=` found no record and refused (or, killed during a resume's rewrite, read a
-    record cut short). The run's own run.json is whole by then, so the resume ends as the uninterrupted run."""
-    overrides = ["method.epochs=1", "dataset.num_tasks=2", "logger=none"]
-    whole = train(tmp_path / "whole", *overrides)
+    record cut short). The run's own run.json is whole by then, so the resume ends as the uninterrupted run: finetune's
+    trial (test_method_contract.py), whose arguments the killed run has."""
+    overrides = trial_args("finetune", "task")
+    whole = trial(tmp_path_factory, worker_id, "finetune", "task")["metrics"]
     run_dir = tmp_path / "killed"
     proc = ForkedTrain(f"hydra.run.dir={run_dir}", *overrides)
     while not (run_dir / ".hydra").is_dir():

@@ -174,7 +174,7 @@ def keep_graphs(patch, graphs: list, replay: ReplayAudit) -> None:
     audit_replays(patch, replay)
 
 
-_computed: dict[str, dict] = {}  # within this process (once_per_session computes afresh without xdist)
+_computed: dict[str, dict] = {}  # within this process (once_per_session reads its JSON afresh at each call)
 
 
 def trial(tmp_path_factory, worker_id, name: str, scenario: str, again: bool = False) -> dict:

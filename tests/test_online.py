@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from conftest import contract_problems, train
+from test_method_contract import trial
 from torch import nn
 
 from cl_bench import backbones, cli, config, methods
@@ -160,18 +161,25 @@ def test_online_methods_refuse_knobs_they_do_not_read():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, extra", [("nccl", ()), ("agem", ()), ("lamaml", ("method.inner_steps=1",))])
-def test_method_runs_through_the_cli_and_resumes_exactly(tmp_path, method, extra):
+@pytest.mark.parametrize("method, extra", [("nccl", None), ("agem", None), ("lamaml", ("method.inner_steps=1",))])
+def test_method_runs_through_the_cli_and_resumes_exactly(tmp_path_factory, worker_id, tmp_path, method, extra):
+    """The uninterrupted run: the method's trial (test_method_contract.py: two tasks of 40 samples, every
+    checkpoint kept) where it has no extra options (issue 74), else five tasks of SMALL through the CLI."""
     run = tmp_path / "run"
-    full = train(run, f"method={method}", *SMALL, *extra)
+    if extra is None:
+        run_of_trial = trial(tmp_path_factory, worker_id, method, "task")
+        shutil.copytree(run_of_trial["run_dir"], run)
+        full = run_of_trial["metrics"]
+    else:
+        full = train(run, f"method={method}", *SMALL, *extra)
     assert contract_problems(run) == []
     assert full["complete"] and full["avg_acc"] > 0.5
 
-    resumed = tmp_path / "resumed"  # the same run, as if killed right after task 2
+    resumed, middle = tmp_path / "resumed", (full["num_tasks"] - 1) // 2  # as if killed right after the middle task
     shutil.copytree(run, resumed)
-    for t in (3, 4):
+    for t in range(middle + 1, full["num_tasks"]):
         shutil.rmtree(resumed / "checkpoints" / f"task_{t:03d}")
-    (resumed / "checkpoints" / "last").write_text("task_002")
+    (resumed / "checkpoints" / "last").write_text(f"task_{middle:03d}")
     (resumed / "metrics.json").unlink()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -7,6 +7,7 @@ import pytest
 import torch
 from conftest import cl_bench, contract_problems, train
 from safetensors.torch import load_file
+from test_method_contract import trial, trial_args
 
 from cl_bench import backbones, checkpoint, config, methods, recorders
 from cl_bench.backbones.base import Capability
@@ -216,20 +217,29 @@ def test_growth_is_refused_on_a_backbone_it_cannot_widen_and_allowed_without_gro
     assert make().cfg.max_multiplier == 1
 
 
+# Whose uninterrupted run below is its trial (test_method_contract.py: two tasks, every checkpoint kept), issue 74
+ON_TRIAL = ("packnet", "piggyback")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["packnet", "piggyback", "cpg", "cpg-finetune-goals"])
-def test_cli_zero_forgetting_and_resume(tmp_path, name):
-    """Through the real CLI: zero forgetting, the run contract, the capacity report; then a run cut after
-    task 2 and resumed ends exactly as the uninterrupted one (resumed with the CLI for cpg, whose checkpoint
-    holds grown layers, and for its fine-tuned goals, whose chains a resumed run continues; in-process through
-    train.run for the others, to spare two slow process starts)."""
-    overrides = [*TINY[name.split("-")[0]], *COMMON]
-    if name == "cpg-finetune-goals":
-        overrides += ["method.goal_source=finetune"]
-    if name == "cpg":  # an unreachable goal: the first task grows, and the resumed run must rebuild that
-        overrides += ["method.goal_source=fixed", "method.goal=1.01"]
+def test_cli_zero_forgetting_and_resume(tmp_path_factory, worker_id, tmp_path, name):
+    """Through the real CLI (in-process for the trials): zero forgetting, the run contract, the capacity report;
+    then a run cut after its middle task and resumed ends exactly as the uninterrupted one (resumed with the CLI for
+    cpg, whose checkpoint holds grown layers, and for its fine-tuned goals, whose chains a resumed run continues;
+    in-process through train.run for the others, to spare two slow process starts)."""
     full = tmp_path / "full"
-    m = train(full, *overrides)
+    if name in ON_TRIAL:
+        overrides, run_of_trial = trial_args(name, "task"), trial(tmp_path_factory, worker_id, name, "task")
+        shutil.copytree(run_of_trial["run_dir"], full)
+        m = run_of_trial["metrics"]
+    else:
+        overrides = [*TINY[name.split("-")[0]], *COMMON]
+        if name == "cpg-finetune-goals":
+            overrides += ["method.goal_source=finetune"]
+        if name == "cpg":  # an unreachable goal: the first task grows, and the resumed run must rebuild that
+            overrides += ["method.goal_source=fixed", "method.goal=1.01"]
+        m = train(full, *overrides)
     assert m["forgetting"] == 0.0 and m["complete"] and not contract_problems(full)
     cap = m["capacity"]
     for key in ("params_total", "params_owned_per_task", "free_fraction", "growth", "mask_bytes",
@@ -238,17 +248,17 @@ def test_cli_zero_forgetting_and_resume(tmp_path, name):
     if name == "cpg":
         assert cap["growth"] > 1.0 and cap["param_multiplier"] == 1.5
 
-    cut = tmp_path / "cut"
+    cut, middle = tmp_path / "cut", (m["num_tasks"] - 1) // 2
     shutil.copytree(full, cut)
-    for t in (3, 4):
+    for t in range(middle + 1, m["num_tasks"]):
         shutil.rmtree(cut / "checkpoints" / f"task_{t:03d}")
-    (cut / "checkpoints" / "last").write_text("task_002")
+    (cut / "checkpoints" / "last").write_text(f"task_{middle:03d}")
     (cut / "metrics.json").unlink()
     if name.startswith("cpg"):
         proc = cl_bench("train", f"resume={cut}")
         assert proc.returncode == 0, proc.stderr[-2000:]
     else:
-        run(compose_cfg(*overrides, "logger=none", f"resume={cut}"), cut)
+        run(compose_cfg(*overrides, f"resume={cut}"), cut)
     resumed = json.loads((cut / "metrics.json").read_text())
     drop = ("time_s", "peak_mem_mb")
     assert {k: v for k, v in resumed.items() if k not in drop} == {k: v for k, v in m.items() if k not in drop}

@@ -7,11 +7,19 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, ForkedTrain, cl_bench, contract_problems, train
+from conftest import ROOT, ForkedTrain, cl_bench, contract_problems, once_per_session, train
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
-SLOW = ["method.epochs=12", "logger=none"]  # long enough to be caught mid-run
+# Long enough to be caught mid-run, here and by test_threads.py's signalled job, which compare with its one
+# uninterrupted run (issue 74)
+SLOW = ["method=finetune", "method.epochs=30", "logger=none"]
+
+
+def uninterrupted(tmp_path_factory, worker_id) -> dict:
+    """SLOW's metrics.json, never stopped, once in the session."""
+    return once_per_session(tmp_path_factory, worker_id, "slow_uninterrupted_run",
+                            lambda folder: train(folder / "run", *SLOW))
 
 
 def start(*args, cwd=ROOT):
@@ -28,7 +36,7 @@ def wait_for(path, proc, timeout=300):
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_stopped_run_keeps_its_checkpoint_and_says_how_to_resume(tmp_path, sig, code):
+def test_a_stopped_run_keeps_its_checkpoint_and_says_how_to_resume(tmp_path_factory, worker_id, tmp_path, sig, code):
     run_dir = tmp_path / "run"
     proc = start(f"hydra.run.dir={run_dir}", *SLOW)
     wait_for(run_dir / "checkpoints" / "last", proc)
@@ -46,7 +54,7 @@ def test_a_stopped_run_keeps_its_checkpoint_and_says_how_to_resume(tmp_path, sig
         return
     # and the resumed run ends as one never stopped
     assert cl_bench("train", f"resume={run_dir}").returncode == 0
-    whole = train(tmp_path / "whole", *SLOW)
+    whole = uninterrupted(tmp_path_factory, worker_id)
     resumed = json.loads((run_dir / "metrics.json").read_text())
     drop = ("time_s", "peak_mem_mb")
     assert {k: v for k, v in resumed.items() if k not in drop} == {k: v for k, v in whole.items() if k not in drop}

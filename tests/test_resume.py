@@ -39,8 +39,11 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path_factory, worker_id, tmp_p
     assert contract_problems(tmp_path / "cut") == []
 
 
-def test_resume_without_checkpoints_starts_from_the_beginning(tmp_path):
-    whole = train(tmp_path / "whole", "method=finetune", "method.epochs=1")
+def test_resume_without_checkpoints_starts_from_the_beginning(tmp_path_factory, worker_id, tmp_path):
+    """A copy of finetune's trial without its checkpoints and metrics.json."""
+    run = trial(tmp_path_factory, worker_id, "finetune", "task")
+    whole = run["metrics"]
+    shutil.copytree(run["run_dir"], tmp_path / "whole")
     shutil.rmtree(tmp_path / "whole" / "checkpoints")
     (tmp_path / "whole" / "metrics.json").unlink()
     proc = cl_bench("train", f"resume={tmp_path / 'whole'}", "logger=none")

@@ -5,7 +5,7 @@ import json
 import shutil
 
 import pytest
-from conftest import cl_bench, contract_problems, train
+from conftest import cl_bench, contract_problems, once_per_session, train
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
@@ -39,24 +39,33 @@ def cut_after(source, target, task_id: int, keep: str | None) -> None:
     (target / "run.json").write_text(json.dumps(record))
 
 
-@pytest.mark.parametrize("keep, names", [(None, ["task_003"]), ("2", ["task_002", "task_003"]),
-                                         ("all", [f"task_{t:03d}" for t in range(4)])])
-def test_keep_leaves_the_newest_n_or_all(tmp_path, keep, names):
-    args = [*FAST] + ([] if keep is None else [f"checkpoint.keep={keep}"])
-    proc = cl_bench("train", f"hydra.run.dir={tmp_path}", "logger=none", *args)
+@pytest.fixture
+def whole(tmp_path_factory, worker_id, tmp_path):
+    """FAST's run with checkpoint.keep=all, run once in the session and copied into each test that reads it."""
+    def compute(folder):
+        train(folder / "run", *FAST, "checkpoint.keep=all")
+        return str(folder / "run")
+    shutil.copytree(once_per_session(tmp_path_factory, worker_id, "fast_keep_all_run", compute), tmp_path / "whole")
+    return tmp_path / "whole"
+
+
+# The default (the newest task's alone) is what the resume below ends with; keep=all is the run it cuts from.
+def test_keep_leaves_the_newest_n_or_all(tmp_path, whole):
+    proc = cl_bench("train", f"hydra.run.dir={tmp_path / 'two'}", "logger=none", *FAST, "checkpoint.keep=2")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert kept(tmp_path) == names and contract_problems(tmp_path) == []
+    assert kept(tmp_path / "two") == ["task_002", "task_003"] and contract_problems(tmp_path / "two") == []
+    assert kept(whole) == [f"task_{t:03d}" for t in range(4)] and contract_problems(whole) == []
 
 
-def test_a_resume_under_the_default_keep_is_exact_and_a_branch_reads_the_newest(tmp_path):
-    whole = train(tmp_path / "whole", *FAST)  # every checkpoint kept, to cut from
-    cut_after(tmp_path / "whole", tmp_path / "cut", 1, keep=None)
+def test_a_resume_under_the_default_keep_is_exact_and_a_branch_reads_the_newest(tmp_path, whole):
+    cut_after(whole, tmp_path / "cut", 1, keep=None)
+    whole = json.loads((whole / "metrics.json").read_text())
     assert kept(tmp_path / "cut") == ["task_001"]
     proc = cl_bench("train", f"resume={tmp_path / 'cut'}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     resumed = json.loads((tmp_path / "cut" / "metrics.json").read_text())
     assert without_timings(resumed) == without_timings(whole)
-    assert kept(tmp_path / "cut") == ["task_003"] and contract_problems(tmp_path / "cut") == []
+    assert kept(tmp_path / "cut") == ["task_003"] and contract_problems(tmp_path / "cut") == []  # the default keep
     # a branch from the run directory (its newest checkpoint) needs nothing else; an earlier one not kept is named
     branched = train(tmp_path / "branch", *FAST, "checkpoint.keep=1", f"init_from={tmp_path / 'cut'}")
     assert branched["acc"] == whole["acc"]

@@ -7,7 +7,8 @@ import statistics
 
 import pytest
 import yaml
-from conftest import cl_bench, files, once_per_session, sweep_summary, train
+from conftest import cl_bench, files, once_per_session, sweep_summary
+from test_method_contract import trial
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
 
@@ -86,9 +87,13 @@ def test_rerunning_a_half_finished_sweep_completes_only_what_is_missing(two_by_t
             {k: v for k, v in before[j].items() if k not in ("time_s", "peak_mem_mb")}
 
 
-def test_incomplete_runs_are_listed_not_averaged(tmp_path):
-    train(tmp_path / "a", "method.epochs=1")
-    train(tmp_path / "b", "method.epochs=1", "seed=1")
+def test_incomplete_runs_are_listed_not_averaged(two_by_two, tmp_path):
+    """Finetune's two seeds of the sweep (issue 74: not two runs of their own), the second cut short."""
+    finetune = {metrics(job)["seed"]: job for job in two_by_two.iterdir()
+                if job.is_dir() and metrics(job)["method"] == "finetune"}
+    shutil.move(finetune[0], tmp_path / "a")
+    shutil.move(finetune[1], tmp_path / "b")
+    shutil.rmtree(two_by_two)
     record = metrics(tmp_path / "b")
     record.update(complete=False, acc=record["acc"][:2])
     (tmp_path / "b" / "metrics.json").write_text(json.dumps(record))
@@ -99,16 +104,19 @@ def test_incomplete_runs_are_listed_not_averaged(tmp_path):
     assert "Incomplete runs" in (tmp_path / "report.md").read_text() and "(2/5" in proc.stdout
 
 
-def test_eval_rebuilds_a_checkpoint_and_reports_task_aware_accuracy(tmp_path):
-    run_dir = tmp_path / "run"
-    m = train(run_dir, "scenario=class", "method.epochs=1")
+def test_eval_rebuilds_a_checkpoint_and_reports_task_aware_accuracy(tmp_path_factory, worker_id, tmp_path):
+    """On a copy of finetune's trial in the class scenario (test_method_contract.py), which keeps both tasks'
+    checkpoints."""
+    trial_run = trial(tmp_path_factory, worker_id, "finetune", "class")
+    run_dir, m = tmp_path / "run", trial_run["metrics"]
+    shutil.copytree(trial_run["run_dir"], run_dir)
     proc = cl_bench("eval", str(run_dir))
     assert proc.returncode == 0, proc.stderr
     result = json.loads((run_dir / "eval.json").read_text())
-    assert result["acc"] == m["acc"][-1] and result["checkpoint"] == "task_004"
+    assert result["acc"] == m["acc"][-1] and result["checkpoint"] == "task_001"
     assert all(aware >= plain for aware, plain in zip(result["task_aware_acc"], result["acc"]))
-    proc = cl_bench("eval", str(run_dir), "--checkpoint", "task_001")
-    assert proc.returncode == 0 and json.loads(proc.stdout)["acc"] == m["acc"][1]
+    proc = cl_bench("eval", str(run_dir), "--checkpoint", "task_000")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["acc"] == m["acc"][0]
 
 
 def test_eval_and_report_errors_are_one_line(tmp_path):
@@ -163,9 +171,9 @@ def test_two_sweeps_reporting_into_one_place_never_leave_a_torn_file(tmp_path):
     assert not [p.name for p in shared.iterdir() if p.name.startswith(".")], "no temporary files left behind"
 
 
-def optuna_sweep(sweep_dir, *overrides, trials: int = 3):
+def optuna_sweep(sweep_dir, *overrides, trials: int = 2):
     """Optuna trials over method.lr, through the real CLI, on two tasks of the class scenario (where validation and
-    test accuracy differ)."""
+    test accuracy differ): two, the fewest that a choice is made between (issue 74)."""
     proc = cl_bench("train", "-m", "hydra/sweeper=maximize_objective", f"hydra.sweeper.n_trials={trials}",
                     "method.epochs=1", "dataset.num_tasks=2", "scenario=class", "logger=none",
                     f"hydra.sweep.dir={sweep_dir}", *overrides)
@@ -183,11 +191,11 @@ def test_an_optuna_sweep_maximises_validation_accuracy_unless_told_otherwise(tmp
     assert best["best_value"] == chosen["val_avg_acc"] != chosen["avg_acc"]
     assert cl_bench("report", str(tmp_path / "val"), "--no-plots").returncode == 0
     table = (tmp_path / "val" / "report.md").read_text()
-    assert "Optuna maximised val_avg_acc over 3 runs" in table and "TEST selection" not in table
-    # grown by a trial: the sampler's seed draws the first three again, which find their runs; the fourth runs
+    assert "Optuna maximised val_avg_acc over 2 runs" in table and "TEST selection" not in table
+    # grown by a trial: the sampler's seed draws the first two again, which find their runs; the third runs
     before = {p.name: files(p) for p in (tmp_path / "val").iterdir() if p.name.isdigit()}
-    _, _, grown = optuna_sweep(tmp_path / "val", trials=4)
-    assert sweep_summary(tmp_path / "val", 4, 1, 3) in grown.stderr
+    _, _, grown = optuna_sweep(tmp_path / "val", trials=3)
+    assert sweep_summary(tmp_path / "val", 3, 1, 2) in grown.stderr
     assert {name: files(tmp_path / "val" / name) for name in before} == before
 
     best, runs, _ = optuna_sweep(tmp_path / "test", "sweep.objective=test_avg_acc")

@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cl_bench, files, sweep_summary, train
+from conftest import ROOT, cl_bench, files, sweep_summary
+from test_reliability import SLOW
+from test_reliability import uninterrupted as uninterrupted_run
 
 from cl_bench import hardware
 
@@ -125,13 +127,14 @@ def submitit_task(folder: Path) -> int | None:
     return None
 
 
-def test_a_job_signalled_as_slurm_does_at_its_time_limit_requeues_and_finishes_as_if_uninterrupted(tmp_path):
+def test_a_job_signalled_as_slurm_does_at_its_time_limit_requeues_and_finishes_as_if_uninterrupted(tmp_path_factory,
+                                                                                                  worker_id, tmp_path):
     """SIGUSR2, what Slurm (and submitit's local executor) sends a job before its time limit or on pre-emption:
     submitit checkpoints the Hydra job and requeues it, and the requeued job resumes the run from its last
     checkpoint. Its metrics equal a run of the same overrides that was never signalled (a run alone: a launcher
     changes no update, as test_a_submitit_job_of_two_tasks_trains_as_torchrun_does shows for two tasks)."""
-    overrides = ["method=finetune", "method.epochs=30", "logger=none"]
-    uninterrupted = train(tmp_path / "whole", *overrides)
+    overrides = SLOW  # test_reliability's long run, whose uninterrupted run is shared
+    uninterrupted = uninterrupted_run(tmp_path_factory, worker_id)
     sweep = tmp_path / "signalled"
     proc = subprocess.Popen([sys.executable, "-m", "cl_bench", "train", "-m", *overrides,
                              "hydra/launcher=submitit_local", f"hydra.sweep.dir={sweep}"], cwd=ROOT,

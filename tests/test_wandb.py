@@ -2,9 +2,11 @@
 import json
 import shutil
 import struct
+from pathlib import Path
 
 import pytest
-from conftest import cl_bench
+from conftest import cl_bench, once_per_session
+from test_health import packnet_releasing_nothing
 from wandb.proto import wandb_internal_pb2
 
 pytestmark = pytest.mark.slow  # whole runs: `make test-fast` leaves them out
@@ -37,10 +39,24 @@ def items(entries) -> dict:
     return {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in entries}
 
 
-def test_offline_wandb_run_holds_per_task_series_and_summary(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "logger=wandb", "method.epochs=1")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+# A run of three tasks, named, tagged and logging its checkpoints: the per-task series and the naming tests read it
+NAMED = ("logger=wandb", "method.epochs=1", "dataset.num_tasks=3", "checkpoint.keep=all",  # cut back below
+         "logger.log_checkpoints=true", "logger.tags=[mine]")
+
+
+@pytest.fixture
+def named_run(tmp_path_factory, worker_id, tmp_path) -> Path:
+    """NAMED's run, once in the session (issue 74: one run for both tests), copied into the test's folder."""
+    def compute(folder):
+        proc = cl_bench("train", f"hydra.run.dir={folder / 'run'}", *NAMED)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return str(folder / "run")
+    shutil.copytree(once_per_session(tmp_path_factory, worker_id, "wandb_named_run", compute), tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_offline_wandb_run_holds_per_task_series_and_summary(named_run):
+    run_dir = named_run
     [run_file] = run_dir.glob("wandb/offline-run-*/run-*.wandb")
     summary, history, config = {}, [], {}
     for record in wandb_records(run_file):
@@ -57,10 +73,10 @@ def test_offline_wandb_run_holds_per_task_series_and_summary(tmp_path):
     assert summary["avg_acc"] == metrics["avg_acc"]
     assert summary["forgetting"] == metrics["forgetting"] and summary["bwt"] == metrics["bwt"]
     steps = [h for h in history if "avg_acc" in h]
-    assert [h["_step"] for h in steps] == [1, 2, 3, 4, 5]  # tasks learned
-    assert [h["task"] for h in steps] == [0, 1, 2, 3, 4]  # the task, numbered as every other line numbers it
+    assert [h["_step"] for h in steps] == [1, 2, 3]  # tasks learned
+    assert [h["task"] for h in steps] == [0, 1, 2]  # the task, numbered as every other line numbers it
     assert [h["acc/task_0"] for h in steps] == [row[0] for row in metrics["acc"]]
-    assert "acc/task_4" in steps[-1] and "forgetting/task_0" in steps[-1]
+    assert "acc/task_2" in steps[-1] and "forgetting/task_0" in steps[-1]
     assert any("acc_matrix" in k for k in summary)  # the matrix as a table
     assert config["method"]["name"] == "finetune"
     assert config["dataset"]["name"] == "split_digits"
@@ -77,11 +93,8 @@ def runs_and_artifacts(run_dir):
     return found
 
 
-def test_wandb_run_is_named_tagged_logs_checkpoints_and_resumes_under_its_id(tmp_path):
-    run_dir = tmp_path / "run"
-    common = ("logger=wandb", "method.epochs=1", "dataset.num_tasks=3", "checkpoint.keep=all")  # cut back below
-    proc = cl_bench("train", f"hydra.run.dir={run_dir}", *common, "logger.log_checkpoints=true", "logger.tags=[mine]")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def test_wandb_run_is_named_tagged_logs_checkpoints_and_resumes_under_its_id(named_run):
+    run_dir = named_run
     [(run, artifacts)] = runs_and_artifacts(run_dir)
     run_id = (run_dir / "wandb" / "run_id").read_text().strip()
     assert run.run_id == run_id and run.display_name == "finetune_split_digits_task_s0" and run.run_group == ""
@@ -120,12 +133,9 @@ def test_wandb_disabled_writes_nothing_and_runs(tmp_path):
     assert not list(run_dir.glob("wandb/offline-run-*")) and not (run_dir / "wandb" / "run_id").exists()
 
 
-def test_tripped_health_checks_are_alerts_and_summary_keys(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = cl_bench("train", f"hydra.run.dir={run_dir}", "logger=wandb", "method=packnet", "backbone=mlp",
-                    "backbone.hidden_sizes=[32,32]", "method.prune_ratio=0", "method.epochs=1",
-                    "method.retrain_epochs=1", "dataset.num_tasks=3", "checkpoint.enabled=false")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def test_tripped_health_checks_are_alerts_and_summary_keys(tmp_path_factory, worker_id):
+    """On test_health.py's PackNet run that releases nothing, which logs to W&B for this test."""
+    run_dir = packnet_releasing_nothing(tmp_path_factory, worker_id)
     [run_file] = run_dir.glob("wandb/offline-run-*/run-*.wandb")
     records = list(wandb_records(run_file))
     summary = {}

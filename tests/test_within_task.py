@@ -1,16 +1,19 @@
 """checkpoint.every_epochs: checkpoints written within a task, and resumes that continue from them.
 
-Each case stops a run right after one of its within-task checkpoints (the last thing a killed run would
-have left), resumes it, and requires exactly the metrics and final state of a run that wrote no within-task
-checkpoint at all: neither the stop nor the checkpoints written before and after it changed anything (a run
-never stopped that wrote them is not run besides, issue 74: it would only show the second again)."""
+Each case runs once with within-task checkpoints, copying its run directory aside right after one of them (the last
+thing a run killed there would have left); the copy resumed ends with exactly the metrics and final state of the run
+that went on: the stop changed nothing (issue 74: the copy is taken from that run, not from a run of its own). Where
+a case's arguments are its method's trial (test_method_contract.py), which writes no within-task checkpoint, the run
+also ends as the trial did: writing them changed nothing."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import cl_bench
+from conftest import cl_bench, once_per_session
 from safetensors.torch import load_file
+from test_method_contract import trial, trial_args
 
 from cl_bench import checkpoint, config
 from cl_bench import train as train_module
@@ -24,10 +27,16 @@ BASE = ["logger=none", f"dataset.num_tasks={TASKS}", "method.epochs=2"]
 # phases come after work between phases (PackNet's pruning, gated's consolidation) that the resume redoes.
 GATED = ["experiment=gated_split_digits", "scenario=class", "method.sparsity_warmup_epochs=1", *BASE]
 GATED_AFTER = [*GATED, "method.task_classifier_fit=after_task", "method.task_classifier_epochs=2"]
+# The cases run on their method's trial (its arguments, two epochs with the lr cut after the first, the stop before
+# the cut), as (method, scenario): writing within-task checkpoints is shown to change nothing on these, plain
+# methods with one phase and none, one or a copy per task of the network (a run that writes none would only be the
+# trial again, issue 74); the other cases keep their own arguments.
+ON_TRIAL = {"finetune": ("finetune", "task"), "lwf": ("lwf", "task"), "mas": ("mas", "task"),
+            "independent": ("independent", "task"), "finetune-first-task": ("finetune", "task")}
 CASES = {
-    "finetune": (["method=finetune"], (1, 0, 0)),
+    "finetune": (None, (1, 0, 0)),
     "er": (["method=er", "method.memory_size=20"], (1, 0, 0)),
-    "lwf": (["method=lwf"], (1, 0, 0)),
+    "lwf": (None, (1, 0, 0)),
     # the teacher and the exemplars are rebuilt from the task-start state; herding comes after the one phase
     "icarl": (["method=icarl", "scenario=class", "method.memory_size=50"], (1, 0, 0)),
     # the greedy memory is refilled and the network re-drawn from the task-start state and random states
@@ -39,15 +48,22 @@ CASES = {
                         "method.finetune_epochs=2"], (1, 1, 0)),
     # SI's path integral of the task in flight (ω, θ at the task's start) continues across the stop.
     "si": (["method=si", "method.c=10"], (1, 0, 0)),
-    "mas": (["method=mas"], (1, 0, 0)),
-    "independent": (["method=independent"], (1, 0, 0)),
+    "mas": (None, (1, 0, 0)),
+    "independent": (None, (1, 0, 0)),
     "packnet": (["method=packnet", "method.retrain_epochs=2"], (1, 1, 0)),
     # The mask scores' Adam state and their lr schedule (here dropping after epoch 0) continue across the stop.
     "piggyback": (["method=piggyback", "method.mask_lr=0.05", "method.mask_lr_milestones=[1]"], (1, 0, 0)),
     "gated-path": (GATED, (1, 0, 0)),  # joint: the sparsity warm-up and the rehearsal draws cross the stop
     "gated-classifier": (GATED_AFTER, (1, 1, 0)),  # the post-hoc task classifier's own phase
-    "finetune-first-task": (["method=finetune"], (0, 0, 0)),  # resumed from the initial state
+    "finetune-first-task": (None, (0, 0, 0)),  # resumed from the initial state
 }
+
+
+def case_args(case: str) -> list[str]:
+    """The case's run: its trial's arguments (ON_TRIAL) or its own, with a checkpoint after every epoch."""
+    extra = CASES[case][0]
+    args = trial_args(*ON_TRIAL[case]) if extra is None else [*BASE, *extra]
+    return [*args, "checkpoint.every_epochs=1"]
 
 
 def metrics(run_dir):
@@ -63,38 +79,47 @@ def run(tmp_path, name, args):
     return run_dir
 
 
-class Stop(Exception):
-    pass
+def stopped_run(tmp_path_factory, worker_id, case: str) -> tuple[Path, Path]:
+    """The case's run, once in the session: its directory, whole, and the copy taken right after the checkpoint the
+    case stops after, as a run killed there would have left it."""
+    def compute(folder):
+        stop, save = CASES[case][1], checkpoint.save
+
+        def save_then_copy(run_dir, task_id, *a, within=None, **k):
+            out = save(run_dir, task_id, *a, within=within, **k)
+            if within and (task_id, within["phase"], within["epoch"]) == stop:
+                shutil.copytree(run_dir, folder / "stopped")  # fails if the point came twice
+            return out
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(checkpoint, "save", save_then_copy)
+            run(folder, "whole", case_args(case))
+        assert (folder / "stopped").is_dir(), f"the run never wrote the checkpoint {stop} of {case}"
+        return [str(folder / "whole"), str(folder / "stopped")]
+    whole, stopped = once_per_session(tmp_path_factory, worker_id, f"within-task-{case}", compute)
+    return Path(whole), Path(stopped)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path, monkeypatch, one_thread, case):
-    extra, (task, phase, epoch) = CASES[case]
-    args = [*BASE, *extra]
-    plain = run(tmp_path, "plain", args)
-    args.append("checkpoint.every_epochs=1")
-
-    save = checkpoint.save
-
-    def save_then_stop(run_dir, task_id, *a, within=None, **k):
-        out = save(run_dir, task_id, *a, within=within, **k)
-        if within and (task_id, within["phase"], within["epoch"]) == (task, phase, epoch):
-            raise Stop  # as if killed right after this checkpoint was written
-        return out
-
-    monkeypatch.setattr(checkpoint, "save", save_then_stop)
-    with pytest.raises(Stop):
-        run(tmp_path, "stopped", args)
-    monkeypatch.undo()
+def test_a_run_stopped_within_a_task_resumes_to_the_same_metrics(tmp_path_factory, worker_id, tmp_path, one_thread,
+                                                                 case):
+    task = CASES[case][1][0]
+    whole, copy = stopped_run(tmp_path_factory, worker_id, case)
     stopped = tmp_path / "stopped"
+    shutil.copytree(copy, stopped)
     assert (stopped / "checkpoints" / f"task_{task:03d}_within").is_dir()
     last = (stopped / "checkpoints" / "last")
     assert last.read_text() == f"task_{task - 1:03d}" if task else not last.exists(), "last names whole tasks"
-    train_module.run(config.compose([*args, f"resume={stopped}"]), stopped)
-    assert metrics(stopped) == metrics(plain)
-    assert not any(p.name.endswith("_within") for p in (stopped / "checkpoints").iterdir()), "spent ones removed"
+    train_module.run(config.compose([*case_args(case), f"resume={stopped}"]), stopped)
+    assert metrics(stopped) == metrics(whole)
+    for run_dir in (whole, stopped):
+        assert not any(p.name.endswith("_within") for p in (run_dir / "checkpoints").iterdir()), "spent ones removed"
     final = f"task_{TASKS - 1:03d}"
-    assert same_state(plain / "checkpoints" / final, stopped / "checkpoints" / final), "every tensor, bit for bit"
+    assert same_state(whole / "checkpoints" / final, stopped / "checkpoints" / final), "every tensor, bit for bit"
+    if case in ON_TRIAL:  # the trial wrote no within-task checkpoint
+        plain = trial(tmp_path_factory, worker_id, *ON_TRIAL[case])
+        assert metrics(whole) == {k: v for k, v in plain["metrics"].items() if k not in DROP}
+        assert same_state(Path(plain["run_dir"]) / "checkpoints" / final, whole / "checkpoints" / final)
 
 
 def same_state(a, b) -> bool:
@@ -114,9 +139,12 @@ def test_methods_whose_phases_depend_on_results_refuse_every_epochs(tmp_path):
         assert "Traceback" not in proc.stderr and not (tmp_path / method).exists()
 
 
-def test_a_damaged_within_task_checkpoint_falls_back_to_the_task_before(tmp_path, monkeypatch, one_thread):
-    args = [*BASE, "method=finetune", "checkpoint.every_epochs=1", "checkpoint.keep=all"]  # cut back to task 0
-    whole = run(tmp_path, "whole", args)
+def test_a_damaged_within_task_checkpoint_falls_back_to_the_task_before(tmp_path_factory, worker_id, tmp_path,
+                                                                       one_thread):
+    """The finetune case's whole run (every task's checkpoint kept, its trial's), cut back to task 0."""
+    whole, _ = stopped_run(tmp_path_factory, worker_id, "finetune")
+    args = case_args("finetune")
+    assert "checkpoint.keep=all" in args
     stopped = tmp_path / "stopped"
     shutil.copytree(whole, stopped)
     (stopped / "metrics.json").unlink()
