@@ -329,10 +329,11 @@ def test_cl_benchs_refit_line_reads_back_as_its_scores(monkeypatch, caplog):
     monkeypatch.setattr(method, "train_weights", lambda *a, after_epoch=None, **k: [after_epoch(e) for e in range(3)])
     monkeypatch.setattr(method, "snapshot", lambda: "a state")
     monkeypatch.setattr(method, "restore", lambda snap: None)
+    caplog.clear()  # task 0's lines, where an earlier test left the package's loggers at INFO
     with caplog.at_level(logging.INFO, logger="cl_bench.methods.cpg"):
         method.refit_picking(tasks[1], acc=0.78)
     log = "task 1: goal none; at 1.0x:\n" + "\n".join(r.getMessage() for r in caplog.records)
-    phase = cpg.parse_clbench_phases(log)[0]
+    [phase] = cpg.parse_clbench_phases(log)
     assert phase["refit"] == "kept" and phase["refit_gain"] == pytest.approx(-0.02)  # kept below the compacted model
     assert (phase["refit_best"], phase["compacted"], phase["restarted"]) == (0.76, 0.78, 0.7)
 
