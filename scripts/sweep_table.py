@@ -120,7 +120,7 @@ def main() -> None:
     parser.add_argument("--capacity", help="a per-task list in metrics.json's capacity to report the largest of")
     parser.add_argument("--also", nargs="+", default=[], metavar="KEY[:%]",
                         help="metrics.json values (dotted: capacity.kernels_frozen) as mean ± sd over seeds, a list "
-                             "or matrix by its state after the last task; :% reports fractions in percent; a group "
+                             "or matrix by its state after the last task; :%% reports fractions in percent; a group "
                              "whose runs lack one shows –")
     parser.add_argument("--margin", type=float, default=1.0, help="the equivalence margin, points of RA")
     args = parser.parse_args()

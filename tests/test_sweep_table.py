@@ -63,3 +63,10 @@ def test_versus_takes_values_in_the_by_order_and_refuses_an_override_look(tmp_pa
     for wrong, said in [(["method.epochs=2"], "not KEY=VALUE"), (["2", "3"], "2 values for 1 --by keys")]:
         out = table(*wrong)
         assert out.returncode == 2 and said in out.stderr
+
+
+def test_help_states_also_in_words():
+    """argparse formats help with %: an unescaped one printed the action's dict in place of --also's text."""
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "sweep_table.py"), "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert ":% reports fractions in percent" in " ".join(out.split()) and "option_strings" not in out
