@@ -6,7 +6,8 @@
 A run's record is what the report reads of it: metrics.json, run.json and .hydra's config.yaml and overrides.yaml
 (no checkpoints, no logs), kept under docs/repro/NAME at the run's path inside its sweep. A table of REPRODUCING.md is
 generated where it sits, between `<!-- table: TOOL NAME [options] -->` and `<!-- /table -->`: TOOL is `report`
-(cl-bench report's report.md, the table and the lines under it) or `sweep_table` (scripts/sweep_table.py), run over
+(cl-bench report's report.md, the table and the lines under it), `sweep_table` (scripts/sweep_table.py) or `paper`
+(each setting's RA beside a paper's figure, from a YAML file under docs/repro: `paper NAME FIGURES.yaml`), run over
 docs/repro/NAME. tests/test_repro_records.py checks that every table regenerates exactly.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ RECORDS = ROOT / "docs" / "repro"
 DOCUMENT = ROOT / "REPRODUCING.md"
 KEPT = ("metrics.json", "run.json", ".hydra/config.yaml", ".hydra/overrides.yaml")
 BLOCK = re.compile(r"(<!-- table: (?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
-TOOLS = ("report", "sweep_table")
+TOOLS = ("report", "sweep_table", "paper")
 WIDTH = 118
 
 
@@ -56,11 +57,35 @@ def table(args: str) -> str:
     if not source.is_dir():
         raise SystemExit(f"REPRODUCING.md: no records at {source.relative_to(ROOT)} (make them with `keep`)")
     where = str(source.relative_to(ROOT))
+    if tool == "paper":
+        return versus_paper(source, RECORDS / options[0])
     if tool == "sweep_table":
         return run([sys.executable, str(ROOT / "scripts" / "sweep_table.py"), where, *options])
     with tempfile.TemporaryDirectory() as out:
         run([sys.executable, "-m", "cl_bench", "report", where, "--out", out, "--no-plots", *options])
         return wrapped(Path(out, "report.md").read_text())
+
+
+def versus_paper(source: Path, figures: Path) -> str:
+    """cl-bench report's rows over source (RA: mean ± sd [95% interval] over seeds) beside the published figure of
+    each, read from figures: {dataset: {method: figure, or {memory size: figure}}}, in %; – where it has none."""
+    import yaml
+
+    from cl_bench import report
+    published = yaml.safe_load(figures.read_text())
+    runs = report.find_runs([source])
+    keys = report.grouping_keys(runs)  # settings that tell runs apart beyond the columns: never pooled, shown
+    lines = ["| dataset | scenario | method | memory | " + "".join(f"{k} | " for k in keys)
+             + "seeds | RA % [95% CI] | paper % | RA − paper |", "|---" * (8 + len(keys)) + "|"]
+    for row in report.summarise(runs, keys):
+        paper = published.get(row["dataset"], {}).get(row["method"])
+        if isinstance(paper, dict):
+            paper = paper.get(row["memory"])
+        gap = "–" if paper is None else f"{100 * row['avg_acc'] - paper:+.2f}"
+        lines.append(f"| {row['dataset']} | {row['scenario']} | {row['method']} | {row['memory'] or '–'} | "
+                     + "".join(f"{report.group_cell(row, k)} | " for k in keys)
+                     + f"{row['seeds']} | {report.fmt(row, 'avg_acc')} | {'–' if paper is None else f'{paper:.2f}'} | {gap} |")
+    return "\n".join(lines) + "\n"
 
 
 def wrapped(text: str) -> str:
