@@ -81,10 +81,10 @@ def versus_paper(source: Path, figures: Path) -> str:
         paper = published.get(row["dataset"], {}).get(row["method"])
         if isinstance(paper, dict):
             paper = paper.get(row["memory"])
-        gap = "–" if paper is None else f"{100 * row['avg_acc'] - paper:+.2f}"
+        figure, gap = ("–", "–") if paper is None else (f"{paper:.2f}", f"{100 * row['avg_acc'] - paper:+.2f}")
         lines.append(f"| {row['dataset']} | {row['scenario']} | {row['method']} | {row['memory'] or '–'} | "
                      + "".join(f"{report.group_cell(row, k)} | " for k in keys)
-                     + f"{row['seeds']} | {report.fmt(row, 'avg_acc')} | {'–' if paper is None else f'{paper:.2f}'} | {gap} |")
+                     + f"{row['seeds']} | {report.fmt(row, 'avg_acc')} | {figure} | {gap} |")
     return "\n".join(lines) + "\n"
 
 
