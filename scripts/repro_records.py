@@ -58,6 +58,8 @@ def table(args: str) -> str:
         raise SystemExit(f"REPRODUCING.md: no records at {source.relative_to(ROOT)} (make them with `keep`)")
     where = str(source.relative_to(ROOT))
     if tool == "paper":
+        if len(options) != 1 or not (RECORDS / options[0]).is_file():
+            raise SystemExit(f"REPRODUCING.md: a paper table names one figures file under docs/repro, not {options}")
         return versus_paper(source, RECORDS / options[0])
     if tool == "sweep_table":
         return run([sys.executable, str(ROOT / "scripts" / "sweep_table.py"), where, *options])

@@ -47,6 +47,12 @@ def test_a_table_of_an_unknown_tool_is_refused():
         repro_records.table("plot smoke")
 
 
+@pytest.mark.parametrize("figures", ["", "absent.yaml", "der_paper.yaml der_paper.yaml"])
+def test_a_paper_table_without_one_figures_file_is_refused(figures):
+    with pytest.raises(SystemExit, match="one figures file"):
+        repro_records.table(f"paper smoke {figures}")
+
+
 def test_a_paper_table_sets_each_settings_ra_beside_its_published_figure(tmp_path):
     source = next((repro_records.RECORDS / "baselines_split_mnist").rglob("metrics.json")).parent
     for job, (method, seed, ra) in enumerate([("er", 0, 0.80), ("er", 1, 0.82), ("ewc", 0, 0.20)]):
