@@ -79,7 +79,13 @@ def versus_paper(source: Path, figures: Path) -> str:
     keys = report.grouping_keys(runs)  # settings that tell runs apart beyond the columns: never pooled, shown
     lines = ["| dataset | scenario | method | memory | " + "".join(f"{k} | " for k in keys)
              + "seeds | RA % [95% CI] | paper % | RA − paper |", "|---" * (8 + len(keys)) + "|"]
+    shown = set()
     for row in report.summarise(runs, keys):
+        cells = (row["dataset"], row["scenario"], row["method"], row["memory"], *map(str, row["settings"].values()))
+        if cells in shown:  # report's other columns (tasks, backbone, protocol, ran_on) tell them apart, not this table
+            raise SystemExit(f"{source}: two settings of {' '.join(map(str, cells))} differ in a column a paper table "
+                             "does not show (tasks, backbone, protocol, ran_on); show them with a report table")
+        shown.add(cells)
         paper = published.get(row["dataset"], {}).get(row["method"])
         if isinstance(paper, dict):
             paper = paper.get(row["memory"])

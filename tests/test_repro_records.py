@@ -69,3 +69,11 @@ def test_a_paper_table_sets_each_settings_ra_beside_its_published_figure(tmp_pat
     # er: 80 and 82 -> 81.00 ± 1.41, two seeds (no interval); 81.00 - 80.43 = +0.57; ewc has no figure
     assert lines[2] == "| split_mnist | class | er | 200 | 2 | 81.00 ± 1.41 | 80.43 | +0.57 |"
     assert lines[3] == "| split_mnist | class | ewc | – | 1 | 20.00 ± 0.00 | – | – |"
+    # a run of er at 200 on another backbone: report would show the column; this table cannot, so it refuses
+    other = json.loads((tmp_path / "records" / "0" / "metrics.json").read_text())
+    (tmp_path / "records" / "3" / ".hydra").mkdir(parents=True)
+    for part in ("config.yaml", "overrides.yaml"):
+        (tmp_path / "records" / "3" / ".hydra" / part).write_text((source / ".hydra" / part).read_text())
+    (tmp_path / "records" / "3" / "metrics.json").write_text(json.dumps({**other, "backbone": "resnet18"}))
+    with pytest.raises(SystemExit, match="does not show"):
+        repro_records.versus_paper(tmp_path / "records", tmp_path / "paper.yaml")
