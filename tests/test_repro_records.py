@@ -55,25 +55,24 @@ def test_a_paper_table_without_one_figures_file_is_refused(figures):
 
 def test_a_paper_table_sets_each_settings_ra_beside_its_published_figure(tmp_path):
     source = next((repro_records.RECORDS / "baselines_split_mnist").rglob("metrics.json")).parent
-    for job, (method, seed, ra) in enumerate([("er", 0, 0.80), ("er", 1, 0.82), ("ewc", 0, 0.20)]):
+    base = json.loads((source / "metrics.json").read_text())
+
+    def record(job: int, **metrics) -> None:  # a kept run: a real record's config, its metrics changed
         run = tmp_path / "records" / str(job)
         (run / ".hydra").mkdir(parents=True)
         for part in ("config.yaml", "overrides.yaml"):
             (run / ".hydra" / part).write_text((source / ".hydra" / part).read_text())
-        metrics = json.loads((source / "metrics.json").read_text())
-        capacity = {**metrics["capacity"], "memory_size": 200 if method == "er" else None}
-        (run / "metrics.json").write_text(json.dumps({**metrics, "method": method, "seed": seed, "avg_acc": ra,
-                                                      "capacity": capacity}))
+        (run / "metrics.json").write_text(json.dumps({**base, **metrics}))
+
+    for job, (method, seed, ra) in enumerate([("er", 0, 0.80), ("er", 1, 0.82), ("ewc", 0, 0.20)]):
+        record(job, method=method, seed=seed, avg_acc=ra,
+               capacity={**base["capacity"], "memory_size": 200 if method == "er" else None})
     (tmp_path / "paper.yaml").write_text("split_mnist:\n  er: {200: 80.43, 500: 86.12}\n")
     lines = repro_records.versus_paper(tmp_path / "records", tmp_path / "paper.yaml").splitlines()
     # er: 80 and 82 -> 81.00 ± 1.41, two seeds (no interval); 81.00 - 80.43 = +0.57; ewc has no figure
     assert lines[2] == "| split_mnist | class | er | 200 | 2 | 81.00 ± 1.41 | 80.43 | +0.57 |"
     assert lines[3] == "| split_mnist | class | ewc | – | 1 | 20.00 ± 0.00 | – | – |"
     # a run of er at 200 on another backbone: report would show the column; this table cannot, so it refuses
-    other = json.loads((tmp_path / "records" / "0" / "metrics.json").read_text())
-    (tmp_path / "records" / "3" / ".hydra").mkdir(parents=True)
-    for part in ("config.yaml", "overrides.yaml"):
-        (tmp_path / "records" / "3" / ".hydra" / part).write_text((source / ".hydra" / part).read_text())
-    (tmp_path / "records" / "3" / "metrics.json").write_text(json.dumps({**other, "backbone": "resnet18"}))
+    record(3, **{**json.loads((tmp_path / "records" / "0" / "metrics.json").read_text()), "backbone": "resnet18"})
     with pytest.raises(SystemExit, match="does not show"):
         repro_records.versus_paper(tmp_path / "records", tmp_path / "paper.yaml")
